@@ -1,0 +1,364 @@
+"""The wire formats of the HAMi DCU protocol: one encoder and one decoder per format.
+
+Formats (reference: hami-wire-protocol.md §2):
+
+* node device list (`hami.io/node-dcu-register`): each card a comma record terminated by `:`.
+  HAMi has no version marker, so the record's field count tells the forms apart:
+  9 fields `ID,Count,Devmem,Devcore,Type,Numa,Health,Index,Mode` (what we write), or the
+  legacy 7 `ID,Count,Devmem,Devcore,Type,Numa,Health` (Index 0, Mode `hami-core`).
+  A JSON array of HAMi's DeviceInfo objects is accepted on decode.
+* pod device list (`hami.io/dcu-devices-to-allocate` / `-allocated`): one entry per
+  container, init containers first, each terminated by `;`; an entry is zero or more
+  `UUID,Type,Usedmem,Usedcores` records each terminated by `:`. Empty entries are kept:
+  the position of an entry is the container it belongs to.
+* node lock (`hami.io/mutex.lock`): `<RFC3339>,<namespace>,<name>`; legacy bare `<RFC3339>`.
+* handshake (`hami.io/node-handshake-dcu`): `Reported <time>` from the plugin,
+  `Requesting_<YYYY-MM-DD HH:MM:SS>` from the scheduler.
+
+Every decoder raises only `CodecError`, whose message names the annotation and the part.
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from hami_dcu.common import keys
+
+INT32_MAX = 2**31 - 1
+
+
+class CodecError(ValueError):
+    """A wire value that cannot be decoded. The message names the annotation and the part."""
+
+    def __init__(self, annotation: str, part: str, problem: str) -> None:
+        self.annotation = annotation
+        self.part = part
+        self.problem = problem
+        super().__init__(f"{annotation}: {problem} in {part!r}")
+
+
+# --- node device list ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeDevice:
+    """One card as the plugin registers it on the node."""
+
+    id: str
+    count: int
+    devmem: int  # MiB
+    devcore: int  # percent, 100 for a whole card
+    type: str  # model, e.g. "DCU-K100_AI"
+    numa: int = 0
+    health: bool = True
+    index: int = 0
+    mode: str = keys.DEVICE_MODE
+
+
+def encode_node_devices(devices: list[NodeDevice]) -> str:
+    """Encode in the 9-field string form, each card terminated by `:`."""
+    out = []
+    for d in devices:
+        dev_id = _check_field(keys.NODE_REGISTER, "device id", d.id)
+        dev_type = _check_field(keys.NODE_REGISTER, "device type", d.type)
+        mode = _check_field(keys.NODE_REGISTER, "mode", d.mode)
+        out.append(
+            f"{dev_id},{d.count},{d.devmem},{d.devcore},{dev_type},{d.numa},{_go_bool(d.health)},{d.index},{mode}:"
+        )
+    return "".join(out)
+
+
+def decode_node_devices(value: str, annotation: str = keys.NODE_REGISTER) -> list[NodeDevice]:
+    """Decode the string form (7 or 9 fields a card) or a JSON array of DeviceInfo."""
+    if value.lstrip().startswith("["):
+        return _decode_node_devices_json(value.strip(), annotation)
+    text = value
+    if ":" not in text:
+        raise CodecError(annotation, value, "no device record (records end with ':')")
+    devices = []
+    for record in text.split(":"):
+        if not record:
+            continue
+        fields = record.split(",")
+        if len(fields) not in (7, 9):
+            raise CodecError(annotation, record, f"{len(fields)} fields, expected 7 or 9")
+        dev_id, count, devmem, devcore, dev_type, numa, health = fields[:7]
+        if not dev_id:
+            raise CodecError(annotation, record, "empty device id")
+        index, mode = 0, keys.LEGACY_DEVICE_MODE
+        if len(fields) == 9:
+            index = _int32(annotation, record, "index", fields[7])
+            mode = fields[8]
+        devices.append(
+            NodeDevice(
+                id=dev_id,
+                count=_int32(annotation, record, "count", count),
+                devmem=_int32(annotation, record, "devmem", devmem),
+                devcore=_int32(annotation, record, "devcore", devcore),
+                type=dev_type,
+                numa=_int32(annotation, record, "numa", numa),
+                health=_go_parse_bool(annotation, record, health),
+                index=index,
+                mode=mode,
+            )
+        )
+    return devices
+
+
+def _decode_node_devices_json(text: str, annotation: str) -> list[NodeDevice]:
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CodecError(annotation, text[:80], f"invalid JSON ({exc.msg})") from exc
+    if not isinstance(items, list):
+        raise CodecError(annotation, text[:80], "JSON value is not an array")
+    devices = []
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("id"), str) or not item["id"]:
+            raise CodecError(annotation, json.dumps(item)[:80], "device without an id")
+        part = item["id"]
+        # HAMi's JSON omits zero values (omitempty), so absent numbers are 0, absent health false.
+        devices.append(
+            NodeDevice(
+                id=item["id"],
+                count=_json_int(annotation, part, "count", item.get("count", 0)),
+                devmem=_json_int(annotation, part, "devmem", item.get("devmem", 0)),
+                devcore=_json_int(annotation, part, "devcore", item.get("devcore", 0)),
+                type=str(item.get("type", "")),
+                numa=_json_int(annotation, part, "numa", item.get("numa", 0)),
+                health=item.get("health", False) is True,
+                index=_json_int(annotation, part, "index", item.get("index", 0)),
+                mode=str(item.get("mode", "")),
+            )
+        )
+    return devices
+
+
+# --- pod device list ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContainerDevice:
+    """One card (or a share of it) given to one container."""
+
+    uuid: str
+    type: str  # the request type, "DCU", never the card model
+    usedmem: int  # MiB
+    usedcores: int  # percent of the card
+
+
+# One entry per container in codec order (init containers first); an empty list is a
+# container without a DCU.
+PodDevices = list[list[ContainerDevice]]
+
+
+def encode_pod_devices(pod_devices: PodDevices, annotation: str = keys.POD_DEVICES_ALLOCATED) -> str:
+    out = []
+    for container in pod_devices:
+        for d in container:
+            uuid = _check_field(annotation, "device uuid", d.uuid)
+            dev_type = _check_field(annotation, "device type", d.type)
+            out.append(f"{uuid},{dev_type},{d.usedmem},{d.usedcores}:")
+        out.append(";")
+    return "".join(out)
+
+
+def decode_pod_devices(value: str, annotation: str = keys.POD_DEVICES_ALLOCATED) -> PodDevices:
+    """Decode a pod device list, keeping empty entries so index i is container i.
+
+    Every entry is terminated by `;`, so the text after the last `;` is not an entry (HAMi
+    HEAD keeps it as one more empty entry; dropping it makes decode(encode(x)) == x and
+    changes no container's index). Text without a final `;` is read as one last entry.
+    HAMi v2.5's placeholder record `,,0,0` (no uuid) decodes as "no device".
+    """
+    if value == "":
+        return []
+    entries = value.split(";")
+    if entries[-1] == "":
+        entries.pop()
+    return [_decode_container_devices(entry, annotation) for entry in entries]
+
+
+def _decode_container_devices(entry: str, annotation: str) -> list[ContainerDevice]:
+    devices = []
+    for record in entry.split(":"):
+        if not record:
+            continue
+        fields = record.split(",")
+        if len(fields) < 4:
+            raise CodecError(annotation, record, f"{len(fields)} fields, expected UUID,Type,Usedmem,Usedcores")
+        uuid, dev_type = fields[0], fields[1]
+        usedmem = _int32(annotation, record, "usedmem", fields[2])
+        usedcores = _int32(annotation, record, "usedcores", fields[3])
+        if not uuid:
+            continue
+        devices.append(ContainerDevice(uuid=uuid, type=dev_type, usedmem=usedmem, usedcores=usedcores))
+    return devices
+
+
+# --- node lock ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LockValue:
+    """Who holds a node's lock and since when. Legacy locks name no holder."""
+
+    since: datetime
+    namespace: str | None = None
+    name: str | None = None
+
+    @property
+    def holder(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.name else "an unnamed holder (legacy lock)"
+
+    def held_by(self, namespace: str, name: str) -> bool:
+        return self.namespace == namespace and self.name == name
+
+
+def encode_lock(lock: LockValue) -> str:
+    stamp = format_rfc3339(lock.since)
+    if lock.name is None:
+        return stamp
+    return f"{stamp},{lock.namespace},{lock.name}"
+
+
+def decode_lock(value: str, annotation: str = keys.NODE_LOCK) -> LockValue:
+    parts = value.split(",")
+    if len(parts) == 1:
+        return LockValue(since=_parse_rfc3339(annotation, value, parts[0]))
+    if len(parts) != 3 or not parts[1] or not parts[2]:
+        raise CodecError(annotation, value, "expected '<RFC3339>,<namespace>,<name>'")
+    return LockValue(since=_parse_rfc3339(annotation, value, parts[0]), namespace=parts[1], name=parts[2])
+
+
+def format_rfc3339(moment: datetime) -> str:
+    """Go's time.RFC3339: seconds precision, `Z` for UTC, `+hh:mm` otherwise."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    text = moment.replace(microsecond=0).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def _parse_rfc3339(annotation: str, whole: str, text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError as exc:
+        raise CodecError(annotation, whole, f"timestamp {text!r} is not RFC3339") from exc
+    if moment.tzinfo is None:
+        raise CodecError(annotation, whole, f"timestamp {text!r} has no time zone")
+    return moment
+
+
+# --- handshake ----------------------------------------------------------------------------
+
+_REQUESTING_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+@dataclass(frozen=True)
+class Handshake:
+    """The plugin says `Reported`, the scheduler answers `Requesting`; `at` is None when the
+    time could not be read (HAMi then treats the node as healthy)."""
+
+    state: str  # keys.HANDSHAKE_REPORTED / HANDSHAKE_REQUESTING / HANDSHAKE_DELETED / "" unknown
+    at: datetime | None
+
+
+def encode_reported(now: datetime) -> str:
+    # HAMi's plugin writes Go's time.String(); nobody parses it, so ISO text is compatible.
+    return f"{keys.HANDSHAKE_REPORTED} {now.isoformat()}"
+
+
+def encode_requesting(now: datetime) -> str:
+    # The scheduler side parses this one, as local time, in Go's time.DateTime layout.
+    return f"{keys.HANDSHAKE_REQUESTING}_{now.astimezone().strftime(_REQUESTING_FORMAT)}"
+
+
+def decode_handshake(value: str) -> Handshake:
+    if value.startswith(keys.HANDSHAKE_REQUESTING):
+        _, _, stamp = value.partition("_")
+        try:
+            at = datetime.strptime(stamp, _REQUESTING_FORMAT).astimezone()
+        except ValueError:
+            at = None
+        return Handshake(keys.HANDSHAKE_REQUESTING, at)
+    if value.startswith(keys.HANDSHAKE_REPORTED):
+        stamp = value[len(keys.HANDSHAKE_REPORTED) :].strip()
+        try:
+            at = datetime.fromisoformat(stamp)
+            at = at if at.tzinfo else at.astimezone()
+        except ValueError:
+            # Go's time.String() ("2025-08-07 10:00:00.1 +0800 CST m=+30.0") from HAMi's plugin.
+            at = _parse_go_time_string(stamp)
+        return Handshake(keys.HANDSHAKE_REPORTED, at)
+    if value.startswith(keys.HANDSHAKE_DELETED):
+        return Handshake(keys.HANDSHAKE_DELETED, None)
+    return Handshake("", None)
+
+
+def _parse_go_time_string(stamp: str) -> datetime | None:
+    fields = stamp.split(" ")
+    if len(fields) < 3:
+        return None
+    day, clock, offset = fields[0], fields[1].split(".")[0], fields[2]
+    try:
+        return datetime.strptime(f"{day} {clock} {offset}", "%Y-%m-%d %H:%M:%S %z")
+    except ValueError:
+        return None
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+_DECIMAL = re.compile(r"-?[0-9]+")
+# Characters that separate fields, records and entries: never allowed inside a field.
+_SEPARATORS = re.compile(r"[,:;]")
+
+
+def _int32(annotation: str, record: str, field: str, text: str) -> int:
+    # Go's ParseInt(s, 10, 32): plain decimal digits only (Python's int() would also take
+    # "+5", " 5" and "1_000").
+    if not _DECIMAL.fullmatch(text):
+        raise CodecError(annotation, record, f"{field} {text!r} is not an integer")
+    number = int(text)
+    if number < 0:
+        raise CodecError(annotation, record, f"{field} {text} is negative")
+    if number > INT32_MAX:
+        raise CodecError(annotation, record, f"{field} {text} is out of the int32 range")
+    return number
+
+
+def _check_field(annotation: str, field: str, text: str) -> str:
+    if not text and field in ("device id", "device uuid"):
+        raise CodecError(annotation, text, f"{field} is empty")
+    if _SEPARATORS.search(text):
+        raise CodecError(annotation, text, f"{field} must not contain ',', ':' or ';'")
+    return text
+
+
+def _json_int(annotation: str, part: str, field: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CodecError(annotation, part, f"{field} {value!r} is not an integer")
+    if not 0 <= value <= INT32_MAX:
+        raise CodecError(annotation, part, f"{field} {value} is out of range")
+    return value
+
+
+def _go_bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+_GO_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
+_GO_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
+
+
+def _go_parse_bool(annotation: str, record: str, text: str) -> bool:
+    """strconv.ParseBool's accepted spellings, nothing more."""
+    if text in _GO_TRUE:
+        return True
+    if text in _GO_FALSE:
+        return False
+    raise CodecError(annotation, record, f"health {text!r} is not a boolean")

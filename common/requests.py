@@ -1,0 +1,135 @@
+"""What a pod asks for, per container, in DCU terms (reference: hami-wire-protocol.md §1.3).
+
+Rules, per container and per resource: the value in `limits`, else in `requests`.
+* `dcunum` (count): absent means the container asks for no DCU; it must be an integer >= 1.
+* `dcumem` (MiB): absent means the whole card's memory; if given it must be >= 1.
+* `dcucores` (% of one card): absent means 100; it must be in 0..100.
+* `dcumem`/`dcucores` without `dcunum` is an error here: HAMi silently ignores such a
+  container, which leaves the user with a pod that runs without the DCU it asked for.
+
+Pure functions, no I/O. Errors are `RequestError` with a message that names the container,
+the resource and what to change.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from hami_dcu.common.keys import DEFAULT_RESOURCES, ResourceNames
+
+INT32_MAX = 2**31 - 1
+_INTEGER = re.compile(r"[0-9]+")
+
+
+class RequestError(ValueError):
+    """A DCU request that cannot be honoured as written."""
+
+
+@dataclass(frozen=True)
+class DcuRequest:
+    """One container's DCU request. `memory_mib == 0` means the whole memory of each card."""
+
+    count: int
+    memory_mib: int = 0
+    cores: int = 100
+
+    @property
+    def whole_memory(self) -> bool:
+        return self.memory_mib == 0
+
+    @property
+    def shared(self) -> bool:
+        """A vDCU: part of one card's memory or compute."""
+        return self.memory_mib > 0 or self.cores < 100
+
+
+def names_dcu(container: dict[str, Any], names: ResourceNames = DEFAULT_RESOURCES) -> bool:
+    """True when the container names any DCU resource in limits or requests."""
+    resources = container.get("resources") or {}
+    for section in ("limits", "requests"):
+        values = resources.get(section) or {}
+        if any(name in values for name in names.all()):
+            return True
+    return False
+
+
+def pod_containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    """Containers in codec order: init containers (restartable sidecars included) first."""
+    spec = pod.get("spec") or {}
+    return list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
+
+
+def pod_uses_dcu(pod: dict[str, Any], names: ResourceNames = DEFAULT_RESOURCES) -> bool:
+    return any(names_dcu(c, names) for c in pod_containers(pod))
+
+
+def parse_container_request(
+    container: dict[str, Any],
+    names: ResourceNames = DEFAULT_RESOURCES,
+    memory_factor: int = 1,
+) -> DcuRequest | None:
+    """The container's DCU request, None when it asks for none."""
+    cname = container.get("name") or "<unnamed>"
+    count = _quantity(container, names.count, cname)
+    memory = _quantity(container, names.memory, cname)
+    cores = _quantity(container, names.cores, cname)
+    if count is None:
+        if memory is not None or cores is not None:
+            raise RequestError(
+                f"container {cname}: {names.memory} / {names.cores} need {names.count} "
+                f"(add {names.count}: 1 to its limits)"
+            )
+        return None
+    if count < 1:
+        raise RequestError(f"container {cname}: {names.count} must be at least 1, got {count}")
+    if memory is not None:
+        if memory < 1:
+            raise RequestError(
+                f"container {cname}: {names.memory} must be at least 1 MiB, got {memory} "
+                f"(leave it out to get the whole card's memory)"
+            )
+        if memory * memory_factor > INT32_MAX:
+            raise RequestError(f"container {cname}: {names.memory} {memory} x factor {memory_factor} is too large")
+        memory *= memory_factor
+    if cores is not None and cores > 100:
+        raise RequestError(f"container {cname}: {names.cores} is a percentage of one card (0-100), got {cores}")
+    return DcuRequest(count=count, memory_mib=memory or 0, cores=100 if cores is None else cores)
+
+
+def parse_pod_requests(
+    pod: dict[str, Any],
+    names: ResourceNames = DEFAULT_RESOURCES,
+    memory_factor: int = 1,
+) -> list[DcuRequest | None]:
+    """One entry per container in codec order (init containers first), None for no DCU."""
+    return [parse_container_request(c, names, memory_factor) for c in pod_containers(pod)]
+
+
+def _quantity(container: dict[str, Any], resource: str, cname: str) -> int | None:
+    resources = container.get("resources") or {}
+    for section in ("limits", "requests"):
+        values = resources.get(section) or {}
+        if resource in values:
+            return _integer(values[resource], resource, cname, section)
+    return None
+
+
+def _integer(raw: object, resource: str, cname: str, section: str) -> int:
+    # Extended resources are whole numbers; Kubernetes sends them as strings ("2000") and
+    # users sometimes write plain ints. Anything else (suffixes, fractions) is refused so a
+    # "2Gi" never silently becomes 2 MiB.
+    text = str(raw).strip() if isinstance(raw, (str, int)) and not isinstance(raw, bool) else None
+    negative = text is not None and text.startswith("-")
+    digits = text[1:] if negative and text else text
+    if digits is None or not _INTEGER.fullmatch(digits):
+        raise RequestError(
+            f"container {cname}: {resource} in {section} must be a whole number, got {raw!r}"
+        )
+    number = -int(digits) if negative else int(digits)
+    if number < 0:
+        raise RequestError(f"container {cname}: {resource} must not be negative, got {number}")
+    if number > INT32_MAX:
+        raise RequestError(f"container {cname}: {resource} {number} is out of range (max {INT32_MAX})")
+    return number

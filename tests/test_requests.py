@@ -1,0 +1,95 @@
+"""Per-container DCU request parsing by the reference's rules (§1.3) and our stricter errors."""
+
+import pytest
+
+from hami_dcu.common.keys import ResourceNames
+from hami_dcu.common.requests import (
+    DcuRequest,
+    RequestError,
+    parse_container_request,
+    parse_pod_requests,
+    pod_uses_dcu,
+)
+
+
+def ctr(name="c", limits=None, requests=None):
+    return {"name": name, "resources": {"limits": limits or {}, "requests": requests or {}}}
+
+
+@pytest.mark.parametrize(
+    ("container", "expected"),
+    [
+        (ctr(), None),
+        (ctr(limits={"cpu": "1"}), None),
+        (ctr(limits={"hygon.com/dcunum": "1"}), DcuRequest(1, 0, 100)),
+        (ctr(limits={"hygon.com/dcunum": 2}), DcuRequest(2, 0, 100)),
+        (
+            ctr(limits={"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000", "hygon.com/dcucores": "60"}),
+            DcuRequest(1, 2000, 60),
+        ),
+        (ctr(limits={"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000"}), DcuRequest(1, 2000, 100)),
+        (ctr(limits={"hygon.com/dcunum": "1", "hygon.com/dcucores": "0"}), DcuRequest(1, 0, 0)),
+        # requests are read when limits do not name the resource (HAMi < 2.6 ignored them)
+        (ctr(requests={"hygon.com/dcunum": "1", "hygon.com/dcumem": "512"}), DcuRequest(1, 512, 100)),
+        # limits win over requests
+        (ctr(limits={"hygon.com/dcunum": "1"}, requests={"hygon.com/dcunum": "3"}), DcuRequest(1, 0, 100)),
+    ],
+)
+def test_parse_table(container, expected):
+    assert parse_container_request(container) == expected
+
+
+@pytest.mark.parametrize(
+    ("limits", "fragment"),
+    [
+        ({"hygon.com/dcunum": "0"}, "must be at least 1"),
+        ({"hygon.com/dcunum": "-1"}, "must not be negative"),
+        ({"hygon.com/dcunum": "1.5"}, "whole number"),
+        ({"hygon.com/dcunum": "1", "hygon.com/dcumem": "2Gi"}, "whole number"),
+        ({"hygon.com/dcunum": "1", "hygon.com/dcumem": "0"}, "at least 1 MiB"),
+        ({"hygon.com/dcunum": "1", "hygon.com/dcucores": "101"}, "0-100"),
+        ({"hygon.com/dcunum": "99999999999"}, "out of range"),
+        ({"hygon.com/dcumem": "1000"}, "need hygon.com/dcunum"),
+        ({"hygon.com/dcunum": True}, "whole number"),
+    ],
+)
+def test_parse_errors_name_container_and_resource(limits, fragment):
+    with pytest.raises(RequestError) as info:
+        parse_container_request(ctr("trainer", limits=limits))
+    assert fragment in str(info.value)
+    assert "container trainer" in str(info.value)
+
+
+def test_memory_factor_scales_memory():
+    assert parse_container_request(
+        ctr(limits={"hygon.com/dcunum": "1", "hygon.com/dcumem": "2"}), memory_factor=1024
+    ) == DcuRequest(1, 2048, 100)
+
+
+def test_custom_resource_names():
+    names = ResourceNames("example.com/n", "example.com/m", "example.com/c")
+    c = ctr(limits={"example.com/n": "1", "example.com/m": "10"})
+    assert parse_container_request(c, names) == DcuRequest(1, 10, 100)
+    assert parse_container_request(ctr(limits={"hygon.com/dcunum": "1"}), names) is None
+
+
+def test_pod_requests_in_codec_order_init_first():
+    pod = {
+        "spec": {
+            "initContainers": [ctr("init", limits={"hygon.com/dcunum": "1"})],
+            "containers": [
+                ctr("a", limits={"hygon.com/dcunum": "1", "hygon.com/dcumem": "100"}),
+                ctr("b"),
+                ctr("c", limits={"hygon.com/dcunum": "2"}),
+            ],
+        }
+    }
+    assert parse_pod_requests(pod) == [DcuRequest(1), DcuRequest(1, 100), None, DcuRequest(2)]
+    assert pod_uses_dcu(pod)
+    assert not pod_uses_dcu({"spec": {"containers": [ctr("x", limits={"cpu": "1"})]}})
+
+
+def test_shared_means_part_of_one_card():
+    assert DcuRequest(1, 2000, 100).shared
+    assert DcuRequest(1, 0, 50).shared
+    assert not DcuRequest(1, 0, 100).shared
