@@ -175,6 +175,13 @@ class Kube:
     ) -> Iterator[JSON]:
         return self.watch("/api/v1/nodes", resource_version, timeout_seconds, label_selector=label_selector)
 
+    def create_node(self, node: JSON) -> JSON:
+        """Register a Node object (what a kubelet does when it joins)."""
+        return self.request("POST", "/api/v1/nodes", body=node)
+
+    def delete_node(self, name: str) -> JSON:
+        return self.request("DELETE", f"/api/v1/nodes/{_quote(name)}")
+
     def patch_node_metadata(
         self,
         name: str,
