@@ -101,7 +101,7 @@ class ApiApp:
         ns = t.namespace or ""
         if t.name is None:
             if method == "GET":
-                if request.query.get("watch") in ("true", "1"):
+                if request.query.get("watch", "").lower() in ("true", "1"):
                     return await self._watch(request, t)
                 return self._list(request, t)
             if method == "POST":
