@@ -1,0 +1,406 @@
+"""The scheduler's picture of the cluster, fed by the node and pod watches (no I/O here).
+
+Per node: its cards (from `hami.io/node-dcu-register`), the plugin handshake, the node lock,
+and per card what live pods hold. A pod holds its share while it is not Succeeded/Failed
+and not deleted (terminating pods still hold theirs), read from its
+`hami.io/dcu-devices-allocated` annotation; `/filter` adds in-memory assumptions on top,
+dropped when the pod's own allocation is seen, when the pod goes away, when bind fails, or
+after a TTL. A holding that names a card the node does not report, or an allocation that
+cannot be decoded, makes the node degraded: unusable, with the reason, never "free".
+
+Everything is keyed by pod UID. Every change to a node's holdings bumps its `generation`,
+which lets `/filter` reuse a node's fit result until something on that node changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from hami_dcu.common import keys
+from hami_dcu.common.codec import (
+    CodecError,
+    LockValue,
+    PodDevices,
+    decode_lock,
+    decode_node_devices,
+    decode_pod_devices,
+)
+from hami_dcu.scheduler import policy as policies
+from hami_dcu.scheduler.fit import CardSpec, PodFit
+from hami_dcu.scheduler.handshake import HandshakeSeen, observe
+from hami_dcu.scheduler.usage import Usage, collapse
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+PodKey = tuple[str, str]  # (namespace, name)
+
+
+@dataclass(slots=True)
+class Holding:
+    """One pod's (or one assumption's) share of a node: per card id, or why it is unreadable."""
+
+    label: str  # namespace/name, for reasons
+    held: dict[str, Usage] | None
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class NodeEntry:
+    name: str
+    present: bool = False  # a Node object exists
+    resource_version: str = ""
+    register_value: str | None = None
+    register_error: str | None = "node not seen yet"
+    cards: tuple[CardSpec, ...] = ()
+    card_pos: dict[str, int] = field(default_factory=dict)
+    handshake: HandshakeSeen | None = None
+    lock_value: str | None = None
+    holdings: dict[str, Holding] = field(default_factory=dict)  # by pod uid
+    used: list[Usage] = field(default_factory=list)  # per card, aligned with `cards`
+    degraded: list[str] = field(default_factory=list)
+    generation: int = 0
+    _score: tuple[int, float] = (-1, 0.0)
+
+    def lock(self) -> LockValue | None:
+        if not self.lock_value:
+            return None
+        try:
+            return decode_lock(self.lock_value)
+        except CodecError:
+            return None
+
+    def score(self) -> float:
+        """Node utilisation before the next pod (policy.py), cached per generation."""
+        if self._score[0] != self.generation:
+            slots = sum(c.slots for c in self.cards)
+            memory = sum(c.memory for c in self.cards)
+            cores = sum(c.cores for c in self.cards)
+            value = policies.utilisation(
+                sum(u.slots for u in self.used), slots,
+                sum(u.memory for u in self.used), memory,
+                sum(u.cores for u in self.used), cores,
+            )
+            self._score = (self.generation, value)
+        return self._score[1]
+
+
+@dataclass(slots=True)
+class PodRecord:
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    allocated: str
+    init_count: int
+    resource_version: str
+
+
+@dataclass(slots=True)
+class Assumption:
+    """What `/filter` chose for a pod that is not bound yet."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    fit: PodFit
+    init_count: int
+    expires: float  # monotonic seconds
+    bound: bool = False
+
+
+def _newer_or_equal(candidate: str, current: str) -> bool:
+    """resourceVersions are opaque; etcd's are integers, and a relist must not be undone by a
+    late watch event, so compare them as numbers when both are."""
+    if candidate.isdigit() and current.isdigit():
+        return int(candidate) >= int(current)
+    return True
+
+
+class ClusterCache:
+    def __init__(self, assume_ttl: float = 120.0, bound_ttl: float = 300.0) -> None:
+        self.nodes: dict[str, NodeEntry] = {}
+        self.pods: dict[str, PodRecord] = {}
+        self.pod_uids: dict[PodKey, str] = {}
+        self.assumptions: dict[str, Assumption] = {}
+        self.assumed_names: dict[PodKey, str] = {}
+        # Lock holders we saw on a node whose allocation our pod watch has not shown yet:
+        # another scheduler replica's pods. Bind waits for them to settle (see bind.py).
+        self.unsettled: dict[str, set[PodKey]] = {}
+        self.lock_holders: dict[PodKey, set[str]] = {}  # pod -> nodes whose lock names it
+        self.assume_ttl = assume_ttl
+        self.bound_ttl = bound_ttl
+
+    # --- nodes ---------------------------------------------------------------------------
+
+    def _entry(self, name: str) -> NodeEntry:
+        entry = self.nodes.get(name)
+        if entry is None:
+            entry = self.nodes[name] = NodeEntry(name=name)
+        return entry
+
+    def apply_node(self, node: JSON, now: datetime) -> None:
+        meta = node.get("metadata") or {}
+        name = meta.get("name")
+        if not name:
+            return
+        entry = self._entry(name)
+        rv = str(meta.get("resourceVersion", ""))
+        if entry.present and not _newer_or_equal(rv, entry.resource_version):
+            return
+        entry.present = True
+        entry.resource_version = rv
+        annotations = meta.get("annotations") or {}
+        entry.handshake = observe(annotations.get(keys.NODE_HANDSHAKE), entry.handshake, now)
+        lock_value = annotations.get(keys.NODE_LOCK)
+        if lock_value != entry.lock_value:
+            self._index_lock(entry, lock_value)
+        self._note_lock_holder(entry)
+        register = annotations.get(keys.NODE_REGISTER)
+        if register != entry.register_value or entry.register_error == "node not seen yet":
+            entry.register_value = register
+            self._set_cards(entry, register)
+
+    def _set_cards(self, entry: NodeEntry, register: str | None) -> None:
+        if not register:
+            entry.cards, entry.register_error = (), f"no {keys.NODE_REGISTER} annotation"
+        else:
+            try:
+                devices = decode_node_devices(register)
+            except CodecError as exc:
+                entry.cards, entry.register_error = (), f"cannot read {keys.NODE_REGISTER}: {exc.problem}"
+                log.warning("node %s: %s", entry.name, exc)
+            else:
+                entry.cards = tuple(
+                    CardSpec(id=d.id, index=d.index, model=d.type, slots=d.count, memory=d.devmem,
+                             cores=d.devcore, health=d.health, numa=d.numa)
+                    for d in devices
+                )
+                entry.register_error = None if entry.cards else f"{keys.NODE_REGISTER} lists no card"
+        entry.card_pos = {c.id: i for i, c in enumerate(entry.cards)}
+        self._recompute(entry)
+
+    def delete_node(self, name: str) -> None:
+        entry = self.nodes.get(name)
+        if entry is None:
+            return
+        self._index_lock(entry, None)
+        if not entry.holdings:
+            del self.nodes[name]
+            return
+        entry.present = False
+        entry.register_value = None
+        entry.cards, entry.card_pos = (), {}
+        entry.register_error = "node deleted"
+        self._recompute(entry)
+
+    def replace_nodes(self, nodes: Iterable[JSON], now: datetime) -> None:
+        """A fresh list: apply every node, forget the ones that are gone."""
+        seen = set()
+        for node in nodes:
+            name = (node.get("metadata") or {}).get("name")
+            if name:
+                seen.add(name)
+                entry = self.nodes.get(name)
+                if entry is not None:
+                    entry.resource_version = ""  # a list is authoritative
+                self.apply_node(node, now)
+        for name in [n for n, e in self.nodes.items() if e.present and n not in seen]:
+            self.delete_node(name)
+
+    def _index_lock(self, entry: NodeEntry, value: str | None) -> None:
+        old = entry.lock()
+        if old is not None and old.name is not None:
+            nodes = self.lock_holders.get((old.namespace or "", old.name))
+            if nodes is not None:
+                nodes.discard(entry.name)
+                if not nodes:
+                    del self.lock_holders[(old.namespace or "", old.name)]
+        entry.lock_value = value
+        new = entry.lock()
+        if new is not None and new.name is not None:
+            self.lock_holders.setdefault((new.namespace or "", new.name), set()).add(entry.name)
+
+    def _note_lock_holder(self, entry: NodeEntry) -> None:
+        lock = entry.lock()
+        if lock is None or lock.name is None:
+            return
+        key = (lock.namespace or "", lock.name)
+        if key in self.assumed_names:
+            return  # our own bind
+        uid = self.pod_uids.get(key)
+        if uid is not None and self.pods[uid].node == entry.name:
+            return  # its allocation is already counted
+        self.unsettled.setdefault(entry.name, set()).add(key)
+
+    # --- pods ----------------------------------------------------------------------------
+
+    def apply_pod(self, pod: JSON) -> None:
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            return
+        namespace, name = meta.get("namespace") or "default", meta.get("name") or ""
+        rv = str(meta.get("resourceVersion", ""))
+        current = self.pods.get(uid)
+        if current is not None and not _newer_or_equal(rv, current.resource_version):
+            return
+        spec = pod.get("spec") or {}
+        annotations = meta.get("annotations") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        allocated = annotations.get(keys.POD_DEVICES_ALLOCATED)
+        node = spec.get("nodeName") or annotations.get(keys.POD_NODE)
+        if phase in TERMINAL_PHASES:
+            self._drop_pod(uid)
+            self.forget(uid)
+            return
+        if not allocated or not node:
+            self._drop_pod(uid)  # not holding anything (yet)
+            return
+        if current is not None and current.allocated == allocated and current.node == node:
+            current.resource_version = rv
+            return
+        self._drop_pod(uid)
+        record = PodRecord(uid, namespace, name, node, allocated, len(spec.get("initContainers") or []), rv)
+        self.pods[uid] = record
+        self.pod_uids[(namespace, name)] = uid
+        self.forget(uid)  # the real allocation replaces the assumption
+        entry = self._entry(node)
+        entry.holdings[uid] = _holding(record)
+        self._recompute(entry)
+        pending = self.unsettled.get(node)
+        if pending:
+            pending.discard((namespace, name))
+
+    def delete_pod(self, pod: JSON) -> list[str]:
+        """Forget the pod; returns the nodes whose lock it held (to be released)."""
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid")
+        key = (meta.get("namespace") or "default", meta.get("name") or "")
+        if uid:
+            self._drop_pod(uid)
+            self.forget(uid)
+        for pending in self.unsettled.values():
+            pending.discard(key)
+        return sorted(self.lock_holders.get(key, ()))
+
+    def replace_pods(self, pods: Iterable[JSON]) -> list[str]:
+        """A fresh list: apply every pod, drop the ones that are gone. Returns nodes whose
+        lock holder is gone."""
+        seen = set()
+        for pod in pods:
+            uid = (pod.get("metadata") or {}).get("uid")
+            if uid:
+                seen.add(uid)
+                current = self.pods.get(uid)
+                if current is not None:
+                    current.resource_version = ""
+                self.apply_pod(pod)
+        released: list[str] = []
+        for uid in [u for u in self.pods if u not in seen]:
+            record = self.pods[uid]
+            released += self.delete_pod({"metadata": {"uid": uid, "namespace": record.namespace,
+                                                      "name": record.name}})
+        return released
+
+    def _drop_pod(self, uid: str) -> None:
+        record = self.pods.pop(uid, None)
+        if record is None:
+            return
+        self.pod_uids.pop((record.namespace, record.name), None)
+        entry = self.nodes.get(record.node)
+        if entry is not None and entry.holdings.pop(uid, None) is not None:
+            self._recompute(entry)
+
+    # --- assumptions ---------------------------------------------------------------------
+
+    def assume(self, uid: str, namespace: str, name: str, node: str, fit: PodFit, init_count: int,
+               now: float) -> Assumption:
+        self.forget(uid)
+        assumption = Assumption(uid, namespace, name, node, fit, init_count, now + self.assume_ttl)
+        self.assumptions[uid] = assumption
+        self.assumed_names[(namespace, name)] = uid
+        entry = self._entry(node)
+        entry.holdings[uid] = Holding(f"{namespace}/{name} (assumed)", fit.held)
+        self._recompute(entry)
+        return assumption
+
+    def mark_bound(self, uid: str, now: float) -> None:
+        """Bound: keep counting the assumption until the watch shows the pod's allocation."""
+        assumption = self.assumptions.get(uid)
+        if assumption is not None:
+            assumption.bound = True
+            assumption.expires = now + self.bound_ttl
+
+    def forget(self, uid: str) -> None:
+        assumption = self.assumptions.pop(uid, None)
+        if assumption is None:
+            return
+        self.assumed_names.pop((assumption.namespace, assumption.name), None)
+        record = self.pods.get(uid)
+        if record is not None and record.node == assumption.node:
+            return  # the pod record took over this uid's holding
+        entry = self.nodes.get(assumption.node)
+        if entry is not None and entry.holdings.pop(uid, None) is not None:
+            self._recompute(entry)
+
+    def expire(self, now: float) -> int:
+        stale = [uid for uid, a in self.assumptions.items() if a.expires <= now]
+        for uid in stale:
+            log.info("assumption for %s on node %s expired", self.assumptions[uid].name, self.assumptions[uid].node)
+            self.forget(uid)
+        return len(stale)
+
+    def assumption_for(self, uid: str | None, namespace: str, name: str) -> Assumption | None:
+        if uid and uid in self.assumptions:
+            return self.assumptions[uid]
+        found = self.assumed_names.get((namespace, name))
+        return self.assumptions.get(found) if found else None
+
+    # --- derived -------------------------------------------------------------------------
+
+    def used_without(self, entry: NodeEntry, uid: str) -> list[Usage]:
+        """The node's per-card holdings, leaving out one pod (to re-check its own placement)."""
+        used = [Usage(u.slots, u.memory, u.cores) for u in entry.used]
+        holding = entry.holdings.get(uid)
+        if holding is not None and holding.held:
+            for card, share in holding.held.items():
+                pos = entry.card_pos.get(card)
+                if pos is not None:
+                    used[pos].slots -= share.slots
+                    used[pos].memory -= share.memory
+                    used[pos].cores -= share.cores
+        return used
+
+    def _recompute(self, entry: NodeEntry) -> None:
+        used = [Usage() for _ in entry.cards]
+        degraded = []
+        for holding in entry.holdings.values():
+            if holding.held is None:
+                degraded.append(f"pod {holding.label}: {holding.error}")
+                continue
+            for card, share in holding.held.items():
+                pos = entry.card_pos.get(card)
+                if pos is None:
+                    if entry.cards:
+                        degraded.append(f"pod {holding.label} holds card {card} that the node does not report")
+                    continue
+                used[pos].add(share)
+        entry.used = used
+        entry.degraded = degraded
+        entry.generation += 1
+
+
+def _holding(record: PodRecord) -> Holding:
+    label = f"{record.namespace}/{record.name}"
+    try:
+        devices: PodDevices = decode_pod_devices(record.allocated)
+    except CodecError as exc:
+        return Holding(label, None, f"unreadable {keys.POD_DEVICES_ALLOCATED}: {exc.problem}")
+    return Holding(label, collapse(devices, record.init_count))

@@ -1,0 +1,153 @@
+"""The decision behind `POST /filter` (pure over the cache; the HTTP layer is in app.py).
+
+For each candidate node: is it usable (known, registered, plugin alive, not degraded), and
+does the pod fit its cards (fit.py)? Among fitting nodes the node policy picks exactly one.
+A node's fit result is memoised per (node generation, pod shape): it is only recomputed
+when something on that node changed, which keeps a 5,000-node filter cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from hami_dcu.common.keys import DEFAULT_RESOURCES, ResourceNames
+from hami_dcu.common.requests import DcuRequest, RequestError, parse_pod_requests, pod_containers
+from hami_dcu.scheduler import policy as policies
+from hami_dcu.scheduler.cache import ClusterCache, NodeEntry
+from hami_dcu.scheduler.fit import PodFit, PodMiss, Selection, fit_pod
+from hami_dcu.scheduler.handshake import HANDSHAKE_TTL, handshake_problem
+from hami_dcu.scheduler.reasons import Code, NodeRejection
+
+JSON = dict[str, Any]
+_MEMO_SHAPES_PER_NODE = 8
+
+
+@dataclass(frozen=True)
+class FilterSettings:
+    node_policy: str = policies.DEFAULT_NODE_POLICY
+    card_policy: str = policies.DEFAULT_CARD_POLICY
+    resources: ResourceNames = DEFAULT_RESOURCES
+    handshake_ttl_seconds: float = HANDSHAKE_TTL.total_seconds()
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    """Everything about the pod that fit needs, parsed once per request."""
+
+    requests: tuple[DcuRequest | None, ...]
+    names: tuple[str, ...]
+    init_count: int
+    selection: Selection
+    node_policy: str
+    card_policy: str
+
+    @property
+    def shape(self) -> tuple[object, ...]:
+        # Two pods with the same shape fit the same way on the same node state.
+        return (self.requests, self.init_count, self.selection, self.card_policy)
+
+
+def plan_pod(pod: JSON, settings: FilterSettings) -> PodPlan | None:
+    """None when the pod asks for no DCU. Raises RequestError for a malformed request."""
+    requests = tuple(parse_pod_requests(pod, settings.resources))
+    if not any(requests):
+        return None
+    meta = pod.get("metadata") or {}
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    node_policy, card_policy = policies.pod_policies(annotations, settings.node_policy, settings.card_policy)
+    return PodPlan(
+        requests=requests,
+        names=tuple(c.get("name") or f"#{i}" for i, c in enumerate(pod_containers(pod))),
+        init_count=len((pod.get("spec") or {}).get("initContainers") or []),
+        selection=Selection.from_annotations(annotations),
+        node_policy=node_policy,
+        card_policy=card_policy,
+    )
+
+
+@dataclass
+class FilterOutcome:
+    chosen: str | None = None
+    fit: PodFit | None = None
+    failed: dict[str, NodeRejection] = field(default_factory=dict)
+    fitting: int = 0
+
+    def failed_text(self) -> dict[str, str]:
+        return {node: r.message for node, r in self.failed.items()}
+
+    def codes(self) -> list[Code]:
+        return [r.code for r in self.failed.values()]
+
+
+class Filter:
+    def __init__(self, cache: ClusterCache, settings: FilterSettings) -> None:
+        self.cache = cache
+        self.settings = settings
+        self._memo: dict[str, tuple[int, dict[tuple[object, ...], PodFit | NodeRejection]]] = {}
+
+    def run(self, plan: PodPlan, node_names: Iterable[str], now: datetime) -> FilterOutcome:
+        outcome = FilterOutcome()
+        scored: list[tuple[str, float]] = []
+        fits: dict[str, PodFit] = {}
+        for name in node_names:
+            result = self.fit_node(name, plan, now)
+            if isinstance(result, NodeRejection):
+                outcome.failed[name] = result
+                continue
+            fits[name] = result
+            scored.append((name, self.cache.nodes[name].score()))
+        outcome.fitting = len(scored)
+        outcome.chosen = policies.pick_node(scored, plan.node_policy)
+        if outcome.chosen is not None:
+            outcome.fit = fits[outcome.chosen]
+        return outcome
+
+    def fit_node(self, name: str, plan: PodPlan, now: datetime) -> PodFit | NodeRejection:
+        entry = self.cache.nodes.get(name)
+        problem = self.usable(entry, now)
+        if problem is not None:
+            return problem
+        assert entry is not None
+        memo = self._memo.get(name)
+        if memo is None or memo[0] != entry.generation:
+            memo = (entry.generation, {})
+            self._memo[name] = memo
+        shapes = memo[1]
+        result = shapes.get(plan.shape)
+        if result is None:
+            result = self._fit(entry, plan)
+            if len(shapes) >= _MEMO_SHAPES_PER_NODE:
+                shapes.pop(next(iter(shapes)))
+            shapes[plan.shape] = result
+        return result
+
+    def usable(self, entry: NodeEntry | None, now: datetime) -> NodeRejection | None:
+        if entry is None or not entry.present:
+            return NodeRejection(Code.NODE_UNKNOWN, "node not in the scheduler cache (not seen by its watch)")
+        if entry.register_error:
+            return NodeRejection(Code.NODE_UNREGISTERED, entry.register_error)
+
+        problem = handshake_problem(entry.handshake, now, timedelta(seconds=self.settings.handshake_ttl_seconds))
+        if problem:
+            return NodeRejection(Code.NODE_HANDSHAKE_STALE, problem)
+        if entry.degraded:
+            more = f" (+{len(entry.degraded) - 1} more)" if len(entry.degraded) > 1 else ""
+            return NodeRejection(Code.NODE_DEGRADED, f"degraded: {entry.degraded[0]}{more}")
+        return None
+
+    @staticmethod
+    def _fit(entry: NodeEntry, plan: PodPlan) -> PodFit | NodeRejection:
+        result = fit_pod(entry.cards, entry.used, plan.requests, plan.names, plan.init_count, plan.selection,
+                         plan.card_policy)
+        if isinstance(result, PodMiss):
+            return NodeRejection(result.code, result.message)
+        return result
+
+
+def invalid_request(node_names: Iterable[str], error: RequestError) -> FilterOutcome:
+    """A pod whose DCU request cannot be honoured fails on every node with the same reason."""
+    rejection = NodeRejection(Code.POD_REQUEST_INVALID, str(error))
+    return FilterOutcome(failed={name: rejection for name in node_names})

@@ -1,0 +1,213 @@
+"""Exact per-card fit of one pod on one node (pure). Reference: hami-wire-protocol.md §4.4.
+
+For each container that asks for DCUs, the node's cards are tried in policy order and a
+card is taken when every check passes (in this order, each failure a reason code):
+
+1. healthy;                                        CardUnhealthy
+2. model matches `hygon.com/use-dcutype` (substring, case-insensitive) and matches none of
+   `hygon.com/nouse-dcutype`; both apply;          CardTypeMismatch
+3. id is listed in `hygon.com/use-gpuuuid` (if given) and not in `nouse-gpuuuid`;
+                                                   CardUuidMismatch
+4. a free slot (slots come from the card's Count); CardSlotsExhausted
+5. memory: the request, or the whole card when dcumem is absent;
+                                                   CardInsufficientMemory
+6. cores (percent);                                CardInsufficientCores
+7. a 100 % request needs an idle card;             CardExclusiveConflict
+8. a 0 % request cannot go on a card whose compute is all taken;
+                                                   CardComputeExhausted
+
+What we fix relative to HAMi: empty selection values mean "no constraint", use and nouse
+both apply, a multi-card container gets distinct cards, init containers are fitted each
+against the node as it is (they run one at a time, before the app containers) and app
+containers cumulatively, and every rejected card is reported with its numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hami_dcu.common import keys
+from hami_dcu.common.codec import ContainerDevice, PodDevices
+from hami_dcu.common.requests import DcuRequest
+from hami_dcu.scheduler import policy as policies
+from hami_dcu.scheduler.reasons import CardRejection, Code, primary_code
+from hami_dcu.scheduler.usage import Usage, collapse
+
+
+@dataclass(frozen=True, slots=True)
+class CardSpec:
+    """A card as the node registers it (capacity; never changes with usage)."""
+
+    id: str
+    index: int
+    model: str
+    slots: int
+    memory: int  # MiB
+    cores: int  # percent, 100 for a whole card
+    health: bool = True
+    numa: int = 0
+
+
+def _tokens(value: str | None) -> tuple[str, ...]:
+    if not value:
+        return ()
+    return tuple(t.strip() for t in value.split(",") if t.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The pod's card selection annotations, parsed once per pod."""
+
+    use_types: tuple[str, ...] = ()  # upper-cased substrings
+    nouse_types: tuple[str, ...] = ()
+    use_ids: frozenset[str] = frozenset()
+    nouse_ids: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_annotations(cls, annotations: Mapping[str, str]) -> Selection:
+        return cls(
+            use_types=tuple(t.upper() for t in _tokens(annotations.get(keys.USE_DCU_TYPE))),
+            nouse_types=tuple(t.upper() for t in _tokens(annotations.get(keys.NOUSE_DCU_TYPE))),
+            use_ids=frozenset(_tokens(annotations.get(keys.USE_DCU_UUID))),
+            nouse_ids=frozenset(_tokens(annotations.get(keys.NOUSE_DCU_UUID))),
+        )
+
+    def type_problem(self, model: str) -> str | None:
+        upper = model.upper()
+        if self.use_types and not any(t in upper for t in self.use_types):
+            return f"model {model} not in {keys.USE_DCU_TYPE}={','.join(self.use_types)}"
+        for t in self.nouse_types:
+            if t in upper:
+                return f"model {model} excluded by {keys.NOUSE_DCU_TYPE}={t}"
+        return None
+
+    def id_problem(self, card_id: str) -> str | None:
+        if self.use_ids and card_id not in self.use_ids:
+            return f"not listed in {keys.USE_DCU_UUID}"
+        if card_id in self.nouse_ids:
+            return f"excluded by {keys.NOUSE_DCU_UUID}"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class PodFit:
+    devices: PodDevices  # codec order, one entry per container
+    held: dict[str, Usage]  # what the pod will hold per card id
+
+
+@dataclass(frozen=True, slots=True)
+class PodMiss:
+    container: str
+    code: Code
+    message: str
+    rejections: tuple[CardRejection, ...] = ()
+
+
+def describe(request: DcuRequest) -> str:
+    memory = "all memory" if request.whole_memory else f"{request.memory_mib} MiB"
+    plural = "s" if request.count != 1 else ""
+    return f"{request.count} card{plural} x ({memory}, {request.cores}% cores)"
+
+
+def fit_pod(
+    cards: Sequence[CardSpec],
+    used: Sequence[Usage],
+    requests: Sequence[DcuRequest | None],
+    container_names: Sequence[str],
+    init_count: int,
+    selection: Selection,
+    card_policy: str,
+) -> PodFit | PodMiss:
+    """Place every container of the pod on `cards` whose current holdings are `used`."""
+    base = [[u.slots, u.memory, u.cores] for u in used]
+    app_usage = [list(row) for row in base]
+    devices: PodDevices = []
+    for position, request in enumerate(requests):
+        if request is None:
+            devices.append([])
+            continue
+        usage = [list(row) for row in base] if position < init_count else app_usage
+        placed = fit_container(cards, usage, request, container_names[position], selection, card_policy)
+        if isinstance(placed, PodMiss):
+            return placed
+        devices.append(placed)
+    return PodFit(devices=devices, held=collapse(devices, init_count))
+
+
+def fit_container(
+    cards: Sequence[CardSpec],
+    usage: list[list[int]],
+    request: DcuRequest,
+    name: str,
+    selection: Selection,
+    card_policy: str,
+) -> list[ContainerDevice] | PodMiss:
+    """Choose `request.count` distinct cards; `usage` ([slots, memory, cores] per card) is
+    updated in place with what was taken."""
+    if request.count > len(cards):
+        plural = "s" if len(cards) != 1 else ""
+        return PodMiss(name, Code.NODE_TOO_FEW_CARDS,
+                       f"container {name} needs {describe(request)}: node has {len(cards)} card{plural}")
+    scores = [
+        policies.utilisation(u[0], c.slots, u[1], c.memory, u[2], c.cores) for c, u in zip(cards, usage, strict=True)
+    ]
+    order = policies.card_order(scores, [c.index for c in cards], [c.id for c in cards], card_policy)
+    chosen: list[ContainerDevice] = []
+    rejections: list[CardRejection] = []
+    for i in order:
+        card, row = cards[i], usage[i]
+        memory = request.memory_mib or card.memory
+        rejection = check_card(card, row, request, memory, selection)
+        if rejection is not None:
+            rejections.append(rejection)
+            continue
+        row[0] += 1
+        row[1] += memory
+        row[2] += request.cores
+        chosen.append(ContainerDevice(uuid=card.id, type=keys.DEVICE_TYPE, usedmem=memory, usedcores=request.cores))
+        if len(chosen) == request.count:
+            return chosen
+    # Give back what this container took: the caller discards usage on a miss anyway, but a
+    # partial placement must never look like a holding.
+    for device in chosen:
+        row = usage[next(i for i, c in enumerate(cards) if c.id == device.uuid)]
+        row[0] -= 1
+        row[1] -= device.usedmem
+        row[2] -= device.usedcores
+    code = primary_code(rejections) or Code.NODE_TOO_FEW_CARDS
+    found = f"{len(chosen)} of {len(cards)} cards fit"
+    details = "; ".join(r.text() for r in rejections)
+    return PodMiss(name, code, f"container {name} needs {describe(request)}, {found}: {details}", tuple(rejections))
+
+
+def check_card(
+    card: CardSpec, row: list[int], request: DcuRequest, memory: int, selection: Selection
+) -> CardRejection | None:
+    """The first check `card` fails for `request`, None when it can take it."""
+    used_slots, used_memory, used_cores = row
+    if not card.health:
+        return CardRejection(card.id, Code.CARD_UNHEALTHY, "reported unhealthy by the device plugin")
+    problem = selection.type_problem(card.model)
+    if problem:
+        return CardRejection(card.id, Code.CARD_TYPE_MISMATCH, problem)
+    problem = selection.id_problem(card.id)
+    if problem:
+        return CardRejection(card.id, Code.CARD_UUID_MISMATCH, problem)
+    if used_slots >= card.slots:
+        return CardRejection(card.id, Code.CARD_SLOTS_EXHAUSTED, f"{used_slots}/{card.slots} slots used")
+    free_memory = card.memory - used_memory
+    if free_memory < memory:
+        return CardRejection(card.id, Code.CARD_INSUFFICIENT_MEMORY,
+                             f"{free_memory} MiB free < {memory} MiB requested")
+    free_cores = card.cores - used_cores
+    if free_cores < request.cores:
+        return CardRejection(card.id, Code.CARD_INSUFFICIENT_CORES,
+                             f"{free_cores}% cores free < {request.cores}% requested")
+    if request.cores >= 100 and card.cores == 100 and used_slots > 0:
+        return CardRejection(card.id, Code.CARD_EXCLUSIVE_CONFLICT,
+                             f"100% cores need an idle card, {used_slots} share(s) in use")
+    if request.cores == 0 and card.cores and used_cores >= card.cores:
+        return CardRejection(card.id, Code.CARD_COMPUTE_EXHAUSTED,
+                             f"all {card.cores}% cores taken, a 0% request would get none")
+    return None
