@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import threading
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,6 +40,8 @@ class LocalApiServer:
             kubeconfig_path = Path(self._tmp.name) / "kubeconfig"
         self.kubeconfig_path = Path(kubeconfig_path)
         self.url = ""
+        # Coroutine functions run on the server loop before it stops (close client sessions).
+        self.shutdown_hooks: list[Callable[[], Awaitable[None]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -101,6 +103,8 @@ class LocalApiServer:
         self.url = f"http://{self._host}:{port}"
 
     async def _stop_site(self) -> None:
+        for hook in self.shutdown_hooks:
+            await hook()
         if self._runner is not None:
             await self._runner.cleanup()
 

@@ -1,0 +1,121 @@
+"""The pure admission decision, rule by rule."""
+
+import jsonpatch
+import pytest
+
+from hami_dcu.common import keys
+from hami_dcu.webhook.decision import Settings, review
+
+
+def ctr(name="c", **limits):
+    mapping = {"num": keys.DEFAULT_COUNT_RESOURCE, "mem": keys.DEFAULT_MEMORY_RESOURCE,
+               "cores": keys.DEFAULT_CORES_RESOURCE}
+    return {"name": name, "image": "x", "resources": {"limits": {mapping.get(k, k): str(v) for k, v in limits.items()}}}
+
+
+def pod(containers, init=None, scheduler="default-scheduler", annotations=None, labels=None, node=None, **spec):
+    body = {"metadata": {"name": "p", "namespace": "default", "annotations": annotations or {}, "labels": labels or {}},
+            "spec": {"containers": containers, **spec}}
+    if init is not None:
+        body["spec"]["initContainers"] = init
+    if scheduler is not None:
+        body["spec"]["schedulerName"] = scheduler
+    if node:
+        body["spec"]["nodeName"] = node
+    return body
+
+
+def routed(p, settings=None):
+    decision = review(p, settings or Settings())
+    assert decision.allowed, decision.message
+    return jsonpatch.apply_patch(p, decision.patch)["spec"].get("schedulerName"), decision
+
+
+def test_pod_without_dcu_passes_untouched():
+    decision = review(pod([ctr(cpu=1)]))
+    assert decision.allowed and decision.patch == [] and decision.reason == "no-dcu"
+
+
+@pytest.mark.parametrize("scheduler", ["default-scheduler", None, ""])
+def test_dcu_pod_is_routed_to_hami_scheduler(scheduler):
+    name, decision = routed(pod([ctr(num=1, mem=2000, cores=60)], scheduler=scheduler))
+    assert name == "hami-scheduler" and decision.reason == "routed"
+
+
+def test_request_only_in_requests_or_init_or_sidecar_counts():
+    assert routed(pod([{"name": "c", "resources": {"requests": {keys.DEFAULT_COUNT_RESOURCE: "1"}}}]))[0] == \
+        "hami-scheduler"
+    sidecar = ctr("side", num=1)
+    sidecar["restartPolicy"] = "Always"
+    assert routed(pod([ctr(cpu=1)], init=[sidecar]))[0] == "hami-scheduler"
+
+
+def test_already_routed_needs_no_patch():
+    decision = review(pod([ctr(num=1)], scheduler="hami-scheduler"))
+    assert decision.allowed and decision.patch == [] and decision.reason == "already-routed"
+
+
+def test_other_scheduler_is_kept_with_a_warning():
+    decision = review(pod([ctr(num=1)], scheduler="volcano"))
+    assert decision.allowed and decision.patch == []
+    assert "volcano" in decision.warnings[0] and len(decision.warnings[0]) <= 120
+
+
+def test_overwritable_list_and_scheduler_name_are_configurable():
+    settings = Settings(scheduler_name="dcu-sched", overwritable_schedulers=("default-scheduler", "legacy"))
+    assert routed(pod([ctr(num=1)], scheduler="legacy"), settings)[0] == "dcu-sched"
+
+
+@pytest.mark.parametrize(
+    ("body", "reason", "fragment"),
+    [
+        (pod([ctr(num=1)], init=[ctr("setup", num=1, mem=1000)]), "init-container-sharing", "init container setup"),
+        (pod([ctr(num=1)], init=[ctr("setup", num=1, cores=10)]), "init-container-sharing", "not supported"),
+        (pod([ctr("train", num=2, mem=1000)]), "multi-card-sharing", "container train"),
+        (pod([ctr("train", num=2, cores=50)]), "multi-card-sharing", "whole cards"),
+        (pod([ctr(num=1, cores=101)]), "invalid-request", "0-100"),
+        (pod([ctr(num=1, cores=-1)]), "invalid-request", "negative"),
+        (pod([ctr(num=1, mem=0)]), "invalid-request", "at least 1 MiB"),
+        (pod([ctr(num=0)]), "invalid-request", "at least 1"),
+        (pod([ctr(num="1.5")]), "invalid-request", "whole number"),
+        (pod([ctr(mem=100)]), "invalid-request", "need hygon.com/dcunum"),
+        (pod([ctr(num=1)], node="n1"), "node-name-set", "remove spec.nodeName"),
+        (pod([ctr(num=1)], annotations={keys.POD_DEVICES_ALLOCATED: "DCU-X,DCU,1,1:;"}), "forged-annotations",
+         keys.POD_DEVICES_ALLOCATED),
+        (pod([ctr(num=1)], annotations={keys.POD_BIND_PHASE: "allocating"}), "forged-annotations", "bind-phase"),
+    ],
+)
+def test_denials_say_what_to_change(body, reason, fragment):
+    decision = review(body)
+    assert not decision.allowed
+    assert decision.reason == reason
+    assert fragment in decision.message
+
+
+def test_privileged_container_with_dcu_is_denied_but_without_dcu_passes():
+    privileged = ctr("gpu", num=1)
+    privileged["securityContext"] = {"privileged": True}
+    decision = review(pod([privileged]))
+    assert not decision.allowed and decision.reason == "privileged" and "gpu" in decision.message
+    helper = ctr("helper", cpu=1)
+    helper["securityContext"] = {"privileged": True}
+    assert review(pod([ctr(num=1), helper])).allowed
+
+
+def test_whole_cards_in_init_container_are_allowed():
+    assert routed(pod([ctr(num=1)], init=[ctr("setup", num=1)]))[0] == "hami-scheduler"
+
+
+def test_ignore_label_skips_the_pod():
+    decision = review(pod([ctr(num=1, cores=500)], labels={keys.WEBHOOK_LABEL: keys.WEBHOOK_IGNORE}))
+    assert decision.allowed and decision.patch == [] and decision.reason == "ignored"
+
+
+def test_user_selection_annotations_are_not_forged_state():
+    assert routed(pod([ctr(num=1)], annotations={keys.USE_DCU_TYPE: "K100", keys.NODE_SCHEDULER_POLICY: "spread"}))
+
+
+def test_patch_adds_scheduler_name_when_missing():
+    body = pod([ctr(num=1)], scheduler=None)
+    decision = review(body)
+    assert decision.patch == [{"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"}]

@@ -1,0 +1,237 @@
+"""Webhook certificates: a private CA and a serving certificate for the webhook Service.
+
+`issue` is pure (cryptography only) and is what the local cluster reuses. `ensure` is the
+idempotent cluster-side job behind `hami-dcu certs`: keep what is in the Secret while it is
+valid for the Service name and has more than 30 days left, otherwise issue anew, then make
+sure the MutatingWebhookConfiguration's caBundle is that CA.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from hami_dcu.common.kube import ConflictError, Kube, NotFoundError
+
+log = logging.getLogger(__name__)
+
+CA_DAYS = 3650
+SERVING_DAYS = 365
+RENEW_BEFORE = dt.timedelta(days=30)
+
+
+@dataclass(frozen=True)
+class CertBundle:
+    ca_cert: bytes  # PEM
+    ca_key: bytes
+    cert: bytes
+    key: bytes
+
+    def secret_data(self) -> dict[str, str]:
+        encode = lambda b: base64.b64encode(b).decode()  # noqa: E731
+        return {
+            "tls.crt": encode(self.cert),
+            "tls.key": encode(self.key),
+            "ca.crt": encode(self.ca_cert),
+            "ca.key": encode(self.ca_key),
+        }
+
+    @classmethod
+    def from_secret(cls, secret: dict[str, Any]) -> CertBundle | None:
+        data = secret.get("data") or {}
+        try:
+            return cls(*(base64.b64decode(data[k]) for k in ("ca.crt", "ca.key", "tls.crt", "tls.key")))
+        except (KeyError, ValueError):
+            return None
+
+
+def service_dns_names(service: str, namespace: str) -> list[str]:
+    return [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local", f"{service}.{namespace}", service]
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def issue(
+    dns_names: list[str],
+    ip_addresses: list[str] | None = None,
+    now: dt.datetime | None = None,
+    ca: tuple[bytes, bytes] | None = None,
+) -> CertBundle:
+    """A serving certificate for `dns_names` (SANs; the first is also the CN), signed by `ca`
+    (PEM cert, PEM key) or by a new CA."""
+    import ipaddress
+
+    now = now or dt.datetime.now(dt.UTC)
+    if ca is None:
+        ca_key = _key()
+        ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hami-dcu-webhook-ca")])
+        ca_cert = (
+            x509.CertificateBuilder()
+            .subject_name(ca_name)
+            .issuer_name(ca_name)
+            .public_key(ca_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=CA_DAYS))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .sign(ca_key, hashes.SHA256())
+        )
+        ca_pem, ca_key_pem = ca_cert.public_bytes(serialization.Encoding.PEM), _pem_key(ca_key)
+    else:
+        ca_pem, ca_key_pem = ca
+        ca_cert = x509.load_pem_x509_certificate(ca_pem)
+        loaded = serialization.load_pem_private_key(ca_key_pem, None)
+        assert isinstance(loaded, ec.EllipticCurvePrivateKey), "the CA key must be an EC key"
+        ca_key = loaded
+    key = _key()
+    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses or []]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0])]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=SERVING_DAYS))
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return CertBundle(
+        ca_cert=ca_pem, ca_key=ca_key_pem, cert=cert.public_bytes(serialization.Encoding.PEM), key=_pem_key(key)
+    )
+
+
+def renewal_reason(bundle: CertBundle, dns_names: list[str], now: dt.datetime | None = None) -> str | None:
+    """Why `bundle` must be replaced, or None when it is still good for `dns_names`."""
+    now = now or dt.datetime.now(dt.UTC)
+    try:
+        cert = x509.load_pem_x509_certificate(bundle.cert)
+        ca = x509.load_pem_x509_certificate(bundle.ca_cert)
+    except ValueError:
+        return "unreadable certificate"
+    if cert.not_valid_after_utc - now < RENEW_BEFORE:
+        return f"serving certificate expires {cert.not_valid_after_utc:%Y-%m-%d}"
+    if ca.not_valid_after_utc - now < RENEW_BEFORE:
+        return f"CA expires {ca.not_valid_after_utc:%Y-%m-%d}"
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return "no subjectAltName"
+    missing = set(dns_names) - set(san.get_values_for_type(x509.DNSName))
+    if missing:
+        return f"not valid for {', '.join(sorted(missing))}"
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return "not signed by the stored CA"
+    return None
+
+
+WEBHOOK_CONFIG_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+
+
+def ensure(
+    kube: Kube, namespace: str, service: str, secret: str, webhook_config: str | None, now: dt.datetime | None = None
+) -> tuple[CertBundle, str]:
+    """Make the Secret hold a valid bundle and the webhook trust its CA. Returns the bundle
+    and what was done ("kept", or why it was issued)."""
+    dns_names = service_dns_names(service, namespace)
+    secret_path = f"/api/v1/namespaces/{namespace}/secrets/{secret}"
+    try:
+        existing = kube.request("GET", secret_path)
+    except NotFoundError:
+        existing = None
+    bundle = CertBundle.from_secret(existing) if existing else None
+    reason = (
+        "no secret"
+        if existing is None
+        else ("secret incomplete" if bundle is None else renewal_reason(bundle, dns_names, now))
+    )
+    if reason is None and bundle is not None:
+        action = "kept"
+    else:
+        ca = None
+        if bundle is not None:
+            ca_cert = x509.load_pem_x509_certificate(bundle.ca_cert)
+            if ca_cert.not_valid_after_utc - (now or dt.datetime.now(dt.UTC)) > RENEW_BEFORE:
+                ca = (bundle.ca_cert, bundle.ca_key)  # keep the CA: API servers keep trusting it
+        bundle = issue(dns_names, now=now, ca=ca)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": {"name": secret, "namespace": namespace},
+            "data": bundle.secret_data(),
+        }
+        if existing is None:
+            try:
+                kube.request("POST", f"/api/v1/namespaces/{namespace}/secrets", body=body)
+            except ConflictError:  # another replica of this job won the race: use its bundle
+                return ensure(kube, namespace, service, secret, webhook_config, now)
+        else:
+            body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+            kube.request("PUT", secret_path, body=body)
+        action = f"issued ({reason})"
+        log.info("secret %s/%s: certificate %s", namespace, secret, action)
+    if webhook_config:
+        inject_ca_bundle(kube, webhook_config, bundle.ca_cert)
+    return bundle, action
+
+
+def inject_ca_bundle(kube: Kube, name: str, ca_pem: bytes) -> bool:
+    """Set clientConfig.caBundle of every webhook in the configuration. True if it changed."""
+    path = f"{WEBHOOK_CONFIG_PATH}/{name}"
+    wanted = base64.b64encode(ca_pem).decode()
+    for _ in range(5):
+        config = kube.request("GET", path)
+        webhooks = config.get("webhooks") or []
+        if all((w.get("clientConfig") or {}).get("caBundle") == wanted for w in webhooks):
+            return False
+        for w in webhooks:
+            w.setdefault("clientConfig", {})["caBundle"] = wanted
+        try:
+            kube.request(
+                "PATCH",
+                path,
+                body={"metadata": {"resourceVersion": config["metadata"]["resourceVersion"]}, "webhooks": webhooks},
+                content_type="application/merge-patch+json",
+            )
+        except ConflictError:
+            continue
+        log.info("mutatingwebhookconfiguration %s: caBundle updated", name)
+        return True
+    raise RuntimeError(f"mutatingwebhookconfiguration {name}: caBundle not written (kept changing)")

@@ -1,0 +1,30 @@
+"""`hami-dcu certs`: create or renew the webhook certificate and inject its CA."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from hami_dcu.common.kube import Kube, KubeConfigError, KubeError
+from hami_dcu.webhook.certs import ensure
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--namespace", required=True, help="namespace of the webhook Service and the Secret")
+    parser.add_argument("--service", required=True, help="webhook Service name (the certificate is for S.NS.svc)")
+    parser.add_argument("--secret", required=True, help="Secret that holds tls.crt, tls.key, ca.crt")
+    parser.add_argument("--webhook-config", default=None,
+                        help="MutatingWebhookConfiguration whose caBundle is set (omit to only write the Secret)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        kube = Kube.from_kubeconfig(args.kubeconfig)
+        _, action = ensure(kube, args.namespace, args.service, args.secret, args.webhook_config)
+    except (KubeConfigError, KubeError) as exc:
+        log.error("certs: %s", exc)
+        return 1
+    print(f"secret {args.namespace}/{args.secret}: certificate {action}")
+    return 0

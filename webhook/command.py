@@ -1,0 +1,67 @@
+"""`hami-dcu webhook`: serve the admission webhook over TLS."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from aiohttp import web
+
+from hami_dcu.common import keys
+from hami_dcu.webhook.decision import Settings
+from hami_dcu.webhook.server import build_app
+from hami_dcu.webhook.tls import ReloadingTLS
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bind", default="0.0.0.0:9443", help="address:port to serve on (default %(default)s)")
+    parser.add_argument("--tls-cert", required=True, help="serving certificate (PEM); reloaded when it changes")
+    parser.add_argument("--tls-key", required=True, help="serving key (PEM); reloaded when it changes")
+    add_settings_arguments(parser)
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags shared with `hami-dcu scheduler --serve-webhook`."""
+    parser.add_argument("--scheduler-name", default=keys.DEFAULT_SCHEDULER_NAME,
+                        help="schedulerName given to DCU pods (default %(default)s)")
+    parser.add_argument("--overwrite-scheduler", action="append", default=None, metavar="NAME",
+                        help="schedulerName values that may be replaced (repeatable; default: default-scheduler)")
+    parser.add_argument("--resource-count", default=keys.DEFAULT_COUNT_RESOURCE, help="count resource name")
+    parser.add_argument("--resource-memory", default=keys.DEFAULT_MEMORY_RESOURCE, help="memory (MiB) resource name")
+    parser.add_argument("--resource-cores", default=keys.DEFAULT_CORES_RESOURCE, help="cores (%%) resource name")
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    return Settings(
+        scheduler_name=args.scheduler_name,
+        overwritable_schedulers=tuple(args.overwrite_scheduler or [keys.KUBE_DEFAULT_SCHEDULER]),
+        resources=keys.ResourceNames(args.resource_count, args.resource_memory, args.resource_cores),
+    )
+
+
+def split_bind(bind: str) -> tuple[str, int]:
+    host, _, port = bind.rpartition(":")
+    if not host or not port.isdigit():
+        raise SystemExit(f"--bind {bind!r}: expected ADDRESS:PORT")
+    return host, int(port)
+
+
+def run(args: argparse.Namespace) -> int:
+    host, port = split_bind(args.bind)
+    try:
+        tls = ReloadingTLS(args.tls_cert, args.tls_key)
+    except (OSError, ValueError) as exc:
+        log.error("cannot load TLS certificate %s / key %s: %s", args.tls_cert, args.tls_key, exc)
+        return 1
+    app = build_app(settings_from(args))
+
+    async def start_reloader(app: web.Application) -> None:
+        app["tls_reloader"] = asyncio.create_task(tls.watch())
+
+    app.on_startup.append(start_reloader)
+    log.info("webhook serving on https://%s:%d/webhook", host, port)
+    web.run_app(app, host=host, port=port, ssl_context=tls.context, access_log=None, print=None)
+    return 0

@@ -1,0 +1,93 @@
+"""The webhook's HTTP shell: AdmissionReview in, decision out. No decision is made here."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from hami_dcu.webhook.decision import Settings, review
+from hami_dcu.webhook.schemas import BadReview, build_response, load_review
+
+log = logging.getLogger(__name__)
+
+# An UPDATE review carries two pods; HAMi caps at 1 MiB and so do we (k8s-protocols §3.9).
+MAX_BODY = 1024 * 1024
+
+
+class WebhookMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.reviews = Counter("hami_dcu_webhook_reviews", "Admission reviews by decision and reason",
+                               ["decision", "reason"], registry=registry)
+        self.latency = Histogram("hami_dcu_webhook_review_seconds", "Time to answer one admission review",
+                                 buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1), registry=registry)
+
+
+def answer(body: bytes, settings: Settings, metrics: WebhookMetrics) -> dict[str, Any]:
+    """One review: parse, decide, build the response. Raises BadReview for a bad body."""
+    started = time.perf_counter()
+    data = load_review(body)
+    request = data["request"]
+    pod = request.get("object") or {}
+    meta = pod.get("metadata") or {}
+    who = f"{request.get('namespace') or meta.get('namespace', '')}/{meta.get('name') or meta.get('generateName', '?')}"
+    if request["kind"]["kind"] != "Pod" or request["operation"] != "CREATE" or not pod:
+        decision_allowed, reason = True, "not-a-pod-create"
+        response = build_response(data["apiVersion"], request["uid"], True)
+    else:
+        try:
+            decision = review(pod, settings)
+        except (AttributeError, TypeError, KeyError) as exc:
+            # The schema checks the review envelope; a pod whose fields have the wrong JSON
+            # types (spec as a list, containers as strings) is caught here, as a bad request.
+            raise BadReview(f"pod object is malformed: {exc}") from exc
+        decision_allowed, reason = decision.allowed, decision.reason
+        response = build_response(data["apiVersion"], request["uid"], decision.allowed, message=decision.message,
+                                  patch=decision.patch, warnings=decision.warnings)
+        if decision.allowed:
+            log.info("pod %s: allowed (%s)%s", who, decision.reason, " patched" if decision.patch else "")
+        else:
+            log.info("pod %s: denied (%s): %s", who, decision.reason, decision.message)
+    metrics.reviews.labels("allowed" if decision_allowed else "denied", reason).inc()
+    metrics.latency.observe(time.perf_counter() - started)
+    return response
+
+
+def add_webhook_routes(app: web.Application, settings: Settings, registry: CollectorRegistry) -> None:
+    """Mount `POST /webhook` on `app` (the scheduler does this with --serve-webhook)."""
+    metrics = WebhookMetrics(registry)
+
+    async def handle(request: web.Request) -> web.Response:
+        if request.content_length is not None and request.content_length > MAX_BODY:
+            return web.json_response({"error": f"body larger than {MAX_BODY} bytes"}, status=413)
+        try:
+            body = await request.content.read(MAX_BODY + 1)
+            if len(body) > MAX_BODY:
+                return web.json_response({"error": f"body larger than {MAX_BODY} bytes"}, status=413)
+            return web.json_response(answer(body, settings, metrics))
+        except BadReview as exc:
+            log.warning("bad admission review from %s: %s", request.remote, exc)
+            return web.json_response({"error": str(exc)}, status=400)
+
+    app.router.add_post("/webhook", handle)
+
+
+def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> web.Application:
+    registry = registry or CollectorRegistry()
+    app = web.Application(client_max_size=MAX_BODY + 1)
+    add_webhook_routes(app, settings, registry)
+
+    async def ok(_request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def metrics_view(_request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app.router.add_get("/healthz", ok)
+    app.router.add_get("/readyz", ok)
+    app.router.add_get("/metrics", metrics_view)
+    return app
