@@ -112,6 +112,7 @@ class Assumption:
     fit: PodFit
     init_count: int
     expires: float  # monotonic seconds
+    plan: Any = None  # the filtering.PodPlan it was fitted for, to re-fit at bind time
     bound: bool = False
 
 
@@ -290,24 +291,29 @@ class ClusterCache:
             pending.discard(key)
         return sorted(self.lock_holders.get(key, ()))
 
-    def replace_pods(self, pods: Iterable[JSON]) -> list[str]:
-        """A fresh list: apply every pod, drop the ones that are gone. Returns nodes whose
-        lock holder is gone."""
-        seen = set()
+    def replace_pods(self, pods: Iterable[JSON]) -> list[tuple[str, str, str]]:
+        """A fresh list: apply every pod, drop the ones that are gone. Returns the node locks
+        whose holder is not in the list, as (node, namespace, name)."""
+        seen: set[str] = set()
+        names: set[PodKey] = set()
         for pod in pods:
-            uid = (pod.get("metadata") or {}).get("uid")
+            meta = pod.get("metadata") or {}
+            uid = meta.get("uid")
             if uid:
                 seen.add(uid)
+                names.add((meta.get("namespace") or "default", meta.get("name") or ""))
                 current = self.pods.get(uid)
                 if current is not None:
                     current.resource_version = ""
                 self.apply_pod(pod)
-        released: list[str] = []
         for uid in [u for u in self.pods if u not in seen]:
             record = self.pods[uid]
-            released += self.delete_pod({"metadata": {"uid": uid, "namespace": record.namespace,
-                                                      "name": record.name}})
-        return released
+            self.delete_pod({"metadata": {"uid": uid, "namespace": record.namespace, "name": record.name}})
+        return [
+            (node, namespace, name)
+            for (namespace, name), nodes in list(self.lock_holders.items()) if (namespace, name) not in names
+            for node in sorted(nodes)
+        ]
 
     def _drop_pod(self, uid: str) -> None:
         record = self.pods.pop(uid, None)
@@ -321,9 +327,9 @@ class ClusterCache:
     # --- assumptions ---------------------------------------------------------------------
 
     def assume(self, uid: str, namespace: str, name: str, node: str, fit: PodFit, init_count: int,
-               now: float) -> Assumption:
+               now: float, plan: Any = None) -> Assumption:
         self.forget(uid)
-        assumption = Assumption(uid, namespace, name, node, fit, init_count, now + self.assume_ttl)
+        assumption = Assumption(uid, namespace, name, node, fit, init_count, now + self.assume_ttl, plan)
         self.assumptions[uid] = assumption
         self.assumed_names[(namespace, name)] = uid
         entry = self._entry(node)

@@ -1,0 +1,98 @@
+"""The extender's HTTP server (aiohttp): /filter, /bind, /healthz, /readyz, /metrics.
+
+Every answer to /filter and /bind is HTTP 200 with the error, if any, in `Error`
+(kube-scheduler treats any other status as a transport failure). One bad request never
+takes the server down: it gets its own Error and nothing changes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from hami_dcu.scheduler.extender import WireError, parse_bind_args, parse_filter_args
+from hami_dcu.scheduler.service import SchedulerService
+
+log = logging.getLogger(__name__)
+SERVICE = web.AppKey("scheduler_service", SchedulerService)
+# 5,000 full Node objects (nodeCacheCapable: false) run to tens of MiB.
+MAX_BODY = 256 * 1024 * 1024
+
+
+def _reply(body: dict[str, Any]) -> web.Response:
+    return web.Response(body=json.dumps(body, separators=(",", ":")), content_type="application/json")
+
+
+async def _json(request: web.Request) -> object:
+    raw = await request.read()
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise WireError(f"body is not JSON: {exc}") from exc
+
+
+async def handle_filter(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    try:
+        args = parse_filter_args(await _json(request))
+    except WireError as exc:
+        return _reply({"Nodes": None, "NodeNames": None, "FailedNodes": {}, "Error": str(exc)})
+    if not await service.wait_synced(service.settings.sync_wait):
+        return _reply({"Nodes": None, "NodeNames": None, "FailedNodes": {}, "Error": "scheduler cache not synced yet"})
+    try:
+        return _reply(service.filter_pod(args))
+    except Exception as exc:  # a bug must cost one pod one retry, not the server
+        log.exception("filter failed")
+        return _reply({"Nodes": None, "NodeNames": None, "FailedNodes": {}, "Error": f"internal error: {exc}"})
+
+
+async def handle_bind(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    try:
+        args = parse_bind_args(await _json(request))
+    except WireError as exc:
+        return _reply({"Error": str(exc)})
+    if not await service.wait_synced(service.settings.sync_wait):
+        return _reply({"Error": "scheduler cache not synced yet"})
+    try:
+        return _reply(await service.bind_pod(args))
+    except Exception as exc:
+        log.exception("bind %s failed", args.pod)
+        return _reply({"Error": f"internal error: {exc}"})
+
+
+async def handle_healthz(_request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def handle_readyz(request: web.Request) -> web.Response:
+    if request.app[SERVICE].synced:
+        return web.Response(text="ok")
+    return web.Response(status=503, text="cache not synced")
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    payload = generate_latest(request.app[SERVICE].metrics.registry)
+    return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def build_app(service: SchedulerService, manage_lifecycle: bool = True) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY)
+    app[SERVICE] = service
+    app.router.add_post("/filter", handle_filter)
+    app.router.add_post("/bind", handle_bind)
+    app.router.add_get("/healthz", handle_healthz)
+    app.router.add_get("/readyz", handle_readyz)
+    app.router.add_get("/metrics", handle_metrics)
+    if manage_lifecycle:
+        async def lifecycle(_app: web.Application) -> Any:
+            service.start()
+            yield
+            await service.stop()
+
+        app.cleanup_ctx.append(lifecycle)
+    return app

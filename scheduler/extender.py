@@ -1,0 +1,110 @@
+"""Extender wire types (k8s.io/kube-scheduler/extender/v1) as plain dicts.
+
+kube-scheduler sends and expects CapitalCase keys (the Go types have no JSON tags) and Go
+decodes case-insensitively, so we accept any case and always emit CapitalCase
+(reference: k8s-protocols.md §2.2). Nested Kubernetes objects keep their camelCase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+JSON = dict[str, Any]
+
+
+class WireError(ValueError):
+    """A request body that is not what the extender protocol says."""
+
+
+def get_field(obj: JSON, name: str) -> Any:
+    """obj[name], matching the key case-insensitively as Go's encoding/json does."""
+    if name in obj:
+        return obj[name]
+    folded = name.casefold()
+    for key, value in obj.items():
+        if isinstance(key, str) and key.casefold() == folded:
+            return value
+    return None
+
+
+@dataclass(frozen=True)
+class FilterArgs:
+    pod: JSON
+    node_names: list[str] | None  # nodeCacheCapable: true
+    nodes: list[JSON] | None  # nodeCacheCapable: false (full Node objects)
+
+    def candidate_names(self) -> list[str]:
+        if self.node_names is not None:
+            return self.node_names
+        return [str((n.get("metadata") or {}).get("name", "")) for n in self.nodes or []]
+
+
+def parse_filter_args(body: object) -> FilterArgs:
+    if not isinstance(body, dict):
+        raise WireError("ExtenderArgs must be a JSON object")
+    pod = get_field(body, "Pod")
+    if not isinstance(pod, dict):
+        raise WireError("extender args missing pod")
+    names = get_field(body, "NodeNames")
+    nodes = get_field(body, "Nodes")
+    if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
+        raise WireError("NodeNames must be a list of strings")
+    items: list[JSON] | None = None
+    if nodes is not None:
+        if not isinstance(nodes, dict) or not isinstance(get_field(nodes, "items") or [], list):
+            raise WireError("Nodes must be a NodeList")
+        items = [n for n in (get_field(nodes, "items") or []) if isinstance(n, dict)]
+    if names is None and items is None:
+        raise WireError("extender args carry neither NodeNames nor Nodes")
+    return FilterArgs(pod=pod, node_names=names, nodes=items)
+
+
+def filter_result(
+    args: FilterArgs,
+    passing: list[str],
+    failed: dict[str, str] | None = None,
+    unresolvable: dict[str, str] | None = None,
+    error: str = "",
+) -> JSON:
+    """The reply in the form that matches the request: names for nodeCacheCapable, else the
+    Node objects that passed."""
+    result: JSON = {"Nodes": None, "NodeNames": None, "FailedNodes": failed or {},
+                    "FailedAndUnresolvableNodes": unresolvable or {}, "Error": error}
+    if args.node_names is not None:
+        result["NodeNames"] = passing
+    else:
+        keep = set(passing)
+        result["Nodes"] = {
+            "metadata": {},
+            "items": [n for n in args.nodes or [] if (n.get("metadata") or {}).get("name") in keep],
+        }
+    return result
+
+
+@dataclass(frozen=True)
+class BindArgs:
+    pod_name: str
+    namespace: str
+    uid: str
+    node: str
+
+    @property
+    def pod(self) -> str:
+        return f"{self.namespace}/{self.pod_name}"
+
+
+def parse_bind_args(body: object) -> BindArgs:
+    if not isinstance(body, dict):
+        raise WireError("ExtenderBindingArgs must be a JSON object")
+    values = {name: get_field(body, name) for name in ("PodName", "PodNamespace", "PodUID", "Node")}
+    for name in ("PodName", "Node"):
+        if not isinstance(values[name], str) or not values[name]:
+            raise WireError(f"ExtenderBindingArgs.{name} is required")
+    return BindArgs(
+        pod_name=values["PodName"],
+        namespace=values["PodNamespace"] if isinstance(values["PodNamespace"], str) and values["PodNamespace"]
+        else "default",
+        uid=values["PodUID"] if isinstance(values["PodUID"], str) else "",
+        node=values["Node"],
+    )

@@ -1,0 +1,111 @@
+"""List + watch of nodes and pods into the cache (reference: k8s-protocols.md §6.5).
+
+Per resource: list (fill the cache, diffing out what vanished), watch from the list's
+resourceVersion, re-watch from the last seen version when a stream ends, list again on
+410 Gone, and list again every `resync` seconds anyway so a missed event cannot leave a
+stale holding behind for long (user-pain-points row 20). Other errors back off 1 s
+doubling to 30 s. `synced` is set once both first lists are in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from hami_dcu.common.kube import AsyncKube, GoneError
+from hami_dcu.scheduler.cache import ClusterCache
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+OrphanedLock = Callable[[str, str, str], Awaitable[object]]  # (node, namespace, name)
+
+
+class Informer:
+    def __init__(
+        self,
+        kube: AsyncKube,
+        cache: ClusterCache,
+        on_orphaned_lock: OrphanedLock | None = None,
+        resync: float = 300.0,
+        watch_timeout: int = 240,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.kube = kube
+        self.cache = cache
+        self.on_orphaned_lock = on_orphaned_lock
+        self.resync = resync
+        self.watch_timeout = watch_timeout
+        self.wall_clock = wall_clock
+        self.synced = asyncio.Event()
+        self._listed: set[str] = set()
+        self._tasks: set[asyncio.Task[object]] = set()
+
+    async def run(self) -> None:
+        await asyncio.gather(self._loop("nodes"), self._loop("pods"))
+
+    async def _loop(self, resource: str) -> None:
+        path = f"/api/v1/{resource}"
+        backoff = 1.0
+        while True:
+            try:
+                rv = await self._list(resource)
+                backoff = 1.0
+                resync_at = time.monotonic() + self.resync
+                while (remaining := resync_at - time.monotonic()) > 0:
+                    timeout = max(1, min(self.watch_timeout, int(remaining)))
+                    async for event in self.kube.watch(path, rv, timeout_seconds=timeout):
+                        rv = self._apply(resource, event) or rv
+            except GoneError:
+                log.info("%s watch expired (410): listing again", resource)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the API server is down or answered nonsense: retry
+                log.warning("%s list/watch failed: %s; retrying in %.0fs", resource, exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    async def _list(self, resource: str) -> str:
+        if resource == "nodes":
+            listing = await self.kube.list_nodes()
+            self.cache.replace_nodes(listing.items, self.wall_clock())
+        else:
+            listing = await self.kube.list_pods()
+            for node, namespace, name in self.cache.replace_pods(listing.items):
+                self._release(node, namespace, name)
+        log.info("listed %d %s at resourceVersion %s", len(listing.items), resource, listing.resource_version)
+        self._listed.add(resource)
+        if self._listed == {"nodes", "pods"}:
+            self.synced.set()
+        return listing.resource_version
+
+    def _apply(self, resource: str, event: JSON) -> str | None:
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind == "BOOKMARK":
+            return rv
+        if resource == "nodes":
+            if kind == "DELETED":
+                self.cache.delete_node((obj.get("metadata") or {}).get("name", ""))
+            else:
+                self.cache.apply_node(obj, self.wall_clock())
+        elif kind == "DELETED":
+            meta = obj.get("metadata") or {}
+            for node in self.cache.delete_pod(obj):
+                self._release(node, meta.get("namespace") or "default", meta.get("name") or "")
+        else:
+            self.cache.apply_pod(obj)
+        return rv
+
+    def _release(self, node: str, namespace: str, name: str) -> None:
+        """The pod named by a node lock is gone: free the node now rather than at expiry."""
+        if self.on_orphaned_lock is None:
+            return
+        log.info("node %s: lock holder %s/%s deleted, releasing its lock", node, namespace, name)
+        task = asyncio.ensure_future(self.on_orphaned_lock(node, namespace, name))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

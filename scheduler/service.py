@@ -1,0 +1,155 @@
+"""One scheduler extender instance: cache + informer + filter + binder, wired together.
+
+The HTTP layer (app.py) only decodes requests and encodes answers; the tests and the
+benchmark drive this object directly or through the app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from hami_dcu.common.kube import AsyncKube
+from hami_dcu.common.requests import RequestError
+from hami_dcu.scheduler.bind import Binder, BindSettings
+from hami_dcu.scheduler.cache import ClusterCache
+from hami_dcu.scheduler.events import EventSink
+from hami_dcu.scheduler.extender import BindArgs, FilterArgs, filter_result
+from hami_dcu.scheduler.filtering import Filter, FilterSettings, invalid_request, plan_pod
+from hami_dcu.scheduler.informer import Informer
+from hami_dcu.scheduler.metrics import SchedulerMetrics
+from hami_dcu.scheduler.reasons import summarise
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    filter: FilterSettings = field(default_factory=FilterSettings)
+    bind: BindSettings = field(default_factory=BindSettings)
+    resync: float = 300.0
+    assume_ttl: float = 120.0
+    sync_wait: float = 10.0  # how long /filter waits for the first sync before answering an error
+
+
+class SchedulerService:
+    def __init__(
+        self,
+        kube: AsyncKube | None,
+        settings: ServiceSettings | None = None,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings or ServiceSettings()
+        self.kube = kube
+        self.wall_clock = wall_clock
+        self.monotonic = monotonic
+        self.cache = ClusterCache(assume_ttl=self.settings.assume_ttl)
+        self.filter = Filter(self.cache, self.settings.filter)
+        self.metrics = SchedulerMetrics(self.cache)
+        self.events = EventSink(self._post_event)
+        self.binder = (
+            Binder(kube, self.cache, self.filter, self.settings.bind, self.metrics, self.events, wall_clock, monotonic)
+            if kube is not None else None
+        )
+        self.informer = (
+            Informer(kube, self.cache, self._release_orphan, self.settings.resync, wall_clock=wall_clock)
+            if kube is not None else None
+        )
+        self._background: set[asyncio.Task[object]] = set()
+        self._informer_task: asyncio.Task[None] | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.informer is not None and self._informer_task is None:
+            self._informer_task = asyncio.ensure_future(self.informer.run())
+
+    async def stop(self) -> None:
+        tasks = [t for t in [self._informer_task, *self._background] if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._informer_task = None
+
+    @property
+    def synced(self) -> bool:
+        return self.informer is None or self.informer.synced.is_set()
+
+    async def wait_synced(self, timeout: float) -> bool:
+        if self.synced:
+            return True
+        assert self.informer is not None
+        try:
+            await asyncio.wait_for(self.informer.synced.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    # --- verbs -------------------------------------------------------------------------
+
+    def filter_pod(self, args: FilterArgs) -> JSON:
+        """The whole /filter decision, synchronous: nothing can change the cache between
+        fitting and recording the assumption."""
+        started = self.monotonic()
+        pod = args.pod
+        meta = pod.get("metadata") or {}
+        namespace, name, uid = meta.get("namespace") or "default", meta.get("name") or "", meta.get("uid") or ""
+        names = args.candidate_names()
+        try:
+            plan = plan_pod(pod, self.settings.filter)
+        except RequestError as exc:
+            outcome = invalid_request(names, exc)
+            self._emit(pod, "FilteringFailed", f"invalid DCU request: {exc}", "Warning")
+            self.metrics.filter_seconds.labels("invalid").observe(self.monotonic() - started)
+            return filter_result(args, [], unresolvable=outcome.failed_text())
+        if plan is None:
+            self.metrics.filter_seconds.labels("passthrough").observe(self.monotonic() - started)
+            return filter_result(args, names)
+        self.cache.expire(self.monotonic())
+        if uid:
+            self.cache.forget(uid)  # an earlier choice for this pod must not count against it
+        outcome = self.filter.run(plan, names, self.wall_clock())
+        failed = outcome.failed_text()
+        if outcome.chosen is None or outcome.fit is None:
+            summary = summarise(outcome.codes()) or "no candidate nodes"
+            log.info("filter %s/%s: no node fits (%s)", namespace, name, summary)
+            self._emit(pod, "FilteringFailed", f"no node fits the DCU request: {summary}", "Warning")
+            self.metrics.filter_seconds.labels("unschedulable").observe(self.monotonic() - started)
+            return filter_result(args, [], failed)
+        if uid:
+            self.cache.assume(uid, namespace, name, outcome.chosen, outcome.fit, plan.init_count, self.monotonic(),
+                              plan)
+        cards = ",".join(sorted(outcome.fit.held))
+        log.info("filter %s/%s: node %s cards %s (%d nodes fit, %d do not)", namespace, name, outcome.chosen,
+                 cards, outcome.fitting, len(failed))
+        self.metrics.filter_seconds.labels("ok").observe(self.monotonic() - started)
+        return filter_result(args, [outcome.chosen], failed)
+
+    async def bind_pod(self, args: BindArgs) -> JSON:
+        if self.binder is None:
+            return {"Error": "this scheduler has no API access"}
+        return {"Error": await self.binder.bind(args)}
+
+    # --- helpers -----------------------------------------------------------------------
+
+    def _emit(self, pod: JSON, reason: str, message: str, event_type: str) -> None:
+        task = asyncio.ensure_future(self.events.emit(pod, reason, message, event_type))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _post_event(self, regarding: JSON, reason: str, message: str, event_type: str) -> object:
+        if self.kube is None:
+            return None
+        return await self.kube.create_event(regarding, reason, message, event_type, component="hami-scheduler")
+
+    async def _release_orphan(self, node: str, namespace: str, name: str) -> object:
+        if self.binder is None:
+            return None
+        return await self.binder.release(node, namespace, name)

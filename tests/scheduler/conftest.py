@@ -1,0 +1,28 @@
+"""A running scheduler service against the local API server."""
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from hami_dcu.common.kube import AsyncKube
+from hami_dcu.scheduler.app import build_app
+from hami_dcu.scheduler.bind import BindSettings
+from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
+
+FAST_BIND = BindSettings(lock_wait=1.5, settle_wait=1.0)
+
+
+@pytest.fixture
+async def service(kube) -> AsyncIterator[SchedulerService]:
+    akube = AsyncKube(kube)
+    svc = SchedulerService(akube, ServiceSettings(bind=FAST_BIND))
+    svc.start()
+    assert await svc.wait_synced(10)
+    yield svc
+    await svc.stop()
+    akube.close()
+
+
+@pytest.fixture
+async def client(service, aiohttp_client):
+    return await aiohttp_client(build_app(service, manage_lifecycle=False))

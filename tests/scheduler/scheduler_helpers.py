@@ -1,0 +1,75 @@
+"""Builders for scheduler tests: nodes as the device plugin registers them, DCU pods."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from hami_dcu.common import keys
+from hami_dcu.common.codec import NodeDevice, encode_node_devices, encode_reported
+from hami_dcu.common.kube import Kube
+
+JSON = dict[str, Any]
+
+
+def cards(node: str, count: int = 2, memory: int = 65520, model: str = "DCU-K100_AI") -> list[NodeDevice]:
+    return [NodeDevice(id=f"DCU-{node}-S{i}", count=4, devmem=memory, devcore=100, type=model, index=i)
+            for i in range(count)]
+
+
+def node_object(name: str, count: int = 2, memory: int = 65520, handshake: datetime | None = None,
+                model: str = "DCU-K100_AI", extra: dict[str, str] | None = None) -> JSON:
+    annotations = {
+        keys.NODE_REGISTER: encode_node_devices(cards(name, count, memory, model)),
+        keys.NODE_HANDSHAKE: encode_reported(handshake or datetime.now(UTC)),
+        **(extra or {}),
+    }
+    return {"metadata": {"name": name, "annotations": annotations, "resourceVersion": "1"}}
+
+
+def dcu_pod(name: str, memory: int | None = 2000, cores: int | None = 60, count: int = 1,
+            annotations: dict[str, str] | None = None, uid: str | None = None,
+            scheduler: str = keys.DEFAULT_SCHEDULER_NAME) -> JSON:
+    limits: dict[str, str] = {keys.DEFAULT_COUNT_RESOURCE: str(count)}
+    if memory is not None:
+        limits[keys.DEFAULT_MEMORY_RESOURCE] = str(memory)
+    if cores is not None:
+        limits[keys.DEFAULT_CORES_RESOURCE] = str(cores)
+    pod: JSON = {
+        "metadata": {"name": name, "namespace": "default", "annotations": dict(annotations or {})},
+        "spec": {"schedulerName": scheduler,
+                 "containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]},
+    }
+    if uid:
+        pod["metadata"]["uid"] = uid
+    return pod
+
+
+def create_nodes(kube: Kube, names: list[str], **kwargs: Any) -> None:
+    for name in names:
+        kube.create_node(node_object(name, **kwargs))
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 10.0, step: float = 0.01) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(step)
+
+
+def filter_args(pod: JSON, names: list[str]) -> JSON:
+    return {"Pod": pod, "Nodes": None, "NodeNames": names}
+
+
+def bind_args(pod: JSON, node: str) -> JSON:
+    meta = pod["metadata"]
+    return {"PodName": meta["name"], "PodNamespace": meta.get("namespace", "default"),
+            "PodUID": meta.get("uid", ""), "Node": node}
+
+
+def lock_of(kube: Kube, node: str) -> str | None:
+    return (kube.get_node(node)["metadata"].get("annotations") or {}).get(keys.NODE_LOCK)

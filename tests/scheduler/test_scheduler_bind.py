@@ -1,0 +1,201 @@
+"""/filter and /bind over HTTP against the local API server: the happy path and every
+failure path (the lock is released every time)."""
+
+from scheduler_helpers import bind_args, create_nodes, dcu_pod, filter_args, lock_of, until
+
+from hami_dcu.common import keys
+from hami_dcu.common.codec import decode_lock, decode_pod_devices
+
+
+async def created(kube, pod):
+    return kube.create_pod("default", pod)
+
+
+async def test_filter_then_bind_writes_allocation_atomically_in_two_calls(kube, service, client):
+    create_nodes(kube, ["n1", "n2"])
+    pod = await created(kube, dcu_pod("p"))
+    await until(lambda: "n2" in service.cache.nodes and service.cache.nodes["n2"].present)
+    answer = await (await client.post("/filter", json=filter_args(pod, ["n1", "n2"]))).json()
+    assert answer["Error"] == ""
+    assert answer["NodeNames"] == ["n1"]  # binpack tie -> name order
+    assert answer["FailedNodes"] == {}
+    reply = await (await client.post("/bind", json=bind_args(pod, "n1"))).json()
+    assert reply == {"Error": ""}
+    stored = kube.get_pod("default", "p")
+    annotations = stored["metadata"]["annotations"]
+    assert stored["spec"]["nodeName"] == "n1"
+    assert annotations[keys.POD_BIND_PHASE] == keys.BIND_PHASE_ALLOCATING
+    assert annotations[keys.POD_NODE] == "n1"
+    assert annotations[keys.POD_DEVICES_TO_ALLOCATE] == annotations[keys.POD_DEVICES_ALLOCATED]
+    devices = decode_pod_devices(annotations[keys.POD_DEVICES_ALLOCATED])
+    assert [(d.uuid, d.usedmem, d.usedcores) for d in devices[0]] == [("DCU-n1-S0", 2000, 60)]
+    lock = decode_lock(lock_of(kube, "n1"))
+    assert (lock.namespace, lock.name) == ("default", "p")
+    # lock patch + Binding: two API round trips
+    samples = {s.name: s.value for m in service.metrics.registry.collect() for s in m.samples}
+    assert samples["hami_dcu_scheduler_bind_api_calls_sum"] == 2
+
+
+async def test_pod_without_dcu_passes_all_nodes_unchanged(kube, service, client):
+    create_nodes(kube, ["n1"])
+    pod = {"metadata": {"name": "plain", "namespace": "default", "uid": "u1"},
+           "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    answer = await (await client.post("/filter", json={"pod": pod, "nodenames": ["n1", "ghost"]})).json()
+    assert answer["NodeNames"] == ["n1", "ghost"]
+    assert service.cache.assumptions == {}
+
+
+async def test_failed_nodes_carry_readable_reasons(kube, service, client):
+    create_nodes(kube, ["small"], memory=1024)
+    create_nodes(kube, ["big"])
+    pod = await created(kube, dcu_pod("p", annotations={keys.USE_DCU_TYPE: "Z100"}))
+    await until(lambda: "big" in service.cache.nodes and "small" in service.cache.nodes)
+    answer = await (await client.post("/filter", json=filter_args(pod, ["small", "big", "ghost"]))).json()
+    assert answer["NodeNames"] == []
+    failed = answer["FailedNodes"]
+    assert "model DCU-K100_AI not in hygon.com/use-dcutype=Z100" in failed["big"]
+    assert "not in the scheduler cache" in failed["ghost"]
+    pod2 = await created(kube, dcu_pod("q"))
+    answer = await (await client.post("/filter", json=filter_args(pod2, ["small"]))).json()
+    assert "card DCU-small-S0: 1024 MiB free < 2000 MiB requested" in answer["FailedNodes"]["small"]
+
+    def messages():
+        events = kube.request("GET", "/api/v1/namespaces/default/events")["items"]
+        return [e["message"] for e in events if e["reason"] == "FilteringFailed"]
+
+    await until(lambda: len(messages()) == 2)
+    assert "2 nodes: card type mismatch; 1 node: node not in scheduler cache" in " | ".join(messages())
+    assert "1 node: insufficient card memory" in " | ".join(messages())
+
+
+async def test_filter_with_full_node_objects_returns_nodes(kube, service, client):
+    create_nodes(kube, ["n1"])
+    pod = await created(kube, dcu_pod("p"))
+    await until(lambda: "n1" in service.cache.nodes)
+    body = {"Pod": pod, "Nodes": {"metadata": {}, "items": [kube.get_node("n1")]}, "NodeNames": None}
+    answer = await (await client.post("/filter", json=body)).json()
+    assert answer["NodeNames"] is None
+    assert [n["metadata"]["name"] for n in answer["Nodes"]["items"]] == ["n1"]
+
+
+async def test_bad_bodies_get_an_error_and_change_nothing(kube, service, client):
+    for body in (b"not json", b"[]", b'{"Pod": 3}'):
+        answer = await (await client.post("/filter", data=body)).json()
+        assert answer["Error"]
+    answer = await (await client.post("/bind", data=b'{"PodName": ""}')).json()
+    assert "PodName" in answer["Error"]
+    assert service.cache.assumptions == {}
+    assert (await client.get("/healthz")).status == 200
+
+
+async def test_bind_without_filter_fits_at_bind_time(kube, service, client):
+    create_nodes(kube, ["n1"])
+    pod = await created(kube, dcu_pod("p"))
+    await until(lambda: "n1" in service.cache.nodes)
+    reply = await (await client.post("/bind", json=bind_args(pod, "n1"))).json()
+    assert reply == {"Error": ""}
+    assert kube.get_pod("default", "p")["metadata"]["annotations"][keys.POD_DEVICES_ALLOCATED].startswith("DCU-n1")
+
+
+async def test_bind_of_missing_pod_fails_and_leaves_no_lock(kube, service, client):
+    create_nodes(kube, ["n1"])
+    pod = await created(kube, dcu_pod("p"))
+    await until(lambda: "n1" in service.cache.nodes)
+    await client.post("/filter", json=filter_args(pod, ["n1"]))
+    kube.delete_pod("default", "p")
+    await until(lambda: service.cache.assumptions == {})  # the delete drops the assumption
+    reply = await (await client.post("/bind", json=bind_args(pod, "n1"))).json()
+    assert "not found" in reply["Error"]
+    assert lock_of(kube, "n1") is None
+
+
+async def test_binding_rejected_releases_lock_and_forgets_assumption(kube, service, client):
+    create_nodes(kube, ["n1", "n2"])
+    pod = await created(kube, dcu_pod("p"))
+    await until(lambda: "n2" in service.cache.nodes)
+    await client.post("/filter", json=filter_args(pod, ["n1"]))
+    # someone else bound it meanwhile: the Binding gets 409 "already assigned"
+    kube.create_binding("default", "p", "n2")
+    reply = await (await client.post("/bind", json=bind_args(pod, "n1"))).json()
+    assert "binding rejected" in reply["Error"]
+    assert lock_of(kube, "n1") is None
+    assert service.cache.assumption_for(pod["metadata"]["uid"], "default", "p") is None
+
+
+async def test_bind_fails_after_bounded_wait_on_a_held_lock_and_keeps_the_holders_lock(kube, service, client):
+    create_nodes(kube, ["n1"])
+    holder = await created(kube, dcu_pod("holder"))
+    pod = await created(kube, dcu_pod("p", memory=1000, cores=10))
+    await until(lambda: "n1" in service.cache.nodes)
+    assert (await (await client.post("/bind", json=bind_args(holder, "n1"))).json()) == {"Error": ""}
+    await client.post("/filter", json=filter_args(pod, ["n1"]))
+    reply = await (await client.post("/bind", json=bind_args(pod, "n1"))).json()
+    assert "locked by default/holder" in reply["Error"]
+    assert decode_lock(lock_of(kube, "n1")).name == "holder"
+    assert kube.get_pod("default", "p")["spec"].get("nodeName") in (None, "")
+
+
+async def test_waiting_bind_succeeds_when_holder_releases(kube, service, client):
+    create_nodes(kube, ["n1"])
+    holder = await created(kube, dcu_pod("holder"))
+    pod = await created(kube, dcu_pod("p", memory=1000, cores=10))
+    await until(lambda: "n1" in service.cache.nodes)
+    assert (await (await client.post("/bind", json=bind_args(holder, "n1"))).json()) == {"Error": ""}
+    import asyncio
+
+    waiting = asyncio.ensure_future(client.post("/bind", json=bind_args(pod, "n1")))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    # the device plugin finishes Allocate and releases the lock
+    kube.patch_node_metadata("n1", annotations={keys.NODE_LOCK: None})
+    reply = await (await waiting).json()
+    assert reply == {"Error": ""}
+    assert decode_lock(lock_of(kube, "n1")).name == "p"
+
+
+async def test_deleting_the_lock_holder_releases_its_lock(kube, service, client):
+    create_nodes(kube, ["n1"])
+    holder = await created(kube, dcu_pod("holder"))
+    await until(lambda: "n1" in service.cache.nodes)
+    assert (await (await client.post("/bind", json=bind_args(holder, "n1"))).json()) == {"Error": ""}
+    assert lock_of(kube, "n1") is not None
+    kube.delete_pod("default", "holder")
+    await until(lambda: lock_of(kube, "n1") is None)
+
+
+async def test_api_errors_on_binding_release_the_lock(kube, service, client, api_server):
+    create_nodes(kube, ["n1"])
+    pod = await created(kube, dcu_pod("p"))
+    await until(lambda: "n1" in service.cache.nodes)
+    await client.post("/filter", json=filter_args(pod, ["n1"]))
+    api_server.faults.configure(error_rate=1.0, match=lambda method, path: path.endswith("/binding"))
+    reply = await (await client.post("/bind", json=bind_args(pod, "n1"))).json()
+    api_server.faults.clear()
+    assert reply["Error"]
+    assert lock_of(kube, "n1") is None
+    assert kube.get_pod("default", "p")["spec"].get("nodeName") in (None, "")
+
+
+async def test_lock_patch_failure_answers_error_and_leaves_nothing(kube, service, client, api_server):
+    create_nodes(kube, ["n1"])
+    pod = await created(kube, dcu_pod("p"))
+    await until(lambda: "n1" in service.cache.nodes)
+    await client.post("/filter", json=filter_args(pod, ["n1"]))
+    api_server.faults.configure(error_rate=1.0, match=lambda method, path: method == "PATCH")
+    reply = await (await client.post("/bind", json=bind_args(pod, "n1"))).json()
+    api_server.faults.clear()
+    assert "cannot lock node n1" in reply["Error"]
+    assert lock_of(kube, "n1") is None
+    assert service.cache.assumptions == {}
+
+
+async def test_stale_handshake_makes_node_unusable(kube, service, client):
+    from datetime import UTC, datetime, timedelta
+
+    from scheduler_helpers import node_object
+
+    kube.create_node(node_object("old", handshake=datetime.now(UTC) - timedelta(seconds=120)))
+    pod = await created(kube, dcu_pod("p"))
+    await until(lambda: "old" in service.cache.nodes)
+    answer = await (await client.post("/filter", json=filter_args(pod, ["old"]))).json()
+    assert "last reported 12" in answer["FailedNodes"]["old"]
