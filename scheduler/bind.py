@@ -107,6 +107,11 @@ class Binder:
             pod = {"kind": "Pod", "metadata": {"name": args.pod_name, "namespace": args.namespace, "uid": args.uid}}
             await self.events.emit(pod, "BindingFailed", f"node {args.node}: {exc}", "Warning", limited=False)
             return str(exc)
+        except BaseException:
+            # Cancelled (the caller went away) or a bug: still leave no lock and no assumption.
+            await asyncio.shield(self._undo(args, progress))
+            self.metrics.bind_seconds.labels("error").observe(self.monotonic() - started)
+            raise
         self.metrics.bind_seconds.labels("ok").observe(self.monotonic() - started)
         self.metrics.bind_round_trips.observe(progress.api_calls)
         log.info("bound %s to node %s (%d API calls)", args.pod, args.node, progress.api_calls)
@@ -233,8 +238,7 @@ class Binder:
         while self.monotonic() < deadline:
             entry = self.cache.nodes.get(args.node)
             lock = entry.lock() if entry is not None else None
-            if lock is not None and lock.held_by(args.namespace, args.pod_name) and not self.cache.unsettled.get(
-                    args.node):
+            if lock is not None and lock.held_by(args.namespace, args.pod_name) and self.cache.settled(args.node):
                 return
             await asyncio.sleep(self.settings.poll)
         # The watches lag (or a previous holder never bound): read the node's pods directly.
@@ -316,6 +320,7 @@ class Binder:
             pod = await self.kube.get_pod(args.namespace, args.pod_name)
         except KubeError:
             return False
+        self.cache.apply_pod(pod)  # the freshest word on this pod: count what it really holds
         meta = pod.get("metadata") or {}
         on_node = (pod.get("spec") or {}).get("nodeName") == args.node
         ours = annotations is None or (meta.get("annotations") or {}).get(keys.POD_DEVICES_ALLOCATED) == annotations[
@@ -326,7 +331,7 @@ class Binder:
 
     async def _undo(self, args: BindArgs, progress: _Progress) -> None:
         assumption = self.cache.assumption_for(args.uid, args.namespace, args.pod_name)
-        if assumption is not None:
+        if assumption is not None and not assumption.bound:  # a bound one is a pod that really holds cards
             self.cache.forget(assumption.uid)
         if progress.locked:
             await self.release(args.node, args.namespace, args.pod_name)

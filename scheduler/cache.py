@@ -133,7 +133,10 @@ class ClusterCache:
         self.assumed_names: dict[PodKey, str] = {}
         # Lock holders we saw on a node whose allocation our pod watch has not shown yet:
         # another scheduler replica's pods. Bind waits for them to settle (see bind.py).
-        self.unsettled: dict[str, set[PodKey]] = {}
+        # Per node: holder -> resourceVersion at which we saw its lock go (None: still held).
+        self.unsettled: dict[str, dict[PodKey, str | None]] = {}
+        # The newest resourceVersion the pod watch delivered (events and lists).
+        self.pods_resource_version = ""
         self.lock_holders: dict[PodKey, set[str]] = {}  # pod -> nodes whose lock names it
         self.assume_ttl = assume_ttl
         self.bound_ttl = bound_ttl
@@ -218,6 +221,10 @@ class ClusterCache:
     def _index_lock(self, entry: NodeEntry, value: str | None) -> None:
         old = entry.lock()
         if old is not None and old.name is not None:
+            pending = self.unsettled.get(entry.name)
+            old_key = (old.namespace or "", old.name)
+            if pending is not None and old_key in pending:
+                pending[old_key] = entry.resource_version  # released (or replaced) at this version
             nodes = self.lock_holders.get((old.namespace or "", old.name))
             if nodes is not None:
                 nodes.discard(entry.name)
@@ -238,7 +245,7 @@ class ClusterCache:
         uid = self.pod_uids.get(key)
         if uid is not None and self.pods[uid].node == entry.name:
             return  # its allocation is already counted
-        self.unsettled.setdefault(entry.name, set()).add(key)
+        self.unsettled.setdefault(entry.name, {}).setdefault(key, None)
 
     # --- pods ----------------------------------------------------------------------------
 
@@ -249,6 +256,8 @@ class ClusterCache:
             return
         namespace, name = meta.get("namespace") or "default", meta.get("name") or ""
         rv = str(meta.get("resourceVersion", ""))
+        if rv.isdigit() and (not self.pods_resource_version.isdigit() or int(rv) > int(self.pods_resource_version)):
+            self.pods_resource_version = rv
         current = self.pods.get(uid)
         if current is not None and not _newer_or_equal(rv, current.resource_version):
             return
@@ -277,7 +286,7 @@ class ClusterCache:
         self._recompute(entry)
         pending = self.unsettled.get(node)
         if pending:
-            pending.discard((namespace, name))
+            pending.pop((namespace, name), None)
 
     def delete_pod(self, pod: JSON) -> list[str]:
         """Forget the pod; returns the nodes whose lock it held (to be released)."""
@@ -288,7 +297,7 @@ class ClusterCache:
             self._drop_pod(uid)
             self.forget(uid)
         for pending in self.unsettled.values():
-            pending.discard(key)
+            pending.pop(key, None)
         return sorted(self.lock_holders.get(key, ()))
 
     def replace_pods(self, pods: Iterable[JSON]) -> list[tuple[str, str, str]]:
@@ -370,6 +379,20 @@ class ClusterCache:
         return self.assumptions.get(found) if found else None
 
     # --- derived -------------------------------------------------------------------------
+
+    def settled(self, node: str) -> bool:
+        """True when every earlier lock holder of `node` is accounted for: its allocation is
+        in the cache, or its lock went away at a version our pod watch has passed without
+        the pod ever showing an allocation (its bind failed). resourceVersions are compared
+        as numbers, which etcd's are; anything else counts as unsettled."""
+        pending = self.unsettled.get(node)
+        if not pending:
+            return True
+        seen = self.pods_resource_version
+        for key, released in list(pending.items()):
+            if released is not None and released.isdigit() and seen.isdigit() and int(seen) >= int(released):
+                del pending[key]
+        return not pending
 
     def used_without(self, entry: NodeEntry, uid: str) -> list[Usage]:
         """The node's per-card holdings, leaving out one pod (to re-check its own placement)."""

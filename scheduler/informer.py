@@ -76,6 +76,7 @@ class Informer:
             listing = await self.kube.list_pods()
             for node, namespace, name in self.cache.replace_pods(listing.items):
                 self._release(node, namespace, name)
+            self.cache.pods_resource_version = listing.resource_version
         log.info("listed %d %s at resourceVersion %s", len(listing.items), resource, listing.resource_version)
         self._listed.add(resource)
         if self._listed == {"nodes", "pods"}:
@@ -87,6 +88,8 @@ class Informer:
         obj = event.get("object") or {}
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if kind == "BOOKMARK":
+            if resource == "pods" and rv:
+                self.cache.pods_resource_version = rv
             return rv
         if resource == "nodes":
             if kind == "DELETED":

@@ -113,7 +113,14 @@ class SchedulerService:
             self.metrics.filter_seconds.labels("passthrough").observe(self.monotonic() - started)
             return filter_result(args, names)
         self.cache.expire(self.monotonic())
-        if uid:
+        earlier = self.cache.assumptions.get(uid) if uid else None
+        if earlier is not None and earlier.bound:
+            # We bound it already and the watch has not shown it yet: a stale retry. Keep
+            # counting what it holds and let kube-scheduler see the pod bound.
+            message = f"pod already bound to node {earlier.node} by this scheduler"
+            self.metrics.filter_seconds.labels("already-bound").observe(self.monotonic() - started)
+            return filter_result(args, [], {n: message for n in names})
+        if earlier is not None:
             self.cache.forget(uid)  # an earlier choice for this pod must not count against it
         outcome = self.filter.run(plan, names, self.wall_clock())
         failed = outcome.failed_text()
