@@ -1,0 +1,201 @@
+"""Cache accounting: a hypothesis state machine over pod create / delete / phase changes /
+terminating / filter assumptions, checked against a model after every step; plus the
+degraded-node and relist rules."""
+
+from collections import defaultdict
+from datetime import UTC, datetime
+from itertools import count
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, multiple, rule
+from scheduler_helpers import node_object
+
+from hami_dcu.common import keys
+from hami_dcu.common.codec import encode_pod_devices
+from hami_dcu.common.requests import DcuRequest
+from hami_dcu.scheduler.cache import ClusterCache
+from hami_dcu.scheduler.fit import PodFit, Selection, fit_pod
+from hami_dcu.scheduler.usage import Usage
+
+NOW = datetime.now(UTC)
+NODES = ["a", "b"]
+
+
+def pod_object(uid: str, node: str, fit: PodFit, init: bool, phase: str = "Running", rv: int = 1) -> dict:
+    spec = {"nodeName": node, "containers": [{"name": "main"}]}
+    if init:
+        spec["initContainers"] = [{"name": "init"}]
+    return {
+        "metadata": {"uid": uid, "name": f"pod-{uid}", "namespace": "default", "resourceVersion": str(rv),
+                     "annotations": {keys.POD_DEVICES_ALLOCATED: encode_pod_devices(fit.devices)}},
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+class CacheMachine(RuleBasedStateMachine):
+    pods = Bundle("pods")
+    assumed = Bundle("assumed")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache = ClusterCache()
+        for name in NODES:
+            self.cache.apply_node(node_object(name, count=2, memory=8000), NOW)
+        self.holding: dict[str, tuple[str, dict[str, Usage]]] = {}  # the model: uid -> (node, held)
+        self.objects: dict[str, dict] = {}
+        self.ids = count()
+        self.rv = count(2)
+
+    def _fit(self, node: str, memory: int, cores: int, n: int, init: bool) -> PodFit | None:
+        entry = self.cache.nodes[node]
+        requests = [DcuRequest(1, memory, cores), DcuRequest(n, memory, cores)] if init else [
+            DcuRequest(n, memory, cores)]
+        names = ["init", "main"] if init else ["main"]
+        result = fit_pod(entry.cards, entry.used, requests, names, 1 if init else 0, Selection(), "spread")
+        return result if isinstance(result, PodFit) else None
+
+    @rule(target=pods, node=st.sampled_from(NODES), memory=st.integers(1, 5000), cores=st.integers(0, 100),
+          n=st.integers(1, 2), init=st.booleans())
+    def create_running_pod(self, node, memory, cores, n, init):
+        fit = self._fit(node, memory, cores, n, init)
+        if fit is None:
+            return multiple()
+        uid = f"u{next(self.ids)}"
+        obj = pod_object(uid, node, fit, init, rv=next(self.rv))
+        self.cache.apply_pod(obj)
+        self.objects[uid] = obj
+        self.holding[uid] = (node, fit.held)
+        return uid
+
+    @rule(target=assumed, node=st.sampled_from(NODES), memory=st.integers(1, 5000), cores=st.integers(0, 100))
+    def filter_assumes(self, node, memory, cores):
+        fit = self._fit(node, memory, cores, 1, False)
+        if fit is None:
+            return multiple()
+        uid = f"u{next(self.ids)}"
+        self.cache.assume(uid, "default", f"pod-{uid}", node, fit, 0, now=0.0)
+        self.holding[uid] = (node, fit.held)
+        self.objects[uid] = pod_object(uid, node, fit, False, rv=next(self.rv))
+        return uid
+
+    @rule(target=pods, uid=consumes(assumed))
+    def bind_lands(self, uid):
+        obj = dict(self.objects[uid], metadata=dict(self.objects[uid]["metadata"], resourceVersion=str(next(self.rv))))
+        self.cache.apply_pod(obj)  # the watch shows the allocation: it replaces the assumption
+        return uid
+
+    @rule(uid=consumes(assumed))
+    def bind_fails(self, uid):
+        self.cache.forget(uid)
+        del self.holding[uid]
+
+    @rule(uid=consumes(assumed))
+    def assumption_expires(self, uid):
+        self.cache.assumptions[uid].expires = 0.0
+        self.cache.expire(1.0)
+        del self.holding[uid]
+
+    @rule(uid=consumes(pods))
+    def delete(self, uid):
+        self.cache.delete_pod(self.objects[uid])
+        del self.holding[uid]
+
+    @rule(uid=consumes(pods), phase=st.sampled_from(["Succeeded", "Failed"]))
+    def finishes(self, uid, phase):
+        obj = self.objects[uid]
+        self.cache.apply_pod(dict(obj, status={"phase": phase},
+                                  metadata=dict(obj["metadata"], resourceVersion=str(next(self.rv)))))
+        del self.holding[uid]
+
+    @rule(uid=pods)
+    def starts_terminating(self, uid):
+        obj = self.objects[uid]
+        meta = dict(obj["metadata"], deletionTimestamp="2026-01-01T00:00:00Z", resourceVersion=str(next(self.rv)))
+        self.objects[uid] = dict(obj, metadata=meta)
+        self.cache.apply_pod(self.objects[uid])  # still holds its share
+
+    @rule()
+    def relist(self):
+        live = [self.objects[uid] for uid in self.holding if uid in self.cache.pods]
+        self.cache.replace_pods(live)
+
+    @invariant()
+    def usage_matches_model_and_never_exceeds_capacity(self):
+        expected: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        for _node, held in self.holding.values():
+            for card, share in held.items():
+                expected[card][0] += share.slots
+                expected[card][1] += share.memory
+                expected[card][2] += share.cores
+        for entry in self.cache.nodes.values():
+            assert not entry.degraded
+            for spec, used in zip(entry.cards, entry.used, strict=True):
+                assert [used.slots, used.memory, used.cores] == expected[spec.id], spec.id
+                assert used.slots <= spec.slots and used.memory <= spec.memory and used.cores <= spec.cores
+
+
+CacheMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None,
+                                          suppress_health_check=[HealthCheck.too_slow])
+TestCacheAccounting = CacheMachine.TestCase
+
+
+def allocated_pod(uid: str, node: str, value: str, phase: str = "Running") -> dict:
+    return {"metadata": {"uid": uid, "name": uid, "namespace": "default", "resourceVersion": "5",
+                         "annotations": {keys.POD_DEVICES_ALLOCATED: value}},
+            "spec": {"nodeName": node, "containers": [{"name": "c"}]}, "status": {"phase": phase}}
+
+
+def test_allocation_naming_an_unknown_card_degrades_the_node_never_frees_it():
+    cache = ClusterCache()
+    cache.apply_node(node_object("n1"), NOW)
+    cache.apply_pod(allocated_pod("u1", "n1", "DCU-GONE,DCU,1000,10:;"))
+    entry = cache.nodes["n1"]
+    assert entry.degraded == ["pod default/u1 holds card DCU-GONE that the node does not report"]
+    cache.delete_pod(allocated_pod("u1", "n1", ""))
+    assert entry.degraded == []
+
+
+def test_unreadable_allocation_degrades_the_node():
+    cache = ClusterCache()
+    cache.apply_node(node_object("n1"), NOW)
+    cache.apply_pod(allocated_pod("u1", "n1", "DCU-n1-S0,DCU,lots,10:;"))
+    assert "unreadable hami.io/dcu-devices-allocated" in cache.nodes["n1"].degraded[0]
+
+
+def test_relist_drops_pods_whose_delete_was_missed_and_reports_orphaned_locks():
+    cache = ClusterCache()
+    node = node_object("n1", extra={keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,gone"})
+    cache.apply_node(node, NOW)
+    cache.apply_pod(allocated_pod("u1", "n1", "DCU-n1-S0,DCU,1000,10:;"))
+    assert cache.nodes["n1"].used[0] == Usage(1, 1000, 10)
+    orphaned = cache.replace_pods([])
+    assert cache.nodes["n1"].used[0] == Usage()
+    assert orphaned == [("n1", "default", "gone")]
+
+
+def test_older_watch_event_after_a_list_does_not_undo_it():
+    cache = ClusterCache()
+    cache.apply_node(node_object("n1"), NOW)
+    newer = allocated_pod("u1", "n1", "DCU-n1-S0,DCU,1000,10:;")
+    newer["metadata"]["resourceVersion"] = "9"
+    cache.apply_pod(newer)
+    stale = allocated_pod("u1", "n1", "")
+    stale["metadata"]["resourceVersion"] = "3"
+    cache.apply_pod(stale)
+    assert cache.nodes["n1"].used[0] == Usage(1, 1000, 10)
+
+
+def test_lock_holders_of_another_replica_settle_by_allocation_or_by_watch_progress():
+    cache = ClusterCache()
+    locked = node_object("n1", extra={keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,other"})
+    locked["metadata"]["resourceVersion"] = "10"
+    cache.apply_node(locked, NOW)
+    assert not cache.settled("n1")
+    released = node_object("n1")
+    released["metadata"]["resourceVersion"] = "12"
+    cache.apply_node(released, NOW)
+    assert not cache.settled("n1")  # the pod watch has not passed the release yet
+    cache.pods_resource_version = "12"
+    assert cache.settled("n1")  # passed it without an allocation: that bind never happened

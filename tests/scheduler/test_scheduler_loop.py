@@ -1,0 +1,66 @@
+"""The local-cluster scheduler loop drives /filter and /bind over real HTTP; the server's
+own endpoints (readyz, metrics, --serve-webhook) behave."""
+
+import argparse
+import asyncio
+
+from scheduler_helpers import create_nodes, dcu_pod, until
+
+from hami_dcu.common import keys
+from hami_dcu.e2e.scheduler_loop import SchedulerLoop
+from hami_dcu.scheduler import command
+from hami_dcu.scheduler.app import build_app
+
+
+async def test_loop_binds_our_pods_and_reports_unschedulable_ones(kube_factory, service, aiohttp_server):
+    kube = kube_factory()
+    create_nodes(kube, ["n1"])
+    kube.create_pod("default", dcu_pod("fits"))
+    kube.create_pod("default", dcu_pod("too-big", memory=100000))
+    kube.create_pod("default", dcu_pod("not-ours", scheduler="default-scheduler"))
+    await until(lambda: "n1" in service.cache.nodes)
+    server = await aiohttp_server(build_app(service, manage_lifecycle=False))
+    loop = SchedulerLoop(kube_factory(), str(server.make_url("/")), interval=0.02, initial_backoff=0.1)
+    runner = asyncio.ensure_future(loop.run())
+
+    def failed_events():
+        events = kube.request("GET", "/api/v1/namespaces/default/events")["items"]
+        return [e for e in events if e["reason"] == "FailedScheduling"]
+
+    try:
+        await until(lambda: loop.stats.bound.get("default/fits") == "n1", timeout=10)
+        await until(lambda: loop.stats.filter_failures["default/too-big"] >= 2, timeout=10)
+        await until(lambda: failed_events(), timeout=5)
+    finally:
+        loop._stop.set()
+        await runner
+        loop.kube.close()
+    fits = kube.get_pod("default", "fits")
+    assert fits["spec"]["nodeName"] == "n1"
+    assert fits["metadata"]["annotations"][keys.POD_BIND_PHASE] == keys.BIND_PHASE_ALLOCATING
+    assert not kube.get_pod("default", "not-ours")["spec"].get("nodeName")
+    message = failed_events()[0]["message"]
+    assert message.startswith("0/1 nodes are available: n1: container main needs 1 card x (100000 MiB")
+    assert "65520 MiB free < 100000 MiB requested" in message
+
+
+async def test_readyz_metrics_and_webhook_mount(service, aiohttp_client):
+    app = build_app(service, manage_lifecycle=False)
+    args = argparse.Namespace(scheduler_name="hami-scheduler")
+    command._mount_webhook(app, args, service)
+    client = await aiohttp_client(app)
+    assert (await client.get("/readyz")).status == 200
+    metrics = await (await client.get("/metrics")).text()
+    assert "hami_dcu_scheduler_filter_seconds" in metrics
+    assert "hami_dcu_scheduler_node_lock_contention" in metrics
+    review = await client.post("/webhook", data=b"{}")
+    assert review.status == 400  # the webhook's own answer to a bad review: the route is mounted
+
+
+def test_settings_from_flags():
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    args = parser.parse_args(["--node-policy", "spread", "--device-policy", "binpack", "--lock-timeout", "60"])
+    settings = command.settings_from(args)
+    assert (settings.filter.node_policy, settings.filter.card_policy) == ("spread", "binpack")
+    assert settings.bind.lock_timeout.total_seconds() == 60
