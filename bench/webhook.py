@@ -1,0 +1,121 @@
+"""Webhook latency at a fixed offered rate over HTTPS keep-alive, server pinned to one core.
+
+    python bench/webhook.py [--rate 500] [--seconds 10]
+
+The server runs in a subprocess pinned to CPU 0; the load generator (aiohttp, keep-alive,
+a small connection pool) runs here pinned to the other CPU and sends reviews on a fixed
+schedule, so latency includes queueing when the server falls behind. Prints reviews/s,
+p50/p90/p99/max and the ratio of p99 to the 5 ms target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+from hami_dcu.webhook.certs import issue
+
+REVIEW = {
+    "apiVersion": "admission.k8s.io/v1",
+    "kind": "AdmissionReview",
+    "request": {
+        "uid": "bench",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "namespace": "default",
+        "operation": "CREATE",
+        "object": {
+            "metadata": {"name": "bench", "namespace": "default", "labels": {"app": "bench"}},
+            "spec": {"schedulerName": "default-scheduler", "containers": [
+                {"name": "main", "image": "busybox", "resources": {"limits": {
+                    "hygon.com/dcunum": "1", "hygon.com/dcumem": "2000", "hygon.com/dcucores": "15", "cpu": "1"}}},
+                {"name": "sidecar", "image": "busybox", "resources": {"limits": {"cpu": "100m"}}}]},
+        },
+    },
+}
+
+SERVER = """
+import os, sys
+os.sched_setaffinity(0, {0})
+from hami_dcu.cli.main import main
+sys.exit(main(["webhook", "--bind", "127.0.0.1:%d", "--tls-cert", %r, "--tls-key", %r, "--log-level", "warning"]))
+"""
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+async def load(url: str, ca_file: str, rate: int, seconds: float) -> tuple[list[float], int, float]:
+    context = ssl.create_default_context(cafile=ca_file)
+    body = json.dumps(REVIEW).encode()
+    latencies: list[float] = []
+    errors = 0
+    connector = aiohttp.TCPConnector(limit=16, ssl=context)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for _ in range(50):  # warm up the connection pool and the server
+            async with session.post(url, data=body) as r:
+                await r.read()
+
+        async def one(scheduled: float) -> None:
+            nonlocal errors
+            await asyncio.sleep(max(0.0, scheduled - time.perf_counter()))
+            try:
+                async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                    await r.read()
+                    if r.status != 200:
+                        errors += 1
+            except aiohttp.ClientError:
+                errors += 1
+            latencies.append(time.perf_counter() - scheduled)  # from when it should have been sent
+
+        start = time.perf_counter() + 0.05
+        total = int(rate * seconds)
+        await asyncio.gather(*(one(start + i / rate) for i in range(total)))
+        elapsed = time.perf_counter() - start
+    return latencies, errors, elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", type=int, default=500, help="offered reviews per second")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--port", type=int, default=18443)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-webhook-"))
+    bundle = issue(["localhost"], ip_addresses=["127.0.0.1"])
+    (work / "tls.crt").write_bytes(bundle.cert)
+    (work / "tls.key").write_bytes(bundle.key)
+    (work / "ca.crt").write_bytes(bundle.ca_cert)
+    server = subprocess.Popen([sys.executable, "-c", SERVER % (args.port, str(work / "tls.crt"),
+                                                                str(work / "tls.key"))])
+    try:
+        time.sleep(2.0)
+        if os.cpu_count() and os.cpu_count() > 1:
+            os.sched_setaffinity(0, {1})
+        url = f"https://127.0.0.1:{args.port}/webhook"
+        latencies, errors, elapsed = asyncio.run(load(url, str(work / "ca.crt"), args.rate, args.seconds))
+    finally:
+        server.terminate()
+        server.wait(10)
+    ms = [x * 1000 for x in latencies]
+    p99 = percentile(ms, 99)
+    achieved = len(ms) / elapsed
+    print(f"webhook: offered {args.rate}/s for {args.seconds:.0f}s -> {achieved:.0f} reviews/s, errors {errors}")
+    print(f"latency ms: p50 {percentile(ms, 50):.2f}  p90 {percentile(ms, 90):.2f}  p99 {p99:.2f}  max {max(ms):.2f}")
+    print(f"p99 / target(5 ms) = {p99 / 5:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
