@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from hami_dcu.common import keys
@@ -31,7 +31,7 @@ from hami_dcu.common.codec import (
 )
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.fit import CardSpec, PodFit
-from hami_dcu.scheduler.handshake import HandshakeSeen, observe
+from hami_dcu.scheduler.handshake import HANDSHAKE_TTL, HandshakeSeen, fresh_until, observe
 from hami_dcu.scheduler.usage import Usage, collapse
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ class NodeEntry:
     cards: tuple[CardSpec, ...] = ()
     card_pos: dict[str, int] = field(default_factory=dict)
     handshake: HandshakeSeen | None = None
+    handshake_fresh_until: float = float("-inf")  # epoch seconds
     lock_value: str | None = None
     holdings: dict[str, Holding] = field(default_factory=dict)  # by pod uid
     used: list[Usage] = field(default_factory=list)  # per card, aligned with `cards`
@@ -125,7 +126,9 @@ def _newer_or_equal(candidate: str, current: str) -> bool:
 
 
 class ClusterCache:
-    def __init__(self, assume_ttl: float = 120.0, bound_ttl: float = 300.0) -> None:
+    def __init__(self, assume_ttl: float = 120.0, bound_ttl: float = 300.0,
+                 handshake_ttl: timedelta = HANDSHAKE_TTL) -> None:
+        self.handshake_ttl = handshake_ttl
         self.nodes: dict[str, NodeEntry] = {}
         self.pods: dict[str, PodRecord] = {}
         self.pod_uids: dict[PodKey, str] = {}
@@ -161,7 +164,10 @@ class ClusterCache:
         entry.present = True
         entry.resource_version = rv
         annotations = meta.get("annotations") or {}
-        entry.handshake = observe(annotations.get(keys.NODE_HANDSHAKE), entry.handshake, now)
+        seen = observe(annotations.get(keys.NODE_HANDSHAKE), entry.handshake, now)
+        if seen is not entry.handshake:
+            entry.handshake = seen
+            entry.handshake_fresh_until = fresh_until(seen, self.handshake_ttl)
         lock_value = annotations.get(keys.NODE_LOCK)
         if lock_value != entry.lock_value:
             self._index_lock(entry, lock_value)

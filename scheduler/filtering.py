@@ -86,19 +86,45 @@ class Filter:
     def __init__(self, cache: ClusterCache, settings: FilterSettings) -> None:
         self.cache = cache
         self.settings = settings
-        self._memo: dict[str, tuple[int, dict[tuple[object, ...], PodFit | NodeRejection]]] = {}
+        self._ttl = timedelta(seconds=settings.handshake_ttl_seconds)
+        # node -> (generation, {shape id: result}); shapes get small int ids so a memo
+        # lookup hashes an int, not the nested request tuple.
+        self._memo: dict[str, tuple[int, dict[int, PodFit | NodeRejection]]] = {}
+        self._shape_ids: dict[tuple[object, ...], int] = {}
+
+    def _shape_id(self, plan: PodPlan) -> int:
+        shape = plan.shape
+        found = self._shape_ids.get(shape)
+        if found is None:
+            if len(self._shape_ids) > 10_000:  # unbounded pod shapes: start over
+                self._shape_ids.clear()
+                self._memo.clear()
+            found = self._shape_ids[shape] = len(self._shape_ids)
+        return found
 
     def run(self, plan: PodPlan, node_names: Iterable[str], now: datetime) -> FilterOutcome:
         outcome = FilterOutcome()
         scored: list[tuple[str, float]] = []
         fits: dict[str, PodFit] = {}
+        shape = self._shape_id(plan)
+        now_ts = now.timestamp()
+        nodes, memo = self.cache.nodes, self._memo
         for name in node_names:
-            result = self.fit_node(name, plan, now)
+            entry = nodes.get(name)
+            # The hot path: a usable node whose fit for this pod shape is memoised.
+            if (entry is not None and entry.present and not entry.register_error and not entry.degraded
+                    and entry.handshake_fresh_until >= now_ts):
+                cached = memo.get(name)
+                result = cached[1].get(shape) if cached is not None and cached[0] == entry.generation else None
+                if result is None:
+                    result = self._fit_and_remember(entry, plan, shape)
+            else:
+                result = self.usable(entry, now) or self._fit_and_remember(entry, plan, shape)  # type: ignore[arg-type]
             if isinstance(result, NodeRejection):
                 outcome.failed[name] = result
                 continue
             fits[name] = result
-            scored.append((name, self.cache.nodes[name].score()))
+            scored.append((name, entry.score()))  # type: ignore[union-attr]
         outcome.fitting = len(scored)
         outcome.chosen = policies.pick_node(scored, plan.node_policy)
         if outcome.chosen is not None:
@@ -106,22 +132,25 @@ class Filter:
         return outcome
 
     def fit_node(self, name: str, plan: PodPlan, now: datetime) -> PodFit | NodeRejection:
+        """One node, as `run` judges it."""
         entry = self.cache.nodes.get(name)
         problem = self.usable(entry, now)
         if problem is not None:
             return problem
         assert entry is not None
-        memo = self._memo.get(name)
-        if memo is None or memo[0] != entry.generation:
-            memo = (entry.generation, {})
-            self._memo[name] = memo
-        shapes = memo[1]
-        result = shapes.get(plan.shape)
+        return self._fit_and_remember(entry, plan, self._shape_id(plan))
+
+    def _fit_and_remember(self, entry: NodeEntry, plan: PodPlan, shape: int) -> PodFit | NodeRejection:
+        cached = self._memo.get(entry.name)
+        if cached is None or cached[0] != entry.generation:
+            cached = (entry.generation, {})
+            self._memo[entry.name] = cached
+        result = cached[1].get(shape)
         if result is None:
             result = self._fit(entry, plan)
-            if len(shapes) >= _MEMO_SHAPES_PER_NODE:
-                shapes.pop(next(iter(shapes)))
-            shapes[plan.shape] = result
+            if len(cached[1]) >= _MEMO_SHAPES_PER_NODE:
+                cached[1].pop(next(iter(cached[1])))
+            cached[1][shape] = result
         return result
 
     def usable(self, entry: NodeEntry | None, now: datetime) -> NodeRejection | None:
@@ -129,8 +158,7 @@ class Filter:
             return NodeRejection(Code.NODE_UNKNOWN, "node not in the scheduler cache (not seen by its watch)")
         if entry.register_error:
             return NodeRejection(Code.NODE_UNREGISTERED, entry.register_error)
-
-        problem = handshake_problem(entry.handshake, now, timedelta(seconds=self.settings.handshake_ttl_seconds))
+        problem = handshake_problem(entry.handshake, now, self._ttl)
         if problem:
             return NodeRejection(Code.NODE_HANDSHAKE_STALE, problem)
         if entry.degraded:

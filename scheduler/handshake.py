@@ -65,3 +65,11 @@ def handshake_problem(seen: HandshakeSeen | None, now: datetime, ttl: timedelta 
             return f"device plugin did not answer a handshake request for {int(age.total_seconds())}s"
         return None
     return f"handshake is {seen.value!r}, not a plugin report"
+
+
+def fresh_until(seen: HandshakeSeen | None, ttl: timedelta = HANDSHAKE_TTL) -> float:
+    """Epoch seconds until which the plugin counts as alive (-inf when it never does): the
+    per-request check in /filter is then one float comparison per node."""
+    if seen is None or seen.state not in (keys.HANDSHAKE_REPORTED, keys.HANDSHAKE_REQUESTING):
+        return float("-inf")
+    return ((seen.at or seen.changed_at) + ttl).timestamp()

@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hami_dcu.common.kube import AsyncKube
@@ -50,7 +50,8 @@ class SchedulerService:
         self.kube = kube
         self.wall_clock = wall_clock
         self.monotonic = monotonic
-        self.cache = ClusterCache(assume_ttl=self.settings.assume_ttl)
+        self.cache = ClusterCache(assume_ttl=self.settings.assume_ttl,
+                                  handshake_ttl=timedelta(seconds=self.settings.filter.handshake_ttl_seconds))
         self.filter = Filter(self.cache, self.settings.filter)
         self.metrics = SchedulerMetrics(self.cache)
         self.events = EventSink(self._post_event)
