@@ -199,3 +199,26 @@ async def test_stale_handshake_makes_node_unusable(kube, service, client):
     await until(lambda: "old" in service.cache.nodes)
     answer = await (await client.post("/filter", json=filter_args(pod, ["old"]))).json()
     assert "last reported 12" in answer["FailedNodes"]["old"]
+
+
+async def test_allocation_has_one_entry_per_container_init_first(kube, service, client):
+    create_nodes(kube, ["n1"])
+    limits = {keys.DEFAULT_COUNT_RESOURCE: "1", keys.DEFAULT_MEMORY_RESOURCE: "1000",
+              keys.DEFAULT_CORES_RESOURCE: "30"}
+    pod = {"metadata": {"name": "multi", "namespace": "default"},
+           "spec": {"schedulerName": keys.DEFAULT_SCHEDULER_NAME,
+                    "initContainers": [{"name": "setup", "image": "x"}],
+                    "containers": [{"name": "a", "image": "x", "resources": {"limits": limits}},
+                                   {"name": "sidecar", "image": "x"},
+                                   {"name": "b", "image": "x", "resources": {"limits": limits}}]}}
+    pod = await created(kube, pod)
+    await until(lambda: "n1" in service.cache.nodes)
+    answer = await (await client.post("/filter", json=filter_args(pod, ["n1"]))).json()
+    assert answer["NodeNames"] == ["n1"]
+    assert (await (await client.post("/bind", json=bind_args(pod, "n1"))).json()) == {"Error": ""}
+    value = kube.get_pod("default", "multi")["metadata"]["annotations"][keys.POD_DEVICES_TO_ALLOCATE]
+    entries = decode_pod_devices(value)
+    assert [len(e) for e in entries] == [0, 1, 0, 1]
+    # spread: the two app containers land on the two cards
+    assert {entries[1][0].uuid, entries[3][0].uuid} == {"DCU-n1-S0", "DCU-n1-S1"}
+    assert value.startswith(";") and value.count(";") == 4

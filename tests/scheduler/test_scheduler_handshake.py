@@ -1,0 +1,85 @@
+"""Plugin liveness from the handshake annotation, event rate limiting, per-card metrics."""
+
+from datetime import UTC, datetime, timedelta
+
+from prometheus_client import generate_latest
+from scheduler_helpers import dcu_pod, node_object
+
+from hami_dcu.common import keys
+from hami_dcu.common.codec import encode_requesting
+from hami_dcu.scheduler.cache import ClusterCache
+from hami_dcu.scheduler.events import EventLimiter
+from hami_dcu.scheduler.filtering import Filter, FilterSettings, plan_pod
+from hami_dcu.scheduler.handshake import handshake_problem, observe
+from hami_dcu.scheduler.metrics import SchedulerMetrics
+from hami_dcu.scheduler.reasons import Code
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def judge(node: dict, at: datetime):
+    cache = ClusterCache()
+    cache.apply_node(node, T0)
+    flt = Filter(cache, FilterSettings())
+    return flt.run(plan_pod(dcu_pod("p"), flt.settings), ["n1"], at)
+
+
+def test_reported_handshake_ages_out_after_60_seconds():
+    node = node_object("n1", handshake=T0)
+    assert judge(node, T0 + timedelta(seconds=59)).chosen == "n1"
+    late = judge(node, T0 + timedelta(seconds=61))
+    assert late.chosen is None
+    assert late.failed["n1"].code == Code.NODE_HANDSHAKE_STALE
+    assert "last reported 61s ago" in late.failed["n1"].message
+
+
+def test_requesting_from_a_hami_scheduler_gets_60_seconds_grace():
+    node = node_object("n1", extra={keys.NODE_HANDSHAKE: encode_requesting(T0)})
+    assert judge(node, T0 + timedelta(seconds=30)).chosen == "n1"
+    assert judge(node, T0 + timedelta(seconds=90)).failed["n1"].code == Code.NODE_HANDSHAKE_STALE
+
+
+def test_missing_or_deleted_handshake_is_not_usable():
+    node = node_object("n1")
+    del node["metadata"]["annotations"][keys.NODE_HANDSHAKE]
+    assert "never reported" in judge(node, T0).failed["n1"].message
+    deleted = node_object("n1", extra={keys.NODE_HANDSHAKE: "Deleted_2026-03-01 12:00:00"})
+    assert judge(deleted, T0).failed["n1"].code == Code.NODE_HANDSHAKE_STALE
+
+
+def test_go_time_string_from_hamis_plugin_is_read():
+    seen = observe("Reported 2026-03-01 12:00:00.123456789 +0000 UTC m=+30.001", None, T0)
+    assert handshake_problem(seen, T0 + timedelta(seconds=30)) is None
+    assert handshake_problem(seen, T0 + timedelta(seconds=70)) is not None
+
+
+def test_unreadable_reported_time_falls_back_to_when_the_value_changed():
+    seen = observe("Reported sometime", None, T0)
+    assert handshake_problem(seen, T0 + timedelta(seconds=30)) is None
+    assert handshake_problem(observe("Reported sometime", seen, T0 + timedelta(seconds=30)),
+                             T0 + timedelta(seconds=61)) is not None
+
+
+def test_event_limiter_allows_changes_but_not_floods():
+    clock = [0.0]
+    limiter = EventLimiter(interval=60, min_interval=10, clock=lambda: clock[0])
+    assert limiter.allow("p", "FilteringFailed", "a")
+    assert not limiter.allow("p", "FilteringFailed", "b")  # within min_interval
+    clock[0] = 11
+    assert not limiter.allow("p", "FilteringFailed", "a")  # same message within interval
+    assert limiter.allow("p", "FilteringFailed", "b")  # changed message after min_interval
+    assert limiter.allow("q", "FilteringFailed", "b")  # other pod
+    clock[0] = 80
+    assert limiter.allow("p", "FilteringFailed", "b")
+
+
+def test_per_card_metrics_are_labelled_node_card_model():
+    cache = ClusterCache()
+    cache.apply_node(node_object("n1"), T0)
+    cache.apply_pod({"metadata": {"uid": "u", "name": "x", "namespace": "default", "resourceVersion": "3",
+                                  "annotations": {keys.POD_DEVICES_ALLOCATED: "DCU-n1-S1,DCU,2000,60:;"}},
+                     "spec": {"nodeName": "n1", "containers": [{"name": "c"}]}, "status": {"phase": "Running"}})
+    text = generate_latest(SchedulerMetrics(cache).registry).decode()
+    assert 'hami_dcu_card_allocated_memory_mib{card="DCU-n1-S1",model="DCU-K100_AI",node="n1"} 2000.0' in text
+    assert 'hami_dcu_card_allocated_cores_percent{card="DCU-n1-S1",model="DCU-K100_AI",node="n1"} 60.0' in text
+    assert 'hami_dcu_card_allocated_slots{card="DCU-n1-S0",model="DCU-K100_AI",node="n1"} 0.0' in text
