@@ -1,0 +1,143 @@
+"""Which pod and container a kubelet Allocate call serves, and what it gets: pure decisions.
+
+The kubelet names no pod, so the pod is the one the node lock names, and it must prove it:
+bound to this node, Pending, `bind-phase: allocating`, with a next container in
+`hami.io/dcu-devices-to-allocate` whose card count equals the kubelet's request and whose
+cards this plugin serves. Anything else fails closed with a message naming the likely cause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hami_dcu.common import keys
+from hami_dcu.common.codec import CodecError, ContainerDevice, PodDevices, decode_pod_devices, encode_pod_devices
+from hami_dcu.common.requests import pod_containers
+from hami_dcu.deviceplugin.discovery import DcuCard
+
+JSON = dict[str, Any]
+
+KFD = "/dev/kfd"
+MKFD = "/dev/mkfd"
+VDEV_CONTAINER_DIR = "/etc/vdev/docker/"
+DRIVER_CONTAINER_DIR = "/opt/hygondriver"
+HYHAL_DIR = "/opt/hyhal"
+
+
+class AllocateRefused(RuntimeError):
+    """The request cannot be tied to a pod that proves it is the one being admitted."""
+
+
+def fake_device_id(card_id: str, slot: int) -> str:
+    return f"{card_id}-fake-{slot}"
+
+
+def card_of_fake_id(fake_id: str) -> str:
+    return fake_id.rsplit("-fake-", 1)[0]
+
+
+@dataclass(frozen=True)
+class ContainerPlan:
+    index: int  # position in the pod device list (init containers first)
+    container: str
+    devices: list[ContainerDevice]
+    remaining: PodDevices  # the to-allocate list with this entry erased
+
+    @property
+    def done(self) -> bool:
+        return not any(self.remaining)
+
+
+def who(pod: JSON) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str, DcuCard]) -> ContainerPlan:
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    bound = (pod.get("spec") or {}).get("nodeName")
+    if bound != node:
+        raise AllocateRefused(f"pod {who(pod)} holds the lock of node {node} but is bound to {bound or 'no node'}")
+    phase = (pod.get("status") or {}).get("phase")
+    if phase != "Pending":
+        raise AllocateRefused(f"pod {who(pod)} is {phase}, not Pending: it is not being admitted")
+    bind_phase = annotations.get(keys.POD_BIND_PHASE)
+    if bind_phase != keys.BIND_PHASE_ALLOCATING:
+        raise AllocateRefused(
+            f"pod {who(pod)} has {keys.POD_BIND_PHASE}={bind_phase!r}, not "
+            f"{keys.BIND_PHASE_ALLOCATING!r}: it was not bound by hami-scheduler just now"
+        )
+    value = annotations.get(keys.POD_DEVICES_TO_ALLOCATE)
+    if value is None:
+        raise AllocateRefused(
+            f"pod {who(pod)} has no {keys.POD_DEVICES_TO_ALLOCATE}: it bypassed hami-scheduler "
+            "(spec.nodeName set by hand, or another scheduler)"
+        )
+    try:
+        entries = decode_pod_devices(value, keys.POD_DEVICES_TO_ALLOCATE)
+    except CodecError as exc:
+        raise AllocateRefused(f"pod {who(pod)}: {exc}") from exc
+    index = next((i for i, entry in enumerate(entries) if entry), None)
+    if index is None:
+        raise AllocateRefused(f"pod {who(pod)}: every container already got its DCU, none left for this request")
+    containers = pod_containers(pod)
+    if index >= len(containers):
+        raise AllocateRefused(
+            f"pod {who(pod)}: {keys.POD_DEVICES_TO_ALLOCATE} names container #{index}, the pod has {len(containers)}"
+        )
+    devices = entries[index]
+    cname = containers[index].get("name", f"#{index}")
+    if len(devices) != len(request_ids):
+        raise AllocateRefused(
+            f"pod {who(pod)} container {cname}: the kubelet asks for {len(request_ids)} "
+            f"device(s), hami-scheduler allocated {len(devices)}"
+        )
+    for device in devices:
+        if device.uuid not in cards:
+            raise AllocateRefused(f"pod {who(pod)} container {cname}: card {device.uuid} is not served on node {node}")
+    remaining = [list(e) for e in entries]
+    remaining[index] = []
+    return ContainerPlan(index=index, container=cname, devices=devices, remaining=remaining)
+
+
+def erased_annotation(plan: ContainerPlan) -> str:
+    return encode_pod_devices(plan.remaining, keys.POD_DEVICES_TO_ALLOCATE)
+
+
+def is_shared(devices: list[ContainerDevice], cards: dict[str, DcuCard]) -> bool:
+    """A vDCU: one card, and less than its memory or less than all its cores."""
+    if len(devices) != 1:
+        return False
+    device = devices[0]
+    return device.usedmem < cards[device.uuid].card.memory_mib or device.usedcores < 100
+
+
+def cu_count(usedcores: int, compute_units: int) -> int:
+    return min(usedcores, 100) * compute_units // 100
+
+
+def preferred_ids(pod: JSON, available: list[str], must_include: list[str], size: int) -> list[str]:
+    """Advice for the kubelet: slots on the cards the next container was scheduled to."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        entries = decode_pod_devices(annotations.get(keys.POD_DEVICES_TO_ALLOCATE, ""))
+    except CodecError:
+        entries = []
+    wanted = [d.uuid for d in next((e for e in entries if e), [])]
+    chosen = list(must_include)[:size]
+    for card_id in wanted:
+        if len(chosen) >= size:
+            break
+        if any(card_of_fake_id(c) == card_id for c in chosen):
+            continue
+        slot = next((a for a in available if card_of_fake_id(a) == card_id and a not in chosen), None)
+        if slot:
+            chosen.append(slot)
+    for slot in available:
+        if len(chosen) >= size:
+            break
+        if slot not in chosen:
+            chosen.append(slot)
+    return chosen

@@ -1,0 +1,272 @@
+"""The device plugin's node-side work: Allocate, node registration, reconcile. All node-local
+state (CU bitsets, pipes, vdev ids, vdev files) changes under one lock.
+
+The gRPC servicer (servicer.py) only translates between this class and the wire.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from hami_dcu.common import keys
+from hami_dcu.common.codec import CodecError, NodeDevice, decode_lock, encode_node_devices, encode_reported
+from hami_dcu.common.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.nodelock import NodeLock
+from hami_dcu.deviceplugin import plan as planning
+from hami_dcu.deviceplugin.allocator import AllocationError, Grant, NodeState
+from hami_dcu.deviceplugin.discovery import DcuCard
+from hami_dcu.deviceplugin.vdev import VdevDir, VdevSpec, parse_dirname, render_conf, write_atomic
+
+log = logging.getLogger(__name__)
+
+
+class AllocateFailed(RuntimeError):
+    """Allocate could not be served; the message goes back to the kubelet and the pod."""
+
+
+@dataclass(frozen=True)
+class Paths:
+    vdev_dir: Path = Path("/usr/local/vgpu/dcu")
+    etc_vdev: Path = Path("/etc/vdev")
+    dev_root: Path = Path("/dev")
+    driver_dir: Path = Path("/opt/dtk")
+    hyhal_dir: Path = Path(planning.HYHAL_DIR)
+
+
+@dataclass
+class ContainerResponse:
+    devices: list[tuple[str, str, str]] = field(default_factory=list)  # container path, host path, permissions
+    mounts: list[tuple[str, str, bool]] = field(default_factory=list)  # container path, host path, read-only
+    envs: dict[str, str] = field(default_factory=dict)
+
+
+class PluginCore:
+    def __init__(
+        self,
+        kube: Kube,
+        node: str,
+        cards: list[DcuCard],
+        paths: Paths | None = None,
+        slots_per_card: int = keys.DEFAULT_SLOTS_PER_CARD,
+        lock_timeout_seconds: int = 300,
+    ) -> None:
+        self.kube = kube
+        self.node = node
+        self.cards = {c.id: c for c in cards}
+        self.by_index = {c.index: c for c in cards}
+        self.paths = paths or Paths()
+        self.slots_per_card = slots_per_card
+        self.node_lock = NodeLock(kube, timeout=timedelta(seconds=lock_timeout_seconds))
+        self.state = NodeState(compute_units={c.index: c.card.compute_units for c in cards})
+        self.lock = threading.Lock()
+        self.rebuild()
+
+    # --- restart safety ------------------------------------------------------------------
+
+    def rebuild(self) -> int:
+        """Take back every grant recorded in the vdev directory (run at start)."""
+        restored = 0
+        with self.lock:
+            for record in self._records():
+                if record.card_index in self.state.compute_units:
+                    self.state.restore(record)
+                    restored += 1
+        if restored:
+            log.info("node %s: restored %d vDCU grants from %s", self.node, restored, self.paths.vdev_dir)
+        return restored
+
+    def _records(self) -> list[VdevDir]:
+        try:
+            names = sorted(p.name for p in self.paths.vdev_dir.iterdir() if p.is_dir())
+        except FileNotFoundError:
+            return []
+        return [r for r in (parse_dirname(n) for n in names) if r is not None]
+
+    # --- Allocate ------------------------------------------------------------------------
+
+    def allocate(self, requests: list[list[str]]) -> list[ContainerResponse]:
+        with self.lock:
+            namespace, name = self._lock_holder()
+            try:
+                pod = self.kube.get_pod(namespace, name)
+            except NotFoundError:
+                self._release(namespace, name)
+                raise AllocateFailed(
+                    f"pod {namespace}/{name} holding the lock of node {self.node} was deleted"
+                ) from None
+            responses: list[ContainerResponse] = []
+            written: list[tuple[Grant, VdevSpec]] = []
+            try:
+                for ids in requests:
+                    container_plan = planning.plan_container(pod, self.node, ids, self.cards)
+                    responses.append(self._serve_container(pod, container_plan, written))
+                    pod = self.kube.patch_pod_metadata(
+                        namespace,
+                        name,
+                        annotations={keys.POD_DEVICES_TO_ALLOCATE: planning.erased_annotation(container_plan)},
+                    )
+                    log.info(
+                        "pod %s/%s container %s: allocated %s on node %s",
+                        namespace,
+                        name,
+                        container_plan.container,
+                        ",".join(d.uuid for d in container_plan.devices),
+                        self.node,
+                    )
+                if container_plan.done:
+                    self.kube.patch_pod_metadata(
+                        namespace, name, annotations={keys.POD_BIND_PHASE: keys.BIND_PHASE_SUCCESS}
+                    )
+                    self._release(namespace, name)
+                return responses
+            except (planning.AllocateRefused, AllocationError, KubeError, CodecError, OSError) as exc:
+                for grant, spec in written:
+                    self._remove_vdev(spec.dirname, grant.vdev)
+                    self.state.release(grant)
+                self._mark_failed(namespace, name, str(exc))
+                raise AllocateFailed(str(exc)) from exc
+
+    def _lock_holder(self) -> tuple[str, str]:
+        annotations = (self.kube.get_node(self.node).get("metadata") or {}).get("annotations") or {}
+        value = annotations.get(keys.NODE_LOCK)
+        if not value:
+            raise AllocateFailed(
+                f"no pod holds the node lock {keys.NODE_LOCK} of node {self.node}: the pod was not "
+                "bound by hami-scheduler (spec.nodeName set by hand?) or its lock expired"
+            )
+        try:
+            lock = decode_lock(value)
+        except CodecError as exc:
+            raise AllocateFailed(f"node {self.node}: {exc}") from exc
+        if lock.name is None or lock.namespace is None:
+            raise AllocateFailed(f"node {self.node}: the lock {value!r} names no pod (legacy lock)")
+        return lock.namespace, lock.name
+
+    def _serve_container(
+        self, pod: dict, container_plan: planning.ContainerPlan, written: list[tuple[Grant, VdevSpec]]
+    ) -> ContainerResponse:
+        response = ContainerResponse()
+        for path in (planning.KFD, planning.MKFD):
+            response.devices.append((path, str(self.paths.dev_root / path.removeprefix("/dev/")), "rwm"))
+        for device in container_plan.devices:
+            card = self.cards[device.uuid]
+            for host in (card.drm.card, card.drm.render):
+                response.devices.append(("/dev/dri/" + Path(host).name, host, "rw"))
+        if planning.is_shared(container_plan.devices, self.cards):
+            device = container_plan.devices[0]
+            card = self.cards[device.uuid]
+            count = planning.cu_count(device.usedcores, card.card.compute_units)
+            grant = self.state.allocate(card.index, count)
+            spec = VdevSpec(
+                pod_uid=pod["metadata"]["uid"],
+                container=container_plan.container,
+                card_index=card.index,
+                pipe=grant.pipe,
+                vdev=grant.vdev,
+                cu_mask=grant.cu_mask,
+                cu_count=count,
+                memory_mib=device.usedmem,
+                pci_bus_id=card.card.pci_bus_id,
+            )
+            written.append((grant, spec))
+            host_dir = self.paths.vdev_dir / spec.dirname
+            write_atomic(host_dir / "vdev0.conf", render_conf(spec, device_id=0))
+            write_atomic(self.paths.etc_vdev / f"vdev{grant.vdev}.conf", render_conf(spec, device_id=card.index))
+            response.mounts.append((planning.VDEV_CONTAINER_DIR, str(host_dir), False))
+        response.mounts.append((planning.DRIVER_CONTAINER_DIR, str(self.paths.driver_dir), False))
+        response.mounts.append((planning.HYHAL_DIR, str(self.paths.hyhal_dir), True))
+        return response
+
+    def _mark_failed(self, namespace: str, name: str, why: str) -> None:
+        log.error("pod %s/%s: allocation on node %s failed: %s", namespace, name, self.node, why)
+        try:
+            self.kube.patch_pod_metadata(namespace, name, annotations={keys.POD_BIND_PHASE: keys.BIND_PHASE_FAILED})
+        except KubeError as exc:
+            log.warning("pod %s/%s: could not mark %s=failed: %s", namespace, name, keys.POD_BIND_PHASE, exc)
+        try:
+            self.kube.create_event(
+                {"kind": "Pod", "metadata": {"namespace": namespace, "name": name}},
+                "DCUAllocationFailed",
+                f"node {self.node}: {why}",
+                "Warning",
+                component="hami-dcu-device-plugin",
+            )
+        except KubeError:
+            pass
+        self._release(namespace, name)
+
+    def _release(self, namespace: str, name: str) -> None:
+        try:
+            self.node_lock.release(self.node, namespace, name)
+        except Exception as exc:  # the lock expires anyway; never hide the allocation error
+            log.warning("node %s: could not release the lock of %s/%s: %s", self.node, namespace, name, exc)
+
+    # --- GetPreferredAllocation ------------------------------------------------------------
+
+    def preferred(self, available: list[str], must_include: list[str], size: int) -> list[str]:
+        try:
+            namespace, name = self._lock_holder()
+            pod = self.kube.get_pod(namespace, name)
+        except (AllocateFailed, KubeError):
+            pod = {}
+        return planning.preferred_ids(pod, available, must_include, size)
+
+    # --- reconcile -------------------------------------------------------------------------
+
+    def reconcile(self) -> list[str]:
+        """Remove vdev directories (and /etc/vdev files) of pods that are gone or finished.
+        One pod list scoped to this node per cycle. Returns the removed directory names."""
+        pods = self.kube.list_pods(field_selector=f"spec.nodeName={self.node}").items
+        live = {
+            p["metadata"]["uid"] for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        }
+        removed = []
+        with self.lock:
+            for record in self._records():
+                if record.pod_uid in live:
+                    continue
+                dirname = next(p.name for p in self.paths.vdev_dir.iterdir() if parse_dirname(p.name) == record)
+                self._remove_vdev(dirname, record.vdev)
+                self.state.release(record)
+                removed.append(dirname)
+        for dirname in removed:
+            log.info("node %s: removed vdev %s of a pod that is gone or finished", self.node, dirname)
+        return removed
+
+    def _remove_vdev(self, dirname: str, vdev: int) -> None:
+        shutil.rmtree(self.paths.vdev_dir / dirname, ignore_errors=True)
+        (self.paths.etc_vdev / f"vdev{vdev}.conf").unlink(missing_ok=True)
+
+    # --- node registration -----------------------------------------------------------------
+
+    def node_devices(self, health: dict[str, bool] | None = None) -> list[NodeDevice]:
+        health = health or {}
+        return [
+            NodeDevice(
+                id=c.id,
+                count=self.slots_per_card,
+                devmem=c.card.memory_mib,
+                devcore=100,
+                type=keys.DEVICE_MODEL_PREFIX + c.card.model,
+                numa=c.card.numa,
+                health=health.get(c.id, c.card.healthy),
+                index=c.index,
+                mode=keys.DEVICE_MODE,
+            )
+            for c in sorted(self.cards.values(), key=lambda c: c.index)
+        ]
+
+    def register_node(self, health: dict[str, bool] | None = None, now: datetime | None = None) -> None:
+        """Publish the cards and the handshake on the node (what hami-scheduler reads)."""
+        self.kube.patch_node_metadata(
+            self.node,
+            annotations={
+                keys.NODE_REGISTER: encode_node_devices(self.node_devices(health)),
+                keys.NODE_HANDSHAKE: encode_reported(now or datetime.now(UTC)),
+            },
+        )
