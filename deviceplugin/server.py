@@ -171,6 +171,9 @@ class DevicePluginServer:
         self.registrations += 1
         log.info("registered %s with the kubelet (%s)", self.resource, kubelet)
 
+    def health_snapshot(self) -> dict[str, bool]:
+        return dict(self._health_now)
+
     def refresh_health(self) -> bool:
         """Re-read health; wake ListAndWatch when it changed. True if it changed."""
         try:

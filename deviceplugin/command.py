@@ -1,0 +1,121 @@
+"""`hami-dcu device-plugin`: discover the cards, serve the kubelet, publish the node, reconcile."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import threading
+from pathlib import Path
+
+from hami_dcu.common import keys
+from hami_dcu.common.kube import Kube, KubeConfigError, KubeError
+from hami_dcu.deviceplugin.discovery import discover
+from hami_dcu.deviceplugin.faketree import lay_out
+from hami_dcu.deviceplugin.plugin import Paths, PluginCore
+from hami_dcu.deviceplugin.server import DevicePluginServer
+from hami_dcu.deviceplugin.smi import MockBackend, RsmiBackend, SmiBackend, SmiError
+
+log = logging.getLogger(__name__)
+RETRY_AFTER_FAILURE = 5.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
+                        help="this node's name (default: $NODE_NAME, from the downward API)")
+    parser.add_argument("--smi", choices=["rsmi", "mock"], default="rsmi",
+                        help="where cards come from: ROCm SMI, or a mock YAML file (default %(default)s)")
+    parser.add_argument("--mock-devices", help="YAML list of mock cards (with --smi mock)")
+    parser.add_argument("--mock-fake-tree", action="store_true",
+                        help="with --smi mock: lay out fake /sys and /dev trees for the mock cards under "
+                             "--sys-root/--dev-root (device files are /dev/null-like character devices)")
+    parser.add_argument("--rsmi-library", default="librocm_smi64.so", help="ROCm SMI shared library")
+    parser.add_argument("--plugin-dir", default="/var/lib/kubelet/device-plugins", help="kubelet device plugin dir")
+    parser.add_argument("--vdev-dir", default="/usr/local/vgpu/dcu", help="host dir for per-container vDCU dirs")
+    parser.add_argument("--etc-vdev", default="/etc/vdev", help="host dir for vdev<N>.conf (read by the exporter)")
+    parser.add_argument("--dev-root", default="/dev", help="root of device files (fake tree in tests)")
+    parser.add_argument("--sys-root", default="/sys", help="root of sysfs (fake tree in tests)")
+    parser.add_argument("--driver-dir", default=os.environ.get("HYGONPATH", "/opt/dtk"),
+                        help="DTK driver dir mounted at /opt/hygondriver (default: $HYGONPATH or /opt/dtk)")
+    parser.add_argument("--hyhal-dir", default="/opt/hyhal", help="hyhal dir mounted read-only at /opt/hyhal")
+    parser.add_argument("--slots-per-card", type=int, default=keys.DEFAULT_SLOTS_PER_CARD,
+                        help="vDCU slots advertised per card (default %(default)s)")
+    parser.add_argument("--register-interval", type=float, default=30.0,
+                        help="seconds between node registrations and reconciles (default %(default)s)")
+    parser.add_argument("--resource-count", default=keys.DEFAULT_COUNT_RESOURCE, help="kubelet resource name")
+    parser.add_argument("--lock-timeout", type=int, default=300, help="node lock expiry, seconds")
+
+
+def make_backend(args: argparse.Namespace) -> SmiBackend:
+    if args.smi == "mock":
+        if not args.mock_devices:
+            raise SmiError("--smi mock needs --mock-devices FILE")
+        return MockBackend(args.mock_devices)
+    return RsmiBackend(args.rsmi_library)
+
+
+class NodeLoop:
+    """Registration and reconcile every interval; 5 s after a failure."""
+
+    def __init__(self, core: PluginCore, server: DevicePluginServer, interval: float) -> None:
+        self.core = core
+        self.server = server
+        self.interval = interval
+        self.stopping = threading.Event()
+
+    def once(self) -> bool:
+        try:
+            self.core.register_node(self.server.health_snapshot())
+            self.core.reconcile()
+            return True
+        except (KubeError, OSError) as exc:
+            log.warning("node %s: registration or reconcile failed, retrying in %.0fs: %s", self.core.node,
+                        RETRY_AFTER_FAILURE, exc)
+            return False
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            ok = self.once()
+            self.stopping.wait(self.interval if ok else RETRY_AFTER_FAILURE)
+
+
+def build(args: argparse.Namespace, kube: Kube) -> tuple[PluginCore, DevicePluginServer, NodeLoop]:
+    backend = make_backend(args)
+    cards = backend.cards()
+    if args.smi == "mock" and args.mock_fake_tree:
+        lay_out(cards, args.sys_root, args.dev_root, char_devices=os.geteuid() == 0)
+    served = discover(cards, args.sys_root, args.dev_root)
+    if not served:
+        raise SmiError(f"no DCU could be served on node {args.node_name} ({len(cards)} reported by SMI)")
+    paths = Paths(vdev_dir=Path(args.vdev_dir), etc_vdev=Path(args.etc_vdev), dev_root=Path(args.dev_root),
+                  driver_dir=Path(args.driver_dir), hyhal_dir=Path(args.hyhal_dir))
+    core = PluginCore(kube, args.node_name, served, paths, args.slots_per_card, args.lock_timeout)
+
+    def health() -> dict[str, bool]:
+        return {f"{keys.DEVICE_ID_PREFIX}{c.serial}": c.healthy for c in backend.cards()}
+
+    server = DevicePluginServer(core, args.plugin_dir, args.resource_count, health=health)
+    return core, server, NodeLoop(core, server, args.register_interval)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.node_name:
+        log.error("no node name: pass --node-name or set NODE_NAME (downward API spec.nodeName)")
+        return 2
+    try:
+        kube = Kube.from_kubeconfig(args.kubeconfig)
+        core, server, loop = build(args, kube)
+    except (KubeConfigError, SmiError) as exc:
+        log.error("device plugin cannot start: %s", exc)
+        return 1
+    log.info("node %s: serving %d cards: %s", args.node_name, len(core.cards), ", ".join(sorted(core.cards)))
+    server.refresh_health()
+    server.start()
+    try:
+        loop.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        loop.stopping.set()
+        server.stop()
+    return 0

@@ -1,0 +1,265 @@
+"""A kubelet stand-in for the local cluster: the device-manager half of a real kubelet.
+
+* serves `v1beta1.Registration` on `<plugin dir>/kubelet.sock`; on Register it dials the
+  plugin back, reads its options and follows its ListAndWatch stream into the Node's
+  `status.capacity` / `status.allocatable`;
+* for every pod bound to its node, in container order (init containers first), asks
+  GetPreferredAllocation (when offered) and Allocate over real gRPC with free device ids,
+  one container per call as the real kubelet does; the pod then turns Running, or Failed
+  with the plugin's error (UnexpectedAdmissionError); ids are freed when the pod goes;
+* `restart()` does what a kubelet restart does to plugins: deletes every socket in the
+  directory and serves a fresh kubelet.sock.
+"""
+
+from __future__ import annotations
+
+import logging
+import stat
+import threading
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from hami_dcu.common import keys
+from hami_dcu.common.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.requests import pod_containers
+from hami_dcu.deviceplugin.api.v1beta1 import api_pb2, api_pb2_grpc
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+
+
+@dataclass
+class PluginEndpoint:
+    resource: str
+    channel: grpc.Channel
+    stub: api_pb2_grpc.DevicePluginStub
+    options: api_pb2.DevicePluginOptions
+    devices: dict[str, str] = field(default_factory=dict)  # id -> health
+
+
+class _Registration(api_pb2_grpc.RegistrationServicer):
+    def __init__(self, kubelet: LocalKubelet) -> None:
+        self.kubelet = kubelet
+
+    def Register(self, request: api_pb2.RegisterRequest, context: grpc.ServicerContext) -> api_pb2.Empty:
+        if request.version != "v1beta1":
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unsupported version {request.version}")
+        if "/" not in request.resource_name or request.resource_name.startswith("kubernetes.io/"):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid resource name {request.resource_name}")
+        self.kubelet.connect(request.resource_name, request.endpoint)
+        return api_pb2.Empty()
+
+
+class LocalKubelet:
+    def __init__(self, kube: Kube, node: str, plugin_dir: str | Path, resource: str = keys.DEFAULT_COUNT_RESOURCE,
+                 labels: dict[str, str] | None = None) -> None:
+        self.kube = kube
+        self.node = node
+        self.plugin_dir = Path(plugin_dir)
+        self.resource = resource
+        self.labels = labels or {"dcu": "on"}
+        self.endpoints: dict[str, PluginEndpoint] = {}
+        self.assigned: dict[str, set[str]] = {}  # pod uid -> device ids
+        self.responses: dict[str, dict[str, api_pb2.ContainerAllocateResponse]] = {}  # uid -> container -> resp
+        self.registrations = 0
+        self._lock = threading.RLock()
+        self._server: grpc.Server | None = None
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._handled: set[str] = set()
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> LocalKubelet:
+        try:
+            self.kube.create_node({"metadata": {"name": self.node, "labels": self.labels},
+                                   "status": {"capacity": {}, "allocatable": {}}})
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+        self._serve_registration()
+        pods = threading.Thread(target=self._pod_loop, name=f"kubelet-{self.node}", daemon=True)
+        pods.start()
+        self._threads.append(pods)
+        return self
+
+    def _serve_registration(self) -> None:
+        self.plugin_dir.mkdir(parents=True, exist_ok=True)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"kubelet-reg-{self.node}"))
+        api_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), server)
+        server.add_insecure_port(f"unix://{self.plugin_dir / 'kubelet.sock'}")
+        server.start()
+        self._server = server
+
+    def restart(self) -> None:
+        """A kubelet restart: plugins lose their sockets and must register again."""
+        if self._server is not None:
+            self._server.stop(grace=None).wait(5)
+        with self._lock:
+            for endpoint in self.endpoints.values():
+                endpoint.channel.close()
+            self.endpoints.clear()
+        for entry in self.plugin_dir.iterdir():
+            if stat.S_ISSOCK(entry.lstat().st_mode):
+                entry.unlink()
+        self._serve_registration()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._server is not None:
+            self._server.stop(grace=None).wait(5)
+        with self._lock:
+            for endpoint in self.endpoints.values():
+                endpoint.channel.close()
+        for thread in self._threads:
+            thread.join(5)
+
+    # --- device plugins ------------------------------------------------------------------
+
+    def connect(self, resource: str, endpoint: str) -> None:
+        channel = grpc.insecure_channel(f"unix://{self.plugin_dir / endpoint}")
+        stub = api_pb2_grpc.DevicePluginStub(channel)
+        options = stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=10)
+        plugin = PluginEndpoint(resource, channel, stub, options)
+        with self._lock:
+            old = self.endpoints.get(resource)
+            self.endpoints[resource] = plugin
+            self.registrations += 1
+        if old is not None:
+            old.channel.close()
+        thread = threading.Thread(target=self._list_and_watch, args=(plugin,), name=f"law-{self.node}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _list_and_watch(self, plugin: PluginEndpoint) -> None:
+        try:
+            for response in plugin.stub.ListAndWatch(api_pb2.Empty()):
+                with self._lock:
+                    plugin.devices = {d.ID: d.health for d in response.devices}
+                    healthy = sum(1 for h in plugin.devices.values() if h == "Healthy")
+                    total = len(plugin.devices)
+                try:
+                    self.kube.patch_node_status(self.node, {"capacity": {plugin.resource: str(total)},
+                                                            "allocatable": {plugin.resource: str(healthy)}})
+                except KubeError as exc:
+                    log.warning("node %s: capacity update failed: %s", self.node, exc)
+        except grpc.RpcError:
+            pass  # the plugin went away or restarted; it registers again
+
+    def free_ids(self, resource: str) -> list[str]:
+        with self._lock:
+            plugin = self.endpoints.get(resource)
+            if plugin is None:
+                return []
+            used = set().union(*self.assigned.values()) if self.assigned else set()
+            return sorted(i for i, h in plugin.devices.items() if h == "Healthy" and i not in used)
+
+    # --- pods ----------------------------------------------------------------------------
+
+    def _pod_loop(self) -> None:
+        selector = f"spec.nodeName={self.node}"
+        while not self._stopping.is_set():
+            try:
+                listed = self.kube.list_pods(field_selector=selector)
+                self._sync(listed.items)
+                for event in self.kube.watch_pods(listed.resource_version, timeout_seconds=2, field_selector=selector):
+                    if self._stopping.is_set():
+                        return
+                    pod = event["object"]
+                    if event["type"] == "DELETED":
+                        self._forget(pod)
+                    elif event["type"] in ("ADDED", "MODIFIED"):
+                        self._sync([pod])
+            except KubeError as exc:
+                log.debug("kubelet %s: pod watch restarted: %s", self.node, exc)
+                self._stopping.wait(0.5)
+
+    def _sync(self, pods: list[JSON]) -> None:
+        for pod in pods:
+            uid = pod["metadata"]["uid"]
+            phase = (pod.get("status") or {}).get("phase")
+            if phase in ("Succeeded", "Failed"):
+                self._forget(pod)
+                continue
+            if uid in self._handled or phase != "Pending":
+                continue
+            self._handled.add(uid)
+            self._admit(pod)
+
+    def _forget(self, pod: JSON) -> None:
+        with self._lock:
+            self.assigned.pop(pod["metadata"]["uid"], None)
+
+    def _admit(self, pod: JSON) -> None:
+        meta = pod["metadata"]
+        uid, who = meta["uid"], f"{meta.get('namespace')}/{meta.get('name')}"
+        try:
+            for container in pod_containers(pod):
+                need = _count(container, self.resource)
+                if need:
+                    self._allocate(uid, container["name"], need)
+        except (grpc.RpcError, AdmissionFailed) as exc:
+            message = exc.details() if isinstance(exc, grpc.RpcError) else str(exc)
+            log.info("kubelet %s: pod %s failed admission: %s", self.node, who, message)
+            self._forget(pod)
+            self._set_status(meta, {"phase": "Failed", "reason": "UnexpectedAdmissionError",
+                                    "message": f"Allocate failed due to {message}, which is unexpected"})
+            return
+        self._set_status(meta, {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]})
+
+    def _allocate(self, uid: str, container: str, need: int) -> None:
+        with self._lock:
+            plugin = self.endpoints.get(self.resource)
+        if plugin is None:
+            raise AdmissionFailed(f"no device plugin registered for {self.resource}")
+        free = self.free_ids(self.resource)
+        if len(free) < need:
+            raise AdmissionFailed(f"{need} {self.resource} requested, {len(free)} free")
+        chosen = free[:need]
+        if plugin.options.get_preferred_allocation_available:
+            preferred = plugin.stub.GetPreferredAllocation(api_pb2.PreferredAllocationRequest(container_requests=[
+                api_pb2.ContainerPreferredAllocationRequest(available_deviceIDs=free, allocation_size=need)]),
+                timeout=10)
+            advice = [i for i in preferred.container_responses[0].deviceIDs if i in free]
+            if len(advice) == need:
+                chosen = advice
+        with self._lock:
+            self.assigned.setdefault(uid, set()).update(chosen)
+        response = plugin.stub.Allocate(api_pb2.AllocateRequest(container_requests=[
+            api_pb2.ContainerAllocateRequest(devices_ids=chosen)]), timeout=30)
+        if not response.container_responses:
+            raise AdmissionFailed("no containers return in allocation response")
+        self.responses.setdefault(uid, {})[container] = response.container_responses[0]
+
+    def _set_status(self, meta: JSON, status: JSON) -> None:
+        try:
+            self.kube.patch_pod_status(meta["namespace"], meta["name"], status)
+        except NotFoundError:
+            pass
+
+
+class AdmissionFailed(RuntimeError):
+    pass
+
+
+def _count(container: JSON, resource: str) -> int:
+    resources = container.get("resources") or {}
+    value = (resources.get("limits") or {}).get(resource, (resources.get("requests") or {}).get(resource, 0))
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def short_socket_dir(prefix: str) -> Path:
+    """Unix socket paths are limited to ~107 bytes: keep plugin dirs short, under /tmp."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+__all__ = ["LocalKubelet", "short_socket_dir"]

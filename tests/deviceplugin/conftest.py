@@ -1,0 +1,104 @@
+"""A node for device plugin tests: mock cards, fake /sys and /dev, the local API server."""
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hami_dcu.common import keys
+from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
+from hami_dcu.common.kube import Kube
+from hami_dcu.common.nodelock import NodeLock
+from hami_dcu.deviceplugin.discovery import discover
+from hami_dcu.deviceplugin.faketree import lay_out
+from hami_dcu.deviceplugin.plugin import Paths, PluginCore
+from hami_dcu.deviceplugin.smi import MockBackend
+from hami_dcu.e2e.kubelet import short_socket_dir
+
+NODE = "n1"
+CARDS = [
+    {"serial": "S1", "model": "K100_AI", "memory_mib": 65520, "compute_units": 120, "pci_bus_id": "0000:3d:00.0"},
+    {"serial": "S2", "model": "K100_AI", "memory_mib": 65520, "compute_units": 120, "pci_bus_id": "0000:9f:00.0"},
+]
+
+
+@dataclass
+class Node:
+    kube: Kube
+    root: Path
+    mock_file: Path
+    paths: Paths
+    plugin_dir: Path
+
+    def core(self, **kwargs) -> PluginCore:
+        cards = discover(MockBackend(self.mock_file).cards(), self.root / "sys", self.root / "dev")
+        return PluginCore(self.kube, NODE, cards, self.paths, **kwargs)
+
+    def bind(
+        self,
+        name: str,
+        containers: list[tuple[str, list[ContainerDevice]]],
+        init: int = 0,
+        lock: bool = True,
+        bind_phase: str = keys.BIND_PHASE_ALLOCATING,
+        node: str = NODE,
+    ) -> dict:
+        """Create a pod and do what hami-scheduler's /bind does: lock, then Binding with annotations."""
+        specs = [
+            {
+                "name": cname,
+                "image": "x",
+                "resources": {"limits": {keys.DEFAULT_COUNT_RESOURCE: str(len(devs))} if devs else {}},
+            }
+            for cname, devs in containers
+        ]
+        pod = self.kube.create_pod(
+            "default",
+            {
+                "metadata": {"name": name},
+                "spec": {"initContainers": specs[:init], "containers": specs[init:], "schedulerName": "hami-scheduler"},
+            },
+        )
+        value = encode_pod_devices([devs for _, devs in containers])
+        if lock:
+            NodeLock(self.kube).acquire(NODE, "default", name)
+        self.kube.create_binding(
+            "default",
+            name,
+            node,
+            annotations={
+                keys.POD_DEVICES_TO_ALLOCATE: value,
+                keys.POD_DEVICES_ALLOCATED: value,
+                keys.POD_NODE: node,
+                keys.POD_BIND_PHASE: bind_phase,
+                keys.POD_BIND_TIME: "1754532001",
+                keys.POD_TIME: "1754532000",
+            },
+        )
+        return self.kube.get_pod("default", pod["metadata"]["name"])
+
+    def lock_value(self) -> str | None:
+        return (self.kube.get_node(NODE)["metadata"].get("annotations") or {}).get(keys.NODE_LOCK)
+
+    def annotation(self, name: str, key: str) -> str | None:
+        return self.kube.get_pod("default", name)["metadata"]["annotations"].get(key)
+
+
+@pytest.fixture
+def dcu_node(kube, tmp_path) -> Node:
+    root = tmp_path / "root"
+    mock_file = tmp_path / "cards.yaml"
+    mock_file.write_text(yaml.safe_dump(CARDS))
+    lay_out(MockBackend(mock_file).cards(), root / "sys", root / "dev", other_gpus=1)
+    kube.create_node({"metadata": {"name": NODE}})
+    plugin_dir = short_socket_dir("dp-")
+    yield Node(
+        kube,
+        root,
+        mock_file,
+        Paths(vdev_dir=root / "vgpu", etc_vdev=root / "etc-vdev", dev_root=root / "dev", driver_dir=Path("/opt/dtk")),
+        plugin_dir,
+    )
+    shutil.rmtree(plugin_dir, ignore_errors=True)

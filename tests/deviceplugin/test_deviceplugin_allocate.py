@@ -1,0 +1,235 @@
+"""Allocate: golden vdev files, responses, and every failure path (pod marked failed, lock released)."""
+
+import re
+
+import pytest
+from dp_helpers import dev
+
+from hami_dcu.common import keys
+from hami_dcu.deviceplugin.plugin import AllocateFailed
+
+GOLDEN_15 = """PciBusId: 0000:3D:00.0
+cu_mask: 0x000000000003ffff
+cu_mask: 0x0000000000000000
+cu_count: 18
+mem: 2000 MiB
+device_id: 0
+vdev_id: 0
+pipe_id: 0
+enable: 1
+"""
+
+
+def vdev_dirs(node):
+    return sorted(p.name for p in node.paths.vdev_dir.iterdir()) if node.paths.vdev_dir.exists() else []
+
+
+def read_conf(node, pod, container):
+    (d,) = [p for p in node.paths.vdev_dir.iterdir() if p.name.startswith(f"{pod['metadata']['uid']}_{container}_")]
+    return (d / "vdev0.conf").read_text(), d.name
+
+
+def test_shared_vdcu_golden_file_and_response(dcu_node):
+    core = dcu_node.core()
+    pod = dcu_node.bind("p", [("main", [dev("S1", 2000, 15)])])
+    (response,) = core.allocate([["DCU-S1-fake-0"]])
+    text, dirname = read_conf(dcu_node, pod, "main")
+    assert text == GOLDEN_15
+    assert dirname == f"{pod['metadata']['uid']}_main_0_0_0_000000000003ffff_0000000000000000"
+    etc = (dcu_node.paths.etc_vdev / "vdev0.conf").read_text()
+    assert etc == GOLDEN_15.replace("device_id: 0", "device_id: 0")  # card index 0
+    devices = {c: h for c, h, _ in response.devices}
+    root = dcu_node.root / "dev"
+    # card0/renderD128 belong to the other vendor's GPU laid out first: mapping is by PCI bus id
+    assert devices == {
+        "/dev/kfd": str(root / "kfd"),
+        "/dev/mkfd": str(root / "mkfd"),
+        "/dev/dri/card1": str(root / "dri/card1"),
+        "/dev/dri/renderD129": str(root / "dri/renderD129"),
+    }
+    mounts = {c: (h, ro) for c, h, ro in response.mounts}
+    assert mounts["/etc/vdev/docker/"] == (str(dcu_node.paths.vdev_dir / dirname), False)
+    assert mounts["/opt/hygondriver"] == ("/opt/dtk", False)
+    assert mounts["/opt/hyhal"] == ("/opt/hyhal", True)
+    assert dcu_node.annotation("p", keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS
+    assert dcu_node.annotation("p", keys.POD_DEVICES_TO_ALLOCATE) == ";"
+    assert dcu_node.lock_value() is None
+
+
+def test_second_card_gets_its_own_bus_id_masks_and_device_id(dcu_node):
+    core = dcu_node.core()
+    pod = dcu_node.bind("p", [("main", [dev("S2", 4096, 60)])])
+    (response,) = core.allocate([["DCU-S2-fake-1"]])
+    text, dirname = read_conf(dcu_node, pod, "main")
+    assert text.splitlines()[:5] == [
+        "PciBusId: 0000:9F:00.0",
+        "cu_mask: 0xffffffffffffffff",
+        "cu_mask: 0x00000000000000ff",
+        "cu_count: 72",
+        "mem: 4096 MiB",
+    ]
+    assert "_1_0_0_" in dirname
+    assert "device_id: 1" in (dcu_node.paths.etc_vdev / "vdev0.conf").read_text()
+    assert ("/dev/dri/card2", str(dcu_node.root / "dev/dri/card2"), "rw") in response.devices
+
+
+def test_memory_only_and_cores_only(dcu_node):
+    core = dcu_node.core()
+    mem_only = dcu_node.bind("m", [("c", [dev("S1", 1024, 100)])])
+    core.allocate([["DCU-S1-fake-0"]])
+    text, _ = read_conf(dcu_node, mem_only, "c")
+    assert "cu_count: 120" in text and "cu_mask: 0x00ffffffffffffff" in text and "mem: 1024 MiB" in text
+    cores_only = dcu_node.bind("k", [("c", [dev("S2", 65520, 25)])])
+    core.allocate([["DCU-S2-fake-0"]])
+    text, _ = read_conf(dcu_node, cores_only, "c")
+    assert "cu_count: 30" in text and "cu_mask: 0x000000003fffffff" in text and "mem: 65520 MiB" in text
+
+
+def test_whole_card_gets_devices_and_driver_but_no_vdev(dcu_node):
+    core = dcu_node.core()
+    dcu_node.bind("w", [("c", [dev("S1", 65520, 100), dev("S2", 65520, 100)])])
+    (response,) = core.allocate([["DCU-S1-fake-0", "DCU-S2-fake-0"]])
+    assert vdev_dirs(dcu_node) == []
+    paths = [c for c, _, _ in response.devices]
+    assert paths == [
+        "/dev/kfd",
+        "/dev/mkfd",
+        "/dev/dri/card1",
+        "/dev/dri/renderD129",
+        "/dev/dri/card2",
+        "/dev/dri/renderD130",
+    ]
+    assert [c for c, _, _ in response.mounts] == ["/opt/hygondriver", "/opt/hyhal"]
+
+
+def test_second_vdcu_on_a_card_does_not_overlap(dcu_node):
+    core = dcu_node.core()
+    first = dcu_node.bind("a", [("c", [dev("S1", 1000, 15)])])
+    core.allocate([["DCU-S1-fake-0"]])
+    second = dcu_node.bind("b", [("c", [dev("S1", 1000, 15)])])
+    core.allocate([["DCU-S1-fake-1"]])
+    a, _ = read_conf(dcu_node, first, "c")
+    b, _ = read_conf(dcu_node, second, "c")
+    assert "cu_mask: 0x000000000003ffff" in a
+    assert "cu_mask: 0x0000000fffffc0000" not in b and "cu_mask: 0x0000000ffffc0000" in b
+    assert "vdev_id: 1" in b and "pipe_id: 1" in b
+
+
+def test_several_containers_in_one_call_each_get_their_own_response(dcu_node):
+    core = dcu_node.core()
+    pod = dcu_node.bind("multi", [("a", [dev("S1", 1000, 10)]), ("none", []), ("b", [dev("S2", 3000, 30)])])
+    first, second = core.allocate([["DCU-S1-fake-0"], ["DCU-S2-fake-0"]])
+    mount = lambda r: dict((c, h) for c, h, _ in r.mounts)["/etc/vdev/docker/"]  # noqa: E731
+    assert "_a_0_" in mount(first) and "_b_1_" in mount(second)
+    assert read_conf(dcu_node, pod, "a")[0].count("mem: 1000 MiB") == 1
+    assert read_conf(dcu_node, pod, "b")[0].count("mem: 3000 MiB") == 1
+    assert dcu_node.annotation("multi", keys.POD_DEVICES_TO_ALLOCATE) == ";;;"
+    assert dcu_node.annotation("multi", keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS
+
+
+def test_containers_across_calls_and_init_first(dcu_node):
+    core = dcu_node.core()
+    dcu_node.bind("seq", [("init", [dev("S1", 65520, 100)]), ("app", [dev("S2", 500, 5)])], init=1)
+    core.allocate([["DCU-S1-fake-0"]])
+    assert dcu_node.annotation("seq", keys.POD_BIND_PHASE) == keys.BIND_PHASE_ALLOCATING
+    assert dcu_node.lock_value() is not None  # more containers to come: the lock stays
+    core.allocate([["DCU-S2-fake-0"]])
+    assert dcu_node.annotation("seq", keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS
+    assert dcu_node.lock_value() is None
+
+
+def test_no_lock_fails_closed(dcu_node):
+    core = dcu_node.core()
+    dcu_node.bind("nolock", [("c", [dev("S1", 1000, 10)])], lock=False)
+    with pytest.raises(AllocateFailed, match="no pod holds the node lock"):
+        core.allocate([["DCU-S1-fake-0"]])
+    assert vdev_dirs(dcu_node) == []
+
+
+@pytest.mark.parametrize(
+    ("case", "fragment"),
+    [
+        ("count", "asks for 2 device(s), hami-scheduler allocated 1"),
+        ("phase", "bind-phase='success'"),
+        ("node", "bound to other"),
+        ("card", "card DCU-S9 is not served"),
+    ],
+)
+def test_refusals_mark_failed_and_release_the_lock(dcu_node, case, fragment):
+    core = dcu_node.core()
+    if case == "count":
+        dcu_node.bind("p", [("c", [dev("S1", 1000, 10)])])
+        ids = ["DCU-S1-fake-0", "DCU-S1-fake-1"]
+    elif case == "phase":
+        dcu_node.bind("p", [("c", [dev("S1", 1000, 10)])], bind_phase=keys.BIND_PHASE_SUCCESS)
+        ids = ["DCU-S1-fake-0"]
+    elif case == "node":
+        dcu_node.kube.create_node({"metadata": {"name": "other"}})
+        dcu_node.bind("p", [("c", [dev("S1", 1000, 10)])], node="other")
+        ids = ["DCU-S1-fake-0"]
+    else:
+        dcu_node.bind("p", [("c", [dev("S9", 1000, 10)])])
+        ids = ["DCU-S1-fake-0"]
+    with pytest.raises(AllocateFailed, match=re.escape(fragment)):
+        core.allocate([ids])
+    assert dcu_node.annotation("p", keys.POD_BIND_PHASE) == keys.BIND_PHASE_FAILED
+    assert dcu_node.lock_value() is None
+    assert vdev_dirs(dcu_node) == []
+    events = dcu_node.kube.request("GET", "/api/v1/namespaces/default/events")["items"]
+    assert any(e["reason"] == "DCUAllocationFailed" and fragment.split("'")[0] in e["message"] for e in events)
+
+
+def test_pod_deleted_meanwhile_releases_the_lock(dcu_node):
+    core = dcu_node.core()
+    dcu_node.bind("gone", [("c", [dev("S1", 1000, 10)])])
+    dcu_node.kube.delete_pod("default", "gone")
+    with pytest.raises(AllocateFailed, match="was deleted"):
+        core.allocate([["DCU-S1-fake-0"]])
+    assert dcu_node.lock_value() is None
+
+
+def test_failure_in_second_container_undoes_the_first(dcu_node):
+    core = dcu_node.core()
+    dcu_node.bind("half", [("a", [dev("S1", 1000, 10)]), ("b", [dev("S2", 1000, 10)])])
+    with pytest.raises(AllocateFailed):
+        core.allocate([["DCU-S1-fake-0"], ["DCU-S2-fake-0", "DCU-S2-fake-1"]])
+    assert vdev_dirs(dcu_node) == []
+    assert list(dcu_node.paths.etc_vdev.iterdir()) == []
+    assert core.state.cu_used.get(0, 0) == 0 and not core.state.vdevs_used
+
+
+def test_cu_shortfall_is_an_error_not_a_smaller_mask(dcu_node):
+    core = dcu_node.core()
+    dcu_node.bind("big", [("c", [dev("S1", 1000, 90)])])
+    core.allocate([["DCU-S1-fake-0"]])
+    dcu_node.bind("more", [("c", [dev("S1", 1000, 20)])])
+    with pytest.raises(AllocateFailed, match="24 compute units requested, 12 free"):
+        core.allocate([["DCU-S1-fake-1"]])
+
+
+def test_restart_rebuilds_identical_state_and_reconcile_removes_gone_pods(dcu_node):
+    core = dcu_node.core()
+    dcu_node.bind("a", [("c", [dev("S1", 1000, 15)])])
+    core.allocate([["DCU-S1-fake-0"]])
+    dcu_node.bind("b", [("c", [dev("S2", 1000, 50)])])
+    core.allocate([["DCU-S2-fake-0"]])
+    restarted = dcu_node.core()
+    assert restarted.state == core.state
+    dcu_node.kube.delete_pod("default", "a")
+    removed = restarted.reconcile()
+    assert len(removed) == 1 and "_c_0_" in removed[0]
+    assert len(vdev_dirs(dcu_node)) == 1
+    assert restarted.state.cu_used[0] == 0 and restarted.state.vdevs_used == {1}
+    assert not (dcu_node.paths.etc_vdev / "vdev0.conf").exists()
+    dcu_node.kube.patch_pod_status("default", "b", {"phase": "Succeeded"})
+    assert len(restarted.reconcile()) == 1 and vdev_dirs(dcu_node) == []
+
+
+def test_register_node_publishes_the_nine_field_record(dcu_node):
+    core = dcu_node.core()
+    core.register_node({"DCU-S2": False})
+    annotations = dcu_node.kube.get_node("n1")["metadata"]["annotations"]
+    assert annotations[keys.NODE_REGISTER] == (
+        "DCU-S1,4,65520,100,DCU-K100_AI,0,true,0,hami:DCU-S2,4,65520,100,DCU-K100_AI,0,false,1,hami:"
+    )
+    assert annotations[keys.NODE_HANDSHAKE].startswith("Reported ")
