@@ -21,6 +21,8 @@ async def service(kube) -> AsyncIterator[SchedulerService]:
     yield svc
     await svc.stop()
     akube.close()
+    # Close the watch connections now, so the API server does not wait for them at teardown.
+    kube.api_client.rest_client.pool_manager.clear()
 
 
 @pytest.fixture

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from hami_dcu.common import keys
-from hami_dcu.common.codec import NodeDevice, encode_node_devices, encode_reported
-from hami_dcu.common.kube import Kube
+from hami_dcu.common.codec import (
+    NodeDevice,
+    decode_node_devices,
+    decode_pod_devices,
+    encode_node_devices,
+    encode_reported,
+)
+from hami_dcu.common.kube import AsyncKube, Kube, KubeError
+from hami_dcu.common.nodelock import LockError, NodeLock
 
 JSON = dict[str, Any]
 
@@ -73,3 +81,67 @@ def bind_args(pod: JSON, node: str) -> JSON:
 
 def lock_of(kube: Kube, node: str) -> str | None:
     return (kube.get_node(node)["metadata"].get("annotations") or {}).get(keys.NODE_LOCK)
+
+
+async def fake_device_plugin(kube: Kube, stop: asyncio.Event) -> None:
+    """What the plugin's Allocate ends with: bind-phase success, then the lock released."""
+    akube = AsyncKube(kube)
+    lock = NodeLock(kube)
+    try:
+        while not stop.is_set():
+            pods = await akube.list_pods()
+            for pod in pods.items:
+                meta = pod["metadata"]
+                annotations = meta.get("annotations") or {}
+                if annotations.get(keys.POD_BIND_PHASE) != keys.BIND_PHASE_ALLOCATING:
+                    continue
+                try:  # lock first: a fault between the two steps must not strand the lock
+                    await akube.call(lock.release, pod["spec"]["nodeName"], "default", meta["name"])
+                    await akube.patch_pod_metadata("default", meta["name"],
+                                                   {keys.POD_BIND_PHASE: keys.BIND_PHASE_SUCCESS})
+                except (KubeError, LockError):
+                    pass
+            await asyncio.sleep(0.02)
+    finally:
+        akube.close()
+
+
+def held_per_card(kube: Kube) -> dict[str, tuple[int, int, int]]:
+    held: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for pod in kube.list_pods().items:
+        value = (pod["metadata"].get("annotations") or {}).get(keys.POD_DEVICES_ALLOCATED)
+        for container in decode_pod_devices(value or ""):
+            for device in container:
+                row = held[device.uuid]
+                row[0] += 1
+                row[1] += device.usedmem
+                row[2] += device.usedcores
+    return {card: tuple(row) for card, row in held.items()}
+
+
+def cache_view(service: Any) -> dict[str, tuple[int, int, int]]:
+    return {card.id: (used.slots, used.memory, used.cores)
+            for entry in service.cache.nodes.values() for card, used in zip(entry.cards, entry.used, strict=True)
+            if used.slots or used.memory or used.cores}
+
+
+def over_capacity(kube: Kube) -> list[str]:
+    nodes = {n["metadata"]["name"]: n for n in kube.list_nodes().items}
+    held: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for pod in kube.list_pods().items:
+        value = (pod["metadata"].get("annotations") or {}).get(keys.POD_DEVICES_ALLOCATED)
+        if not value:
+            continue
+        for container in decode_pod_devices(value):
+            for device in container:
+                row = held[device.uuid]
+                row[0] += 1
+                row[1] += device.usedmem
+                row[2] += device.usedcores
+    problems = []
+    for node in nodes.values():
+        for card in decode_node_devices(node["metadata"]["annotations"][keys.NODE_REGISTER]):
+            slots, memory, cores = held[card.id]
+            if slots > card.count or memory > card.devmem or cores > card.devcore:
+                problems.append(f"{card.id}: {slots} slots, {memory} MiB, {cores}%")
+    return problems

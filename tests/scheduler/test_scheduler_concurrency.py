@@ -2,82 +2,23 @@
 the same nodes: no card ever goes over capacity and no lock is left behind."""
 
 import asyncio
-from collections import defaultdict
 
-from scheduler_helpers import create_nodes, dcu_pod, lock_of, until
+from scheduler_helpers import (
+    cache_view,
+    create_nodes,
+    dcu_pod,
+    fake_device_plugin,
+    held_per_card,
+    lock_of,
+    over_capacity,
+    until,
+)
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import decode_node_devices, decode_pod_devices
-from hami_dcu.common.kube import AsyncKube, KubeError
-from hami_dcu.common.nodelock import NodeLock
+from hami_dcu.common.kube import AsyncKube
 from hami_dcu.e2e.scheduler_loop import SchedulerLoop
 from hami_dcu.scheduler.app import build_app
 from hami_dcu.scheduler.bind import BindSettings
 from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
-
-
-async def fake_device_plugin(kube, stop: asyncio.Event) -> None:
-    """What the plugin's Allocate ends with: bind-phase success, then the lock released."""
-    akube = AsyncKube(kube)
-    lock = NodeLock(kube)
-    try:
-        while not stop.is_set():
-            pods = await akube.list_pods()
-            for pod in pods.items:
-                meta = pod["metadata"]
-                annotations = meta.get("annotations") or {}
-                if annotations.get(keys.POD_BIND_PHASE) != keys.BIND_PHASE_ALLOCATING:
-                    continue
-                try:
-                    await akube.patch_pod_metadata("default", meta["name"],
-                                                   {keys.POD_BIND_PHASE: keys.BIND_PHASE_SUCCESS})
-                    await akube.call(lock.release, pod["spec"]["nodeName"], "default", meta["name"])
-                except KubeError:
-                    pass
-            await asyncio.sleep(0.02)
-    finally:
-        akube.close()
-
-
-def held_per_card(kube) -> dict[str, tuple[int, int, int]]:
-    held: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    for pod in kube.list_pods().items:
-        value = (pod["metadata"].get("annotations") or {}).get(keys.POD_DEVICES_ALLOCATED)
-        for container in decode_pod_devices(value or ""):
-            for device in container:
-                row = held[device.uuid]
-                row[0] += 1
-                row[1] += device.usedmem
-                row[2] += device.usedcores
-    return {card: tuple(row) for card, row in held.items()}
-
-
-def cache_view(service) -> dict[str, tuple[int, int, int]]:
-    return {card.id: (used.slots, used.memory, used.cores)
-            for entry in service.cache.nodes.values() for card, used in zip(entry.cards, entry.used, strict=True)
-            if used.slots or used.memory or used.cores}
-
-
-def over_capacity(kube) -> list[str]:
-    nodes = {n["metadata"]["name"]: n for n in kube.list_nodes().items}
-    held: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    for pod in kube.list_pods().items:
-        value = (pod["metadata"].get("annotations") or {}).get(keys.POD_DEVICES_ALLOCATED)
-        if not value:
-            continue
-        for container in decode_pod_devices(value):
-            for device in container:
-                row = held[device.uuid]
-                row[0] += 1
-                row[1] += device.usedmem
-                row[2] += device.usedcores
-    problems = []
-    for node in nodes.values():
-        for card in decode_node_devices(node["metadata"]["annotations"][keys.NODE_REGISTER]):
-            slots, memory, cores = held[card.id]
-            if slots > card.count or memory > card.devmem or cores > card.devcore:
-                problems.append(f"{card.id}: {slots} slots, {memory} MiB, {cores}%")
-    return problems
 
 
 async def test_two_instances_bind_200_pods_onto_10_nodes(kube_factory, aiohttp_server):
