@@ -110,11 +110,12 @@ class NodeLock:
             return False
         return True
 
-    def release(self, node: str, namespace: str, name: str) -> bool:
-        """Remove the lock if (and only if) pod namespace/name holds it. True when removed."""
+    def release(self, node: str, namespace: str, name: str, known: dict | None = None) -> bool:
+        """Remove the lock if (and only if) pod namespace/name holds it. True when removed.
+        `known` is a node object the caller already read: it saves a GET when still current."""
         for _ in range(_CAS_ATTEMPTS):
             try:
-                current = self.kube.get_node(node)
+                current, known = (known, None) if known is not None else (self.kube.get_node(node), None)
             except NotFoundError:
                 return False
             meta = current.get("metadata") or {}

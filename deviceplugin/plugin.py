@@ -91,7 +91,8 @@ class PluginCore:
 
     def allocate(self, requests: list[list[str]]) -> list[ContainerResponse]:
         with self.lock:
-            namespace, name = self._lock_holder()
+            node_obj = self.kube.get_node(self.node)
+            namespace, name = self._lock_holder(node_obj)
             try:
                 pod = self.kube.get_pod(namespace, name)
             except NotFoundError:
@@ -105,11 +106,10 @@ class PluginCore:
                 for ids in requests:
                     container_plan = planning.plan_container(pod, self.node, ids, self.cards)
                     responses.append(self._serve_container(pod, container_plan, written))
-                    pod = self.kube.patch_pod_metadata(
-                        namespace,
-                        name,
-                        annotations={keys.POD_DEVICES_TO_ALLOCATE: planning.erased_annotation(container_plan)},
-                    )
+                    update = {keys.POD_DEVICES_TO_ALLOCATE: planning.erased_annotation(container_plan)}
+                    if container_plan.done:  # one write for "erased" and "success"
+                        update[keys.POD_BIND_PHASE] = keys.BIND_PHASE_SUCCESS
+                    pod = self.kube.patch_pod_metadata(namespace, name, annotations=update)
                     log.info(
                         "pod %s/%s container %s: allocated %s on node %s",
                         namespace,
@@ -119,10 +119,7 @@ class PluginCore:
                         self.node,
                     )
                 if container_plan.done:
-                    self.kube.patch_pod_metadata(
-                        namespace, name, annotations={keys.POD_BIND_PHASE: keys.BIND_PHASE_SUCCESS}
-                    )
-                    self._release(namespace, name)
+                    self._release(namespace, name, node_obj)
                 return responses
             except (planning.AllocateRefused, AllocationError, KubeError, CodecError, OSError) as exc:
                 for grant, spec in written:
@@ -131,8 +128,9 @@ class PluginCore:
                 self._mark_failed(namespace, name, str(exc))
                 raise AllocateFailed(str(exc)) from exc
 
-    def _lock_holder(self) -> tuple[str, str]:
-        annotations = (self.kube.get_node(self.node).get("metadata") or {}).get("annotations") or {}
+    def _lock_holder(self, node_obj: dict | None = None) -> tuple[str, str]:
+        node_obj = node_obj if node_obj is not None else self.kube.get_node(self.node)
+        annotations = (node_obj.get("metadata") or {}).get("annotations") or {}
         value = annotations.get(keys.NODE_LOCK)
         if not value:
             raise AllocateFailed(
@@ -200,9 +198,9 @@ class PluginCore:
             pass
         self._release(namespace, name)
 
-    def _release(self, namespace: str, name: str) -> None:
+    def _release(self, namespace: str, name: str, known: dict | None = None) -> None:
         try:
-            self.node_lock.release(self.node, namespace, name)
+            self.node_lock.release(self.node, namespace, name, known)
         except Exception as exc:  # the lock expires anyway; never hide the allocation error
             log.warning("node %s: could not release the lock of %s/%s: %s", self.node, namespace, name, exc)
 

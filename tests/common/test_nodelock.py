@@ -151,3 +151,13 @@ def test_two_threads_racing_exactly_one_wins(kube_factory, node):
         assert f"default/{winners[0]}" in str(results[loser])
         assert decode_lock(lock_value(kube, node)).name == winners[0]
         assert NodeLock(kube).release(node, "default", winners[0])
+
+
+def test_release_with_a_stale_known_node_reads_again(kube, node):
+    make_pod(kube, "p")
+    lock = NodeLock(kube)
+    lock.acquire(node, "default", "p")
+    known = kube.get_node(node)
+    kube.patch_node_metadata(node, annotations={"unrelated": "change"})  # known is now stale
+    assert lock.release(node, "default", "p", known=known) is True
+    assert lock_value(kube, node) is None
