@@ -64,3 +64,54 @@ def test_settings_from_flags():
     settings = command.settings_from(args)
     assert (settings.filter.node_policy, settings.filter.card_policy) == ("spread", "binpack")
     assert settings.bind.lock_timeout.total_seconds() == 60
+
+
+async def test_invalid_request_fails_every_node_as_unresolvable(kube, service, aiohttp_client):
+    from scheduler_helpers import filter_args
+
+    client = await aiohttp_client(build_app(service, manage_lifecycle=False))
+    pod = dcu_pod("bad", memory=2000, cores=60)
+    del pod["spec"]["containers"][0]["resources"]["limits"][keys.DEFAULT_COUNT_RESOURCE]
+    pod["metadata"]["uid"] = "u-bad"
+    answer = await (await client.post("/filter", json=filter_args(pod, ["n1", "n2"]))).json()
+    assert answer["NodeNames"] == []
+    assert set(answer["FailedAndUnresolvableNodes"]) == {"n1", "n2"}
+    assert "need hygon.com/dcunum" in answer["FailedAndUnresolvableNodes"]["n1"]
+
+
+def test_command_serves_against_a_cluster(api_server, tmp_path):
+    """`hami-dcu scheduler` as an operator runs it: ready after the first sync, answers /filter."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hami_dcu.cli.main", "scheduler", "--kubeconfig", str(api_server.kubeconfig_path),
+         "--bind", f"127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        body = json.dumps({"Pod": dcu_pod("p", uid="u1"), "NodeNames": ["ghost"]}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/filter", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=5) as response:
+            answer = json.loads(response.read())
+        assert answer["NodeNames"] == []
+        assert "not in the scheduler cache" in answer["FailedNodes"]["ghost"]
+    finally:
+        process.terminate()
+        process.wait(10)
