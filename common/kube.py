@@ -92,6 +92,9 @@ def load_api_client(kubeconfig: str | None = None) -> k8s_client.ApiClient:
         raise KubeConfigError(f"cannot load Kubernetes configuration from {where}: {exc}") from exc
     # Fail fast when the API server is down: callers have their own retry and backoff.
     configuration.retries = 1
+    # Watches and the thread pool of AsyncKube share the pool: keep connections instead of
+    # opening (and discarding) new ones under load.
+    configuration.connection_pool_maxsize = 32
     return k8s_client.ApiClient(configuration)
 
 

@@ -23,6 +23,7 @@ from hami_dcu.deviceplugin.discovery import DcuCard
 from hami_dcu.deviceplugin.vdev import VdevDir, VdevSpec, parse_dirname, render_conf, write_atomic
 
 log = logging.getLogger(__name__)
+FINISHED = ("Succeeded", "Failed")
 
 
 class AllocateFailed(RuntimeError):
@@ -81,11 +82,14 @@ class PluginCore:
         return restored
 
     def _records(self) -> list[VdevDir]:
+        return [record for _, record in self._named_records()]
+
+    def _named_records(self) -> list[tuple[str, VdevDir]]:
         try:
             names = sorted(p.name for p in self.paths.vdev_dir.iterdir() if p.is_dir())
         except FileNotFoundError:
             return []
-        return [r for r in (parse_dirname(n) for n in names) if r is not None]
+        return [(n, r) for n, r in ((n, parse_dirname(n)) for n in names) if r is not None]
 
     # --- Allocate ------------------------------------------------------------------------
 
@@ -159,7 +163,14 @@ class PluginCore:
             device = container_plan.devices[0]
             card = self.cards[device.uuid]
             count = planning.cu_count(device.usedcores, card.card.compute_units)
-            grant = self.state.allocate(card.index, count)
+            try:
+                grant = self.state.allocate(card.index, count)
+            except AllocationError:
+                # The scheduler frees a deleted pod's share at once; our cleanup runs every
+                # cycle. Before calling it a shortfall, clean up now and try once more.
+                if not self._reconcile_locked():
+                    raise
+                grant = self.state.allocate(card.index, count)
             spec = VdevSpec(
                 pod_uid=pod["metadata"]["uid"],
                 container=container_plan.container,
@@ -219,20 +230,21 @@ class PluginCore:
     def reconcile(self) -> list[str]:
         """Remove vdev directories (and /etc/vdev files) of pods that are gone or finished.
         One pod list scoped to this node per cycle. Returns the removed directory names."""
-        pods = self.kube.list_pods(field_selector=f"spec.nodeName={self.node}").items
-        live = {
-            p["metadata"]["uid"] for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-        }
-        removed = []
         with self.lock:
-            for record in self._records():
-                if record.pod_uid in live:
-                    continue
-                dirname = next(p.name for p in self.paths.vdev_dir.iterdir() if parse_dirname(p.name) == record)
-                self._remove_vdev(dirname, record.vdev)
-                self.state.release(record)
-                removed.append(dirname)
-        for dirname in removed:
+            return self._reconcile_locked()
+
+    def _reconcile_locked(self) -> list[str]:
+        # The list is taken under the lock: a pod allocated between a list and the cleanup
+        # would otherwise look gone and lose its live vdev directory.
+        pods = self.kube.list_pods(field_selector=f"spec.nodeName={self.node}").items
+        live = {p["metadata"]["uid"] for p in pods if (p.get("status") or {}).get("phase") not in FINISHED}
+        removed = []
+        for dirname, record in self._named_records():
+            if record.pod_uid in live:
+                continue
+            self._remove_vdev(dirname, record.vdev)
+            self.state.release(record)
+            removed.append(dirname)
             log.info("node %s: removed vdev %s of a pod that is gone or finished", self.node, dirname)
         return removed
 

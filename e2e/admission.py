@@ -80,15 +80,17 @@ class WebhookDispatcher:
             self._contexts[key] = context
         return self._contexts[key]
 
-    def _url(self, client_config: JSON) -> str:
+    def _url(self, client_config: JSON) -> tuple[str, str | None]:
+        """The URL to call, and the TLS server name to verify when it is not the URL's host."""
         if client_config.get("url"):
-            return client_config["url"]
+            return client_config["url"], None
         service = client_config.get("service") or {}
         if self.resolve_service is None:
             raise RuntimeError("service clientConfig needs a service resolver in the local cluster")
-        base = self.resolve_service(service.get("namespace", ""), service.get("name", ""),
-                                    int(service.get("port", 443)))
-        return base + (service.get("path") or "/")
+        namespace, name = service.get("namespace", ""), service.get("name", "")
+        base = self.resolve_service(namespace, name, int(service.get("port", 443)))
+        # kube-apiserver verifies the serving certificate for <service>.<namespace>.svc.
+        return base + (service.get("path") or "/"), f"{name}.{namespace}.svc"
 
     async def admit(self, resource: str, namespace: str, obj: JSON, namespace_obj: JSON | None) -> JSON:
         if resource != "pods":
@@ -124,9 +126,9 @@ class WebhookDispatcher:
         try:
             if self._session is None or self._session.closed:
                 self._session = aiohttp.ClientSession()
-            url = self._url(client_config)
+            url, server_name = self._url(client_config)
             async with self._session.post(f"{url}?timeout={int(timeout)}s", json=review,
-                                          ssl=self._ssl(client_config.get("caBundle")),
+                                          ssl=self._ssl(client_config.get("caBundle")), server_hostname=server_name,
                                           timeout=aiohttp.ClientTimeout(total=timeout)) as response:
                 if response.status != 200:
                     raise RuntimeError(f"webhook answered HTTP {response.status}")

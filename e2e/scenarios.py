@@ -388,7 +388,7 @@ def restarts_lose_nothing(b: ClusterBackend) -> None:
     assert vdev_for(b, before, "c")["cu_mask1"] == mask_before
 
 
-@scenario(nodes=10, cards_per_node=2)
+@scenario(nodes=10, cards_per_node=3)
 def hundred_pods_over_ten_nodes(b: ClusterBackend) -> None:
     names = [f"bulk{i:03d}" for i in range(100)]
     for i, name in enumerate(names):

@@ -233,3 +233,15 @@ def test_register_node_publishes_the_nine_field_record(dcu_node):
         "DCU-S1,4,65520,100,DCU-K100_AI,0,true,0,hami:DCU-S2,4,65520,100,DCU-K100_AI,0,false,1,hami:"
     )
     assert annotations[keys.NODE_HANDSHAKE].startswith("Reported ")
+
+
+def test_shortfall_caused_by_a_deleted_pod_is_cleaned_up_at_once(dcu_node):
+    """The scheduler frees a deleted pod's share at once; Allocate must not wait for the next cycle."""
+    core = dcu_node.core()
+    dcu_node.bind("old", [("c", [dev("S1", 1000, 90)])])
+    core.allocate([["DCU-S1-fake-0"]])
+    dcu_node.kube.delete_pod("default", "old")
+    pod = dcu_node.bind("new", [("c", [dev("S1", 1000, 90)])])
+    core.allocate([["DCU-S1-fake-1"]])
+    assert [d for d in vdev_dirs(dcu_node) if d.startswith(pod["metadata"]["uid"])]
+    assert len(vdev_dirs(dcu_node)) == 1

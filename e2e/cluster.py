@@ -1,0 +1,289 @@
+"""`LocalCluster`: the whole system on one machine, speaking the real protocols.
+
+    with LocalCluster({"node0": default_cards("node0")}) as cluster:
+        cluster.kube.create_pod(cluster.namespace, manifest)
+
+Started, in order: the local API server; the webhook over HTTPS with a certificate from
+the `certs` code path (Secret + caBundle in a MutatingWebhookConfiguration that points at
+a Service, which the local admission dispatcher resolves to the webhook's port); the
+scheduler extender and the kube-scheduler stand-in driving it; and per node a kubelet
+stand-in plus a device plugin (mock SMI, its own fake /sys and /dev, its own vdev dirs).
+Components meet only over sockets: HTTP(S) to the API server, AdmissionReview, extender
+JSON, device plugin gRPC.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hami_dcu.common import keys
+from hami_dcu.common.kube import AsyncKube, Kube
+from hami_dcu.deviceplugin.command import NodeLoop
+from hami_dcu.deviceplugin.discovery import discover
+from hami_dcu.deviceplugin.faketree import lay_out
+from hami_dcu.deviceplugin.plugin import Paths, PluginCore
+from hami_dcu.deviceplugin.server import DevicePluginServer
+from hami_dcu.deviceplugin.smi import MockBackend
+from hami_dcu.e2e.admission import WebhookDispatcher
+from hami_dcu.e2e.apiserver import LocalApiServer
+from hami_dcu.e2e.kubelet import LocalKubelet
+from hami_dcu.e2e.scenarios import MockCard, default_cards
+from hami_dcu.e2e.scheduler_loop import SchedulerLoop
+from hami_dcu.e2e.servers import AppThread, free_port
+from hami_dcu.scheduler.app import build_app as build_scheduler_app
+from hami_dcu.scheduler.bind import BindSettings
+from hami_dcu.scheduler.filtering import FilterSettings
+from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
+from hami_dcu.webhook import certs
+from hami_dcu.webhook.decision import Settings as WebhookSettings
+from hami_dcu.webhook.server import build_app as build_webhook_app
+from hami_dcu.webhook.tls import ReloadingTLS
+
+log = logging.getLogger(__name__)
+
+SYSTEM_NAMESPACE = "kube-system"
+WEBHOOK_SERVICE = "hami-dcu-webhook"
+WEBHOOK_SECRET = "hami-dcu-webhook-tls"
+WEBHOOK_CONFIG = "hami-dcu-webhook"
+
+
+@dataclass
+class LocalNode:
+    name: str
+    cards: list[MockCard]
+    root: Path
+    plugin_dir: Path
+    kubelet: LocalKubelet
+    core: PluginCore | None = None
+    server: DevicePluginServer | None = None
+    loop: NodeLoop | None = None
+    loop_thread: threading.Thread | None = None
+
+    @property
+    def paths(self) -> Paths:
+        return Paths(
+            vdev_dir=self.root / "usr/local/vgpu/dcu",
+            etc_vdev=self.root / "etc/vdev",
+            dev_root=self.root / "dev",
+            driver_dir=self.root / "opt/dtk",
+            hyhal_dir=self.root / "opt/hyhal",
+        )
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        nodes: dict[str, list[MockCard]] | None = None,
+        namespace: str = "e2e",
+        node_policy: str = "binpack",
+        device_policy: str = "spread",
+        register_interval: float = 1.0,
+        workdir: str | Path | None = None,
+    ) -> None:
+        self.node_specs = nodes if nodes is not None else {n: default_cards(n) for n in ("node0", "node1")}
+        self.namespace = namespace
+        self.node_policy = node_policy
+        self.device_policy = device_policy
+        self.register_interval = register_interval
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="hami-lc-", dir="/tmp"))
+        self.api: LocalApiServer | None = None
+        self.kube: Kube = None  # type: ignore[assignment]  # set by start()
+        self.webhook: AppThread | None = None
+        self.scheduler: AppThread | None = None
+        self.scheduler_port = free_port()
+        self.scheduler_loop: SchedulerLoop | None = None
+        self.nodes: dict[str, LocalNode] = {}
+
+    @property
+    def cards(self) -> dict[str, list[MockCard]]:
+        return {name: node.cards for name, node in self.nodes.items()}
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def __enter__(self) -> LocalCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> LocalCluster:
+        self.api = LocalApiServer(kubeconfig_path=self.workdir / "kubeconfig").start()
+        self.kube = Kube.from_kubeconfig(str(self.api.kubeconfig_path))
+        self.kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": self.namespace}})
+        self._start_webhook()
+        self._start_scheduler()
+        self.scheduler_loop = SchedulerLoop(
+            self.kube, f"http://127.0.0.1:{self.scheduler_port}", initial_backoff=0.3, max_backoff=2.0
+        ).start()
+        for name, cards in self.node_specs.items():
+            self._start_node(name, cards)
+        return self
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            self._stop_plugin(node)
+            node.kubelet.stop()
+            shutil.rmtree(node.plugin_dir, ignore_errors=True)
+        if self.scheduler_loop is not None:
+            self.scheduler_loop.stop()
+        for server in (self.scheduler, self.webhook):
+            if server is not None:
+                server.stop()
+        if self.api is not None:
+            self.api.stop()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # --- webhook -------------------------------------------------------------------------
+
+    def _start_webhook(self) -> None:
+        assert self.api is not None
+        port = free_port()
+        self.kube.request("POST", certs.WEBHOOK_CONFIG_PATH, body=webhook_configuration())
+        # The same job `hami-dcu certs` runs in a cluster: Secret, then caBundle.
+        certs.ensure(self.kube, SYSTEM_NAMESPACE, WEBHOOK_SERVICE, WEBHOOK_SECRET, WEBHOOK_CONFIG)
+        secret = self.kube.request("GET", f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/secrets/{WEBHOOK_SECRET}")
+        tls_dir = self.workdir / "webhook-tls"
+        tls_dir.mkdir(parents=True, exist_ok=True)
+        for key in ("tls.crt", "tls.key"):
+            (tls_dir / key).write_bytes(base64.b64decode(secret["data"][key]))
+        tls = ReloadingTLS(str(tls_dir / "tls.crt"), str(tls_dir / "tls.key"))
+        self.webhook = AppThread(
+            "webhook", lambda: build_webhook_app(WebhookSettings()), port=port, ssl_context=tls.context
+        ).start()
+        WebhookDispatcher(self.api, resolve_service=lambda ns, name, _port: f"https://127.0.0.1:{port}").install()
+
+    # --- scheduler -----------------------------------------------------------------------
+
+    def _start_scheduler(self) -> None:
+        settings = ServiceSettings(
+            filter=FilterSettings(node_policy=self.node_policy, card_policy=self.device_policy),
+            bind=BindSettings(lock_timeout=timedelta(seconds=300)),
+            resync=30.0,
+        )
+        kubeconfig = str(self.api.kubeconfig_path) if self.api else None
+
+        async def make_app() -> Any:
+            service = SchedulerService(AsyncKube(Kube.from_kubeconfig(kubeconfig)), settings)
+            return build_scheduler_app(service)
+
+        self.scheduler = AppThread("scheduler", make_app, port=self.scheduler_port).start()
+
+    def restart_scheduler(self) -> None:
+        """A new extender process: same port, empty cache rebuilt from the API."""
+        if self.scheduler is not None:
+            self.scheduler.stop()
+        self._start_scheduler()
+
+    # --- nodes ---------------------------------------------------------------------------
+
+    def _start_node(self, name: str, cards: list[MockCard]) -> None:
+        root = self.workdir / "nodes" / name
+        plugin_dir = Path(tempfile.mkdtemp(prefix=f"{name[:8]}-", dir="/tmp"))
+        mock_file = root / "mock-devices.yaml"
+        root.mkdir(parents=True, exist_ok=True)
+        mock_file.write_text(yaml.safe_dump([c.as_mock_entry() for c in cards]))
+        lay_out(MockBackend(mock_file).cards(), root / "sys", root / "dev")
+        kubelet = LocalKubelet(self.kube, name, plugin_dir).start()
+        node = LocalNode(name, cards, root, plugin_dir, kubelet)
+        self.nodes[name] = node
+        self._start_plugin(node)
+
+    def _start_plugin(self, node: LocalNode) -> None:
+        mock_file = node.root / "mock-devices.yaml"
+        backend = MockBackend(mock_file)
+        served = discover(backend.cards(), node.root / "sys", node.root / "dev")
+        kube = Kube.from_kubeconfig(str(self.api.kubeconfig_path)) if self.api else self.kube
+        node.core = PluginCore(kube, node.name, served, node.paths)
+        node.server = DevicePluginServer(
+            node.core,
+            node.plugin_dir,
+            keys.DEFAULT_COUNT_RESOURCE,
+            poll_interval=0.2,
+            health=lambda: {f"DCU-{c.serial}": c.healthy for c in backend.cards()},
+        )
+        node.server.refresh_health()
+        node.server.start()
+        node.loop = NodeLoop(node.core, node.server, self.register_interval)
+        node.loop.once()
+        node.loop_thread = threading.Thread(target=node.loop.run, name=f"plugin-{node.name}", daemon=True)
+        node.loop_thread.start()
+
+    def _stop_plugin(self, node: LocalNode) -> None:
+        if node.loop is not None:
+            node.loop.stopping.set()
+        if node.server is not None:
+            node.server.stop()
+        if node.loop_thread is not None:
+            node.loop_thread.join(5)
+
+    def restart_device_plugin(self, node: str) -> None:
+        """A new plugin process on the node: state rebuilt from the vdev directories."""
+        local = self.nodes[node]
+        self._stop_plugin(local)
+        self._start_plugin(local)
+
+    def vdev_files(self, node: str) -> dict[str, str]:
+        vdev_dir = self.nodes[node].paths.vdev_dir
+        if not vdev_dir.exists():
+            return {}
+        return {d.name: (d / "vdev0.conf").read_text() for d in vdev_dir.iterdir() if (d / "vdev0.conf").exists()}
+
+
+def webhook_configuration(failure_policy: str = "Fail") -> dict[str, Any]:
+    """What the chart registers: CREATE pods, kube-system and opted-out pods excluded."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": WEBHOOK_CONFIG},
+        "webhooks": [
+            {
+                "name": "dcu.hami.io",
+                "clientConfig": {
+                    "service": {"namespace": SYSTEM_NAMESPACE, "name": WEBHOOK_SERVICE, "path": "/webhook", "port": 443}
+                },
+                "rules": [
+                    {
+                        "operations": ["CREATE"],
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["pods"],
+                        "scope": "*",
+                    }
+                ],
+                "failurePolicy": failure_policy,
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 10,
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {"key": keys.WEBHOOK_LABEL, "operator": "NotIn", "values": [keys.WEBHOOK_IGNORE]},
+                        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [SYSTEM_NAMESPACE]},
+                    ]
+                },
+                "objectSelector": {
+                    "matchExpressions": [
+                        {"key": keys.WEBHOOK_LABEL, "operator": "NotIn", "values": [keys.WEBHOOK_IGNORE]}
+                    ]
+                },
+            }
+        ],
+    }
+
+
+__all__ = ["LocalCluster", "LocalNode", "webhook_configuration"]
