@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
 from hami_dcu.common.logs import setup_logging
+
+# gRPC's C core logs connection teardown at INFO on stderr; our own logs say what matters.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 
 @dataclass(frozen=True)
