@@ -1,0 +1,67 @@
+{{- define "hami-dcu.fullname" -}}
+{{- if contains "hami-dcu" .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-hami-dcu" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "hami-dcu.labels" -}}
+app.kubernetes.io/name: hami-dcu
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "hami-dcu.selector" -}}
+app.kubernetes.io/name: hami-dcu
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "hami-dcu.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "hami-dcu.schedulerService" -}}
+{{ include "hami-dcu.fullname" . }}-scheduler
+{{- end -}}
+
+{{- define "hami-dcu.tlsSecret" -}}
+{{ include "hami-dcu.fullname" . }}-webhook-tls
+{{- end -}}
+
+{{- define "hami-dcu.webhookConfig" -}}
+{{ include "hami-dcu.fullname" . }}-webhook
+{{- end -}}
+
+{{/* KubeSchedulerConfiguration apiVersion for the cluster's version. */}}
+{{- define "hami-dcu.schedulerConfigApi" -}}
+{{- if semverCompare ">=1.25-0" .Capabilities.KubeVersion.Version -}}
+kubescheduler.config.k8s.io/v1
+{{- else -}}
+kubescheduler.config.k8s.io/v1beta3
+{{- end -}}
+{{- end -}}
+
+{{/* kube-scheduler image tag: the cluster's own version, without vendor suffixes (v1.30.2-eks-1 -> v1.30.2). */}}
+{{- define "hami-dcu.kubeSchedulerTag" -}}
+{{- if .Values.scheduler.kubeScheduler.tag -}}
+{{ .Values.scheduler.kubeScheduler.tag }}
+{{- else -}}
+{{ printf "v%d.%d.%d" (semver .Capabilities.KubeVersion.Version).Major (semver .Capabilities.KubeVersion.Version).Minor (semver .Capabilities.KubeVersion.Version).Patch }}
+{{- end -}}
+{{- end -}}
+
+{{/* CEL: the pod names a DCU resource in any container's limits or requests. */}}
+{{- define "hami-dcu.usesDcuCel" -}}
+{{- $names := list .Values.resources.count .Values.resources.memory .Values.resources.cores -}}
+{{- $checks := list -}}
+{{- range $section := list "limits" "requests" -}}
+{{- range $name := $names -}}
+{{- $checks = append $checks (printf "(has(c.resources.%s) && '%s' in c.resources.%s)" $section $name $section) -}}
+{{- end -}}
+{{- end -}}
+{{- $one := printf "has(c.resources) && (%s)" (join " || " $checks) -}}
+{{- printf "object.spec.containers.exists(c, %s) || (has(object.spec.initContainers) && object.spec.initContainers.exists(c, %s))" $one $one -}}
+{{- end -}}

@@ -1,0 +1,142 @@
+"""The chart lints, renders for default and mock-SMI values, validates against the Kubernetes
+schemas offline, and carries the fields the components depend on."""
+
+import json
+import subprocess
+
+import kubernetes_validate
+import pytest
+import yaml
+from conftest import CHART
+
+MOCK_VALUES = ["--set", "devicePlugin.smi=mock", "--set", "image.tag=e2e"]
+
+
+def by_kind(docs, kind, suffix=""):
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(suffix)]
+    assert found, f"no {kind} *{suffix}"
+    return found[0]
+
+
+def test_helm_lint(helm):
+    result = subprocess.run([str(helm), "lint", str(CHART), "--strict"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("kube_version", ["1.30.0", "1.33.0"])
+@pytest.mark.parametrize("values", [[], MOCK_VALUES, ["--set", "scheduler.replicas=2"]], ids=["default", "mock", "ha"])
+def test_rendered_manifests_validate_offline(render, kube_version, values):
+    docs = render(*values, kube_version=kube_version)
+    assert {d["kind"] for d in docs} >= {"Deployment", "DaemonSet", "Service", "MutatingWebhookConfiguration",
+                                         "ClusterRole", "ConfigMap", "Job"}
+    for doc in docs:
+        kubernetes_validate.validate(doc, kube_version, strict=True)
+
+
+def test_scheduler_configuration(render):
+    docs = render()
+    config = yaml.safe_load(by_kind(docs, "ConfigMap", "scheduler-config")["data"]["config.yaml"])
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["profiles"] == [{"schedulerName": "hami-scheduler"}]
+    (extender,) = config["extenders"]
+    assert extender["filterVerb"] == "filter" and extender["bindVerb"] == "bind"
+    assert extender["nodeCacheCapable"] is True and extender["httpTimeout"] == "30s"
+    managed = {m["name"]: m["ignoredByScheduler"] for m in extender["managedResources"]}
+    assert managed == {"hygon.com/dcunum": False, "hygon.com/dcumem": True, "hygon.com/dcucores": True}
+    deployment = by_kind(docs, "Deployment", "scheduler")
+    containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+    assert containers["kube-scheduler"]["image"] == "registry.k8s.io/kube-scheduler:v1.31.0"
+    args = containers["extender"]["args"]
+    assert args[0] == "scheduler" and "--serve-webhook" in args and "--bind=0.0.0.0:8443" in args
+    assert deployment["spec"]["template"]["metadata"]["labels"]["hami.io/webhook"] == "ignore"
+
+
+def test_old_clusters_get_the_old_config_api_and_no_match_conditions(render):
+    docs = render(kube_version="1.24.0")
+    config = yaml.safe_load(by_kind(docs, "ConfigMap", "scheduler-config")["data"]["config.yaml"])
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1beta3"
+    (hook,) = by_kind(docs, "MutatingWebhookConfiguration")["webhooks"]
+    assert "matchConditions" not in hook
+
+
+def test_webhook_rules_and_selectors(render):
+    (hook,) = by_kind(render(), "MutatingWebhookConfiguration")["webhooks"]
+    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+    assert hook["rules"] == [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                              "resources": ["pods"], "scope": "Namespaced"}]
+    assert hook["clientConfig"]["service"] == {"name": "hami-dcu-scheduler", "namespace": "kube-system",
+                                               "path": "/webhook", "port": 443}
+    expressions = hook["namespaceSelector"]["matchExpressions"]
+    assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]} in expressions
+    assert hook["objectSelector"]["matchExpressions"][0]["values"] == ["ignore"]
+    (condition,) = hook["matchConditions"]
+    assert "'hygon.com/dcumem' in c.resources.limits" in condition["expression"]
+    assert "object.spec.initContainers.exists" in condition["expression"]
+
+
+def test_rbac_is_least_privilege(render):
+    docs = render()
+    scheduler = by_kind(docs, "ClusterRole", "-scheduler")["rules"]
+    verbs = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in scheduler}
+    assert verbs[(("",), ("pods/binding",))] == {"create"}
+    assert verbs[(("",), ("nodes",))] == {"get", "list", "watch", "patch"}
+    plugin = by_kind(docs, "ClusterRole", "device-plugin")["rules"]
+    assert all("delete" not in r["verbs"] and "update" not in r["verbs"] for r in plugin)
+    assert not any("secrets" in r["resources"] for r in scheduler + plugin)
+    certs_role = by_kind(docs, "Role", "-certs")["rules"]
+    assert {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["hami-dcu-webhook-tls"],
+            "verbs": ["get", "update"]} in certs_role
+
+
+def test_device_plugin_daemonset_host_paths(render):
+    ds = by_kind(render(), "DaemonSet")
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"dcu": "on"}
+    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert host == {"device-plugins": "/var/lib/kubelet/device-plugins", "vgpu": "/usr/local/vgpu",
+                    "etc-vdev": "/etc/vdev", "sys": "/sys", "dev": "/dev", "hwdata": "/usr/share/hwdata",
+                    "dtk": "/opt/dtk", "hyhal": "/opt/hyhal"}
+    (container,) = spec["containers"]
+    assert container["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert "--smi=rsmi" in container["args"] and "--driver-dir=/opt/dtk" in container["args"]
+
+
+def test_mock_mode_makes_fake_cards_per_node(render):
+    values = ["--set", "devicePlugin.smi=mock", "--set-json",
+              'devicePlugin.mockDevicesPerNode={"w1":[{"serial":"W1S0","model":"K100_AI","memory_mib":1024,'
+              '"pci_bus_id":"0000:3d:00.0"}]}']
+    docs = render(*values)
+    config = by_kind(docs, "ConfigMap", "mock-devices")["data"]
+    assert yaml.safe_load(config["w1.yaml"])[0]["serial"] == "W1S0"
+    assert len(yaml.safe_load(config["default.yaml"])) == 2
+    (container,) = by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    script = container["args"][0]
+    assert "--smi mock" in script and "--mock-fake-tree" in script and "$NODE_NAME.yaml" in script
+    host = {v["name"]: v["hostPath"]["path"] for v in by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]["volumes"]
+            if "hostPath" in v}
+    assert host["fake"] == "/var/lib/hami-dcu/fake" and "dev" not in host
+
+
+def test_ha_adds_pdb_and_anti_affinity(render):
+    docs = render("--set", "scheduler.replicas=2")
+    assert by_kind(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    affinity = by_kind(docs, "Deployment", "scheduler")["spec"]["template"]["spec"]["affinity"]
+    assert affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert not [d for d in render() if d["kind"] == "PodDisruptionBudget"]
+
+
+def test_cert_manager_mode(render):
+    docs = render("--set", "certs.mode=certManager")
+    assert not [d for d in docs if d["kind"] == "Job"]
+    certificate = by_kind(docs, "Certificate")
+    assert "hami-dcu-scheduler.kube-system.svc" in certificate["spec"]["dnsNames"]
+    webhook = by_kind(docs, "MutatingWebhookConfiguration")
+    assert webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
+        "kube-system/hami-dcu-serving-cert"
+
+
+def test_values_schema_rejects_bad_values(helm):
+    result = subprocess.run([str(helm), "template", "x", str(CHART), "--set", "webhook.failurePolicy=Sometimes"],
+                            capture_output=True, text=True)
+    assert result.returncode != 0 and "failurePolicy" in result.stderr
+    json.loads((CHART / "values.schema.json").read_text())
