@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -15,6 +14,7 @@ from aiohttp import web
 from hami_dcu.e2e.apiserver.app import AdmissionHook, ApiApp
 from hami_dcu.e2e.apiserver.faults import Faults
 from hami_dcu.e2e.apiserver.store import Store
+from hami_dcu.e2e.servers import AppThread
 
 T = TypeVar("T")
 TOKEN = "local-cluster-token"
@@ -42,9 +42,7 @@ class LocalApiServer:
         self.url = ""
         # Coroutine functions run on the server loop before it stops (close client sessions).
         self.shutdown_hooks: list[Callable[[], Awaitable[None]]] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
+        self._thread: AppThread | None = None
         for name in ("default", "kube-system"):
             self.store.create("namespaces", "", {"metadata": {"name": name,
                                                               "labels": {"kubernetes.io/metadata.name": name}}})
@@ -60,65 +58,30 @@ class LocalApiServer:
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
-        assert self._loop is not None, "server not started"
-        return self._loop
+        assert self._thread is not None and self._thread.loop is not None, "server not started"
+        return self._thread.loop
 
     def start(self) -> LocalApiServer:
-        ready = threading.Event()
-        errors: list[BaseException] = []
+        app = self._api.app
 
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self._start_site())
-            except BaseException as exc:  # reported to the starting thread
-                errors.append(exc)
-                ready.set()
-                return
-            ready.set()
-            loop.run_forever()
-            # Let open watch handlers see their cancellation before the loop goes away.
-            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-            for task in pending:
-                task.cancel()
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.close()
+        async def run_shutdown_hooks(_app: web.Application) -> None:
+            for hook in self.shutdown_hooks:
+                await hook()
 
-        self._thread = threading.Thread(target=run, name="local-apiserver", daemon=True)
-        self._thread.start()
-        ready.wait(10)
-        if errors:
-            raise errors[0]
+        app.on_cleanup.append(run_shutdown_hooks)
+        self._thread = AppThread("local-apiserver", lambda: app, port=self._port or None, host=self._host).start()
+        self.url = self._thread.url
         self._write_kubeconfig()
         return self
 
-    async def _start_site(self) -> None:
-        self._runner = web.AppRunner(self._api.app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port)
-        await site.start()
-        port = self._runner.addresses[0][1]
-        self.url = f"http://{self._host}:{port}"
-
-    async def _stop_site(self) -> None:
-        for hook in self.shutdown_hooks:
-            await hook()
-        if self._runner is not None:
-            await self._runner.cleanup()
-
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
         """Run a coroutine on the server's loop from another thread."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        assert self._thread is not None, "server not started"
+        return self._thread.call(coro, timeout)
 
     def stop(self) -> None:
-        if self._loop is not None and self._thread is not None and self._thread.is_alive():
-            try:
-                asyncio.run_coroutine_threadsafe(self._stop_site(), self._loop).result(10)
-            finally:
-                self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
+        if self._thread is not None:
+            self._thread.stop()
         if self._tmp is not None:
             self._tmp.cleanup()
 
