@@ -21,6 +21,7 @@ MAX_BODY = 1024 * 1024
 
 class WebhookMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
+        # decision is allowed, denied, or rejected (a body that is not an AdmissionReview: 400).
         self.reviews = Counter("hami_dcu_webhook_reviews", "Admission reviews by decision and reason",
                                ["decision", "reason"], registry=registry)
         self.latency = Histogram("hami_dcu_webhook_review_seconds", "Time to answer one admission review",
@@ -38,6 +39,7 @@ def answer(body: bytes, settings: Settings, metrics: WebhookMetrics) -> dict[str
     if request["kind"]["kind"] != "Pod" or request["operation"] != "CREATE" or not pod:
         decision_allowed, reason = True, "not-a-pod-create"
         response = build_response(data["apiVersion"], request["uid"], True)
+        log.debug("%s %s %s: allowed (%s)", request["operation"], request["kind"]["kind"], who, reason)
     else:
         try:
             decision = review(pod, settings)
@@ -71,6 +73,7 @@ def add_webhook_routes(app: web.Application, settings: Settings, registry: Colle
             return web.json_response(answer(body, settings, metrics))
         except BadReview as exc:
             log.warning("bad admission review from %s: %s", request.remote, exc)
+            metrics.reviews.labels("rejected", "bad-request").inc()
             return web.json_response({"error": str(exc)}, status=400)
 
     app.router.add_post("/webhook", handle)

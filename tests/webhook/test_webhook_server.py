@@ -51,9 +51,11 @@ def test_review_round_trip_over_https(served_webhook, api_version):
         {"op": "replace", "path": "/spec/schedulerName", "value": "hami-scheduler"}]
 
 
-def test_denial_carries_status_message(served_webhook):
-    status, answer = post(served_webhook, json.dumps(review(nodeName="n1")).encode())
+@pytest.mark.parametrize("api_version", ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"])
+def test_denial_carries_status_message(served_webhook, api_version):
+    status, answer = post(served_webhook, json.dumps(review(api_version, nodeName="n1")).encode())
     assert status == 200
+    assert answer["apiVersion"] == api_version and answer["response"]["uid"] == "u-1"
     assert answer["response"]["allowed"] is False
     assert answer["response"]["status"]["code"] == 403
     assert "spec.nodeName" in answer["response"]["status"]["message"]
@@ -94,7 +96,9 @@ def test_health_and_metrics(served_webhook):
     assert get(served_webhook, "/readyz")[0] == 200
     post(served_webhook, json.dumps(review()).encode())
     post(served_webhook, json.dumps(review(nodeName="n1")).encode())
+    post(served_webhook, b"not json")
     _, text = get(served_webhook, "/metrics")
+    assert 'hami_dcu_webhook_reviews_total{decision="rejected",reason="bad-request"} 1.0' in text
     assert 'hami_dcu_webhook_reviews_total{decision="allowed",reason="routed"} 1.0' in text
     assert 'hami_dcu_webhook_reviews_total{decision="denied",reason="node-name-set"} 1.0' in text
     assert "hami_dcu_webhook_review_seconds_bucket" in text
