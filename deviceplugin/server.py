@@ -138,7 +138,13 @@ class DevicePluginServer:
 
     def start(self) -> DevicePluginServer:
         self._serve()
-        self.register()
+        try:
+            self.register()
+        except grpc.RpcError as exc:
+            # No kubelet yet (or it is restarting): the watcher registers when kubelet.sock appears.
+            log.warning("kubelet not reachable at %s, will register when it is: %s",
+                        self.plugin_dir / KUBELET_SOCKET, exc.details() if hasattr(exc, "details") else exc)
+            self._kubelet_stamp = None
         self._watcher = threading.Thread(target=self._watch, name="dp-watch", daemon=True)
         self._watcher.start()
         return self

@@ -92,3 +92,18 @@ def test_kubelet_restart_leads_to_re_registration(running):
     assert server.registrations == 2
     node.bind("after", [("c", [dev("S1", 1000, 10)])])
     assert until(lambda: node.kube.get_pod("default", "after")["status"]["phase"] == "Running")
+
+
+def test_plugin_started_before_the_kubelet_registers_when_it_appears(dcu_node):
+    core = dcu_node.core()
+    server = DevicePluginServer(core, dcu_node.plugin_dir, keys.DEFAULT_COUNT_RESOURCE, poll_interval=0.1).start()
+    try:
+        assert server.registrations == 0
+        kubelet = LocalKubelet(dcu_node.kube, "n1", dcu_node.plugin_dir).start()
+        try:
+            assert until(lambda: kubelet.registrations == 1)
+            assert until(lambda: capacity(dcu_node) == ("8", "8"))
+        finally:
+            kubelet.stop()
+    finally:
+        server.stop()
