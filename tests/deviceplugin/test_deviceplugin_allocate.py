@@ -245,3 +245,20 @@ def test_shortfall_caused_by_a_deleted_pod_is_cleaned_up_at_once(dcu_node):
     core.allocate([["DCU-S1-fake-1"]])
     assert [d for d in vdev_dirs(dcu_node) if d.startswith(pod["metadata"]["uid"])]
     assert len(vdev_dirs(dcu_node)) == 1
+
+
+def test_vdcu_is_decided_by_the_chosen_cards_memory_not_card_zeros(dcu_node):
+    """HAMi compared with device 0's memory (reference §5.10 #5)."""
+    import yaml
+
+    cards = yaml.safe_load(dcu_node.mock_file.read_text())
+    cards[0]["memory_mib"] = 16000
+    dcu_node.mock_file.write_text(yaml.safe_dump(cards))
+    core = dcu_node.core()
+    pod = dcu_node.bind("big-share", [("c", [dev("S2", 20000, 100)])])
+    core.allocate([["DCU-S2-fake-0"]])
+    text, _ = read_conf(dcu_node, pod, "c")
+    assert "mem: 20000 MiB" in text and "PciBusId: 0000:9F:00.0" in text
+    dcu_node.bind("whole-small", [("c", [dev("S1", 16000, 100)])])
+    core.allocate([["DCU-S1-fake-0"]])
+    assert len(vdev_dirs(dcu_node)) == 1  # all of card S1's memory and cores: a whole card, no vdev
