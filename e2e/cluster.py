@@ -28,6 +28,7 @@ import yaml
 
 from hami_dcu.common import keys
 from hami_dcu.common.kube import AsyncKube, Kube
+from hami_dcu.common.tls import ReloadingTLS
 from hami_dcu.deviceplugin.command import NodeLoop
 from hami_dcu.deviceplugin.discovery import discover
 from hami_dcu.deviceplugin.faketree import lay_out
@@ -47,7 +48,6 @@ from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
 from hami_dcu.webhook import certs
 from hami_dcu.webhook.decision import Settings as WebhookSettings
 from hami_dcu.webhook.server import build_app as build_webhook_app
-from hami_dcu.webhook.tls import ReloadingTLS
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from hami_dcu.common import keys
 from hami_dcu.common.kube import AsyncKube, Kube, KubeConfigError
+from hami_dcu.common.tls import ReloadingTLS
 from hami_dcu.scheduler import policy
 from hami_dcu.scheduler.app import build_app
 from hami_dcu.scheduler.bind import BindSettings
@@ -44,14 +45,13 @@ def settings_from(args: argparse.Namespace) -> ServiceSettings:
     )
 
 
-def _ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+def _tls(args: argparse.Namespace) -> ReloadingTLS | None:
+    """TLS that follows the certificate files (the Secret behind them is rotated by `certs`)."""
     if not args.tls_cert and not args.tls_key:
         return None
     if not (args.tls_cert and args.tls_key):
         raise ValueError("--tls-cert and --tls-key go together")
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(args.tls_cert, args.tls_key)
-    return context
+    return ReloadingTLS(args.tls_cert, args.tls_key)
 
 
 def _mount_webhook(app: web.Application, args: argparse.Namespace, service: SchedulerService) -> None:
@@ -77,13 +77,17 @@ async def serve(args: argparse.Namespace) -> None:
         _mount_webhook(app, args, service)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host or "0.0.0.0", int(port), ssl_context=_ssl_context(args))
+    tls = _tls(args)
+    site = web.TCPSite(runner, host or "0.0.0.0", int(port), ssl_context=tls.context if tls else None)
     await site.start()
+    reloader = asyncio.ensure_future(tls.watch()) if tls else None
     log.info("scheduler extender %s serving on %s (%s), node policy %s, device policy %s", args.scheduler_name,
              args.bind, "TLS" if args.tls_cert else "plain HTTP", args.node_policy, args.device_policy)
     try:
         await asyncio.Event().wait()
     finally:
+        if reloader is not None:
+            reloader.cancel()
         await runner.cleanup()
         kube.close()
 

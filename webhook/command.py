@@ -9,9 +9,9 @@ import logging
 from aiohttp import web
 
 from hami_dcu.common import keys
+from hami_dcu.common.tls import ReloadingTLS
 from hami_dcu.webhook.decision import Settings
 from hami_dcu.webhook.server import build_app
-from hami_dcu.webhook.tls import ReloadingTLS
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""Serving TLS whose certificate follows the files on disk (a rotated Secret updates them)."""
+"""Serving TLS whose certificate follows the files on disk (a rotated Secret updates them).
+Used by the webhook and the scheduler extender."""
 
 from __future__ import annotations
 
