@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import threading
 from pathlib import Path
 
@@ -111,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
     log.info("node %s: serving %d cards: %s", args.node_name, len(core.cards), ", ".join(sorted(core.cards)))
     server.refresh_health()
     server.start()
+    # The kubelet's pod deletion sends SIGTERM: stop serving and remove our socket cleanly.
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: loop.stopping.set())
     try:
         loop.run()
     except KeyboardInterrupt:

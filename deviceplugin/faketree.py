@@ -24,9 +24,12 @@ def _device_file(path: Path, char_devices: bool) -> None:
     if path.exists():
         return
     if char_devices:
-        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
-    else:
-        path.touch()
+        try:
+            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+            return
+        except PermissionError:
+            pass  # no CAP_MKNOD here: a regular file still lets discovery and tests run
+    path.touch()
 
 
 def lay_out(cards: list[Card], sys_root: str | Path, dev_root: str | Path, other_gpus: int = 0,
