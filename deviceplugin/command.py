@@ -13,9 +13,18 @@ from hami_dcu.common import keys
 from hami_dcu.common.kube import Kube, KubeConfigError, KubeError
 from hami_dcu.deviceplugin.discovery import discover
 from hami_dcu.deviceplugin.faketree import lay_out
+from hami_dcu.deviceplugin.health import card_health
+from hami_dcu.deviceplugin.metrics import PluginMetrics, serve
 from hami_dcu.deviceplugin.plugin import Paths, PluginCore
 from hami_dcu.deviceplugin.server import DevicePluginServer
-from hami_dcu.deviceplugin.smi import MockBackend, RsmiBackend, SmiBackend, SmiError
+from hami_dcu.deviceplugin.smi import (
+    FALLBACK_MODEL,
+    SAMPLE_MOCK_DEVICES,
+    MockBackend,
+    RsmiBackend,
+    SmiBackend,
+    SmiError,
+)
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_FAILURE = 5.0
@@ -26,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="this node's name (default: $NODE_NAME, from the downward API)")
     parser.add_argument("--smi", choices=["rsmi", "mock"], default="rsmi",
                         help="where cards come from: ROCm SMI, or a mock YAML file (default %(default)s)")
-    parser.add_argument("--mock-devices", help="YAML list of mock cards (with --smi mock)")
+    parser.add_argument("--mock-devices",
+                        help="YAML list of mock cards (with --smi mock; default: the packaged 2 x K100_AI sample)")
     parser.add_argument("--mock-fake-tree", action="store_true",
                         help="with --smi mock: lay out fake /sys and /dev trees for the mock cards under "
                              "--sys-root/--dev-root (device files are /dev/null-like character devices)")
@@ -45,13 +55,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between node registrations and reconciles (default %(default)s)")
     parser.add_argument("--resource-count", default=keys.DEFAULT_COUNT_RESOURCE, help="kubelet resource name")
     parser.add_argument("--lock-timeout", type=int, default=300, help="node lock expiry, seconds")
+    parser.add_argument("--metrics-bind", default="",
+                        help="serve Prometheus /metrics on HOST:PORT (default: off)")
 
 
 def make_backend(args: argparse.Namespace) -> SmiBackend:
     if args.smi == "mock":
         if not args.mock_devices:
-            raise SmiError("--smi mock needs --mock-devices FILE")
-        return MockBackend(args.mock_devices)
+            log.info("--smi mock without --mock-devices: using the sample %s", SAMPLE_MOCK_DEVICES)
+        return MockBackend(args.mock_devices or SAMPLE_MOCK_DEVICES)
     return RsmiBackend(args.rsmi_library)
 
 
@@ -74,6 +86,13 @@ class NodeLoop:
                         RETRY_AFTER_FAILURE, exc)
             return False
 
+    def publish_now(self) -> None:
+        """Republish the node registration at once (health changed); the cycle retries on failure."""
+        try:
+            self.core.register_node(self.server.health_snapshot())
+        except KubeError as exc:
+            log.warning("node %s: registration after a health change failed: %s", self.core.node, exc)
+
     def run(self) -> None:
         while not self.stopping.is_set():
             ok = self.once()
@@ -90,13 +109,29 @@ def build(args: argparse.Namespace, kube: Kube) -> tuple[PluginCore, DevicePlugi
         raise SmiError(f"no DCU could be served on node {args.node_name} ({len(cards)} reported by SMI)")
     paths = Paths(vdev_dir=Path(args.vdev_dir), etc_vdev=Path(args.etc_vdev), dev_root=Path(args.dev_root),
                   driver_dir=Path(args.driver_dir), hyhal_dir=Path(args.hyhal_dir))
-    core = PluginCore(kube, args.node_name, served, paths, args.slots_per_card, args.lock_timeout)
+    core = PluginCore(kube, args.node_name, served, paths, args.slots_per_card, args.lock_timeout,
+                      metrics=PluginMetrics())
+    server = DevicePluginServer(core, args.plugin_dir, args.resource_count,
+                                health=lambda: card_health(served, backend.cards(), args.dev_root))
+    loop = NodeLoop(core, server, args.register_interval)
+    server.on_health_change = loop.publish_now
+    return core, server, loop
 
-    def health() -> dict[str, bool]:
-        return {f"{keys.DEVICE_ID_PREFIX}{c.serial}": c.healthy for c in backend.cards()}
 
-    server = DevicePluginServer(core, args.plugin_dir, args.resource_count, health=health)
-    return core, server, NodeLoop(core, server, args.register_interval)
+def report_unknown_models(core: PluginCore) -> None:
+    """An unknown model is served with a fallback type; say so on the node, where operators look."""
+    unknown = [c for c in core.cards.values() if c.card.model == FALLBACK_MODEL]
+    if not unknown:
+        return
+    message = (f"{len(unknown)} DCU(s) with an unknown PCI device id, served as {keys.DEVICE_MODEL_PREFIX}"
+               f"{FALLBACK_MODEL} with {unknown[0].card.compute_units} compute units: "
+               + ", ".join(f"{c.id} ({c.card.pci_bus_id})" for c in unknown))
+    log.warning("node %s: %s", core.node, message)
+    try:
+        core.kube.create_event({"kind": "Node", "metadata": {"name": core.node}}, "UnknownDCUModel", message,
+                               "Warning", component="hami-dcu-device-plugin")
+    except KubeError as exc:
+        log.warning("node %s: could not record the unknown-model event: %s", core.node, exc)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,6 +145,13 @@ def run(args: argparse.Namespace) -> int:
         log.error("device plugin cannot start: %s", exc)
         return 1
     log.info("node %s: serving %d cards: %s", args.node_name, len(core.cards), ", ".join(sorted(core.cards)))
+    if args.metrics_bind:
+        try:
+            serve(core.metrics, args.metrics_bind)
+        except (OSError, ValueError) as exc:
+            log.error("device plugin cannot serve metrics on %s: %s", args.metrics_bind, exc)
+            return 1
+    report_unknown_models(core)
     server.refresh_health()
     server.start()
     # The kubelet's pod deletion sends SIGTERM: stop serving and remove our socket cleanly.

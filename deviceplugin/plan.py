@@ -8,6 +8,7 @@ cards this plugin serves. Anything else fails closed with a message naming the l
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,9 @@ class ContainerPlan:
     container: str
     devices: list[ContainerDevice]
     remaining: PodDevices  # the to-allocate list with this entry erased
+    # False when the kubelet's slots are on other cards than the scheduler chose: the
+    # scheduler's record is what the container gets (it is what the scheduler accounted).
+    ids_match: bool = True
 
     @property
     def done(self) -> bool:
@@ -97,9 +101,16 @@ def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str
     for device in devices:
         if device.uuid not in cards:
             raise AllocateRefused(f"pod {who(pod)} container {cname}: card {device.uuid} is not served on node {node}")
+    for fake_id in request_ids:
+        if "-fake-" not in fake_id or card_of_fake_id(fake_id) not in cards:
+            raise AllocateRefused(
+                f"pod {who(pod)} container {cname}: the kubelet asks for device {fake_id!r}, which this plugin "
+                f"does not advertise on node {node}"
+            )
+    ids_match = Counter(map(card_of_fake_id, request_ids)) == Counter(d.uuid for d in devices)
     remaining = [list(e) for e in entries]
     remaining[index] = []
-    return ContainerPlan(index=index, container=cname, devices=devices, remaining=remaining)
+    return ContainerPlan(index=index, container=cname, devices=devices, remaining=remaining, ids_match=ids_match)
 
 
 def erased_annotation(plan: ContainerPlan) -> str:

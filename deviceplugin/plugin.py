@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,10 +21,13 @@ from hami_dcu.common.nodelock import NodeLock
 from hami_dcu.deviceplugin import plan as planning
 from hami_dcu.deviceplugin.allocator import AllocationError, Grant, NodeState
 from hami_dcu.deviceplugin.discovery import DcuCard
+from hami_dcu.deviceplugin.metrics import PluginMetrics
+from hami_dcu.deviceplugin.smi import FALLBACK_MODEL
 from hami_dcu.deviceplugin.vdev import VdevDir, VdevSpec, parse_dirname, render_conf, write_atomic
 
 log = logging.getLogger(__name__)
 FINISHED = ("Succeeded", "Failed")
+NODE_READ_ATTEMPTS = 3
 
 
 class AllocateFailed(RuntimeError):
@@ -55,6 +59,7 @@ class PluginCore:
         paths: Paths | None = None,
         slots_per_card: int = keys.DEFAULT_SLOTS_PER_CARD,
         lock_timeout_seconds: int = 300,
+        metrics: PluginMetrics | None = None,
     ) -> None:
         self.kube = kube
         self.node = node
@@ -65,6 +70,8 @@ class PluginCore:
         self.node_lock = NodeLock(kube, timeout=timedelta(seconds=lock_timeout_seconds))
         self.state = NodeState(compute_units={c.index: c.card.compute_units for c in cards})
         self.lock = threading.Lock()
+        self.metrics = metrics or PluginMetrics()
+        self.metrics.unknown_models.labels(node).set(sum(1 for c in cards if c.card.model == FALLBACK_MODEL))
         self.rebuild()
 
     # --- restart safety ------------------------------------------------------------------
@@ -77,6 +84,7 @@ class PluginCore:
                 if record.card_index in self.state.compute_units:
                     self.state.restore(record)
                     restored += 1
+            self.metrics.vdevs.labels(self.node).set(len(self.state.vdevs_used))
         if restored:
             log.info("node %s: restored %d vDCU grants from %s", self.node, restored, self.paths.vdev_dir)
         return restored
@@ -94,43 +102,94 @@ class PluginCore:
     # --- Allocate ------------------------------------------------------------------------
 
     def allocate(self, requests: list[list[str]]) -> list[ContainerResponse]:
-        with self.lock:
-            node_obj = self.kube.get_node(self.node)
-            namespace, name = self._lock_holder(node_obj)
-            try:
-                pod = self.kube.get_pod(namespace, name)
-            except NotFoundError:
-                self._release(namespace, name)
-                raise AllocateFailed(
-                    f"pod {namespace}/{name} holding the lock of node {self.node} was deleted"
-                ) from None
-            responses: list[ContainerResponse] = []
-            written: list[tuple[Grant, VdevSpec]] = []
-            try:
-                for ids in requests:
-                    container_plan = planning.plan_container(pod, self.node, ids, self.cards)
-                    responses.append(self._serve_container(pod, container_plan, written))
-                    update = {keys.POD_DEVICES_TO_ALLOCATE: planning.erased_annotation(container_plan)}
-                    if container_plan.done:  # one write for "erased" and "success"
-                        update[keys.POD_BIND_PHASE] = keys.BIND_PHASE_SUCCESS
-                    pod = self.kube.patch_pod_metadata(namespace, name, annotations=update)
-                    log.info(
-                        "pod %s/%s container %s: allocated %s on node %s",
-                        namespace,
-                        name,
-                        container_plan.container,
+        """Serve one kubelet Allocate call (one entry per container request). Raises
+        AllocateFailed with a message for the kubelet; on failure the pod is marked failed,
+        the lock released and nothing of this call is left on disk or in the state."""
+        started = time.perf_counter()
+        try:
+            with self.lock:
+                responses = self._allocate_locked(requests)
+        except AllocateFailed:
+            self.metrics.allocations.labels(self.node, "failed").inc()
+            raise
+        finally:
+            self.metrics.allocate_seconds.labels(self.node).observe(time.perf_counter() - started)
+        self.metrics.allocations.labels(self.node, "success").inc()
+        return responses
+
+    def _allocate_locked(self, requests: list[list[str]]) -> list[ContainerResponse]:
+        node_obj = self._read_node()
+        namespace, name = self._lock_holder(node_obj)
+        try:
+            pod = self.kube.get_pod(namespace, name)
+        except NotFoundError:
+            self._release(namespace, name)
+            raise AllocateFailed(f"pod {namespace}/{name} holding the lock of node {self.node} was deleted") from None
+        except KubeError as exc:
+            self._mark_failed(namespace, name, f"cannot read the pod: {exc}")
+            raise AllocateFailed(f"pod {namespace}/{name}: cannot read the pod: {exc}") from exc
+        responses: list[ContainerResponse] = []
+        written: list[tuple[Grant, VdevSpec]] = []
+        try:
+            if not requests:
+                raise planning.AllocateRefused("the kubelet sent an Allocate call without container requests")
+            for ids in requests:
+                container_plan = planning.plan_container(pod, self.node, ids, self.cards)
+                if not container_plan.ids_match:
+                    self.metrics.device_id_mismatches.labels(self.node).inc()
+                    log.warning(
+                        "pod %s/%s container %s on node %s: the kubelet chose %s, hami-scheduler chose %s; "
+                        "serving the scheduler's cards",
+                        namespace, name, container_plan.container, self.node, ",".join(ids),
                         ",".join(d.uuid for d in container_plan.devices),
-                        self.node,
                     )
-                if container_plan.done:
-                    self._release(namespace, name, node_obj)
-                return responses
-            except (planning.AllocateRefused, AllocationError, KubeError, CodecError, OSError) as exc:
-                for grant, spec in written:
-                    self._remove_vdev(spec.dirname, grant.vdev)
-                    self.state.release(grant)
-                self._mark_failed(namespace, name, str(exc))
-                raise AllocateFailed(str(exc)) from exc
+                responses.append(self._serve_container(pod, container_plan, written))
+                update = {keys.POD_DEVICES_TO_ALLOCATE: planning.erased_annotation(container_plan)}
+                if container_plan.done:  # one write for "erased" and "success"
+                    update[keys.POD_BIND_PHASE] = keys.BIND_PHASE_SUCCESS
+                pod = self.kube.patch_pod_metadata(namespace, name, annotations=update)
+                log.info(
+                    "pod %s/%s container %s: allocated %s on node %s",
+                    namespace,
+                    name,
+                    container_plan.container,
+                    ",".join(d.uuid for d in container_plan.devices),
+                    self.node,
+                )
+        except Exception as exc:  # any failure, expected or a bug: undo, mark failed, release
+            self._undo(written)
+            known = planning.AllocateRefused | AllocationError | KubeError | CodecError | OSError
+            why = str(exc) if isinstance(exc, known) else f"internal error: {exc!r}"
+            self._mark_failed(namespace, name, why)
+            raise AllocateFailed(why) from exc
+        if container_plan.done:
+            self._release(namespace, name, node_obj)
+        self.metrics.vdevs.labels(self.node).set(len(self.state.vdevs_used))
+        return responses
+
+    def _read_node(self) -> dict:
+        """The node, with two quick retries: without it the pod being admitted is unknown, so a
+        failure can mark no pod failed and release no lock (the lock then waits for expiry)."""
+        for attempt in range(NODE_READ_ATTEMPTS):
+            try:
+                return self.kube.get_node(self.node)
+            except NotFoundError as exc:
+                raise AllocateFailed(f"node {self.node} does not exist in the API server") from exc
+            except KubeError as exc:
+                if attempt + 1 == NODE_READ_ATTEMPTS:
+                    raise AllocateFailed(
+                        f"cannot read node {self.node} to find the pod being admitted: {exc}"
+                    ) from exc
+                time.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def _undo(self, written: list[tuple[Grant, VdevSpec]]) -> None:
+        for grant, spec in written:
+            try:
+                self._remove_vdev(spec.dirname, grant.vdev)
+            except OSError as exc:  # reconcile removes it later: the pod is failed, not live
+                log.warning("node %s: could not remove vdev %s: %s", self.node, spec.dirname, exc)
+            self.state.release(grant)
 
     def _lock_holder(self, node_obj: dict | None = None) -> tuple[str, str]:
         node_obj = node_obj if node_obj is not None else self.kube.get_node(self.node)
@@ -246,6 +305,7 @@ class PluginCore:
             self.state.release(record)
             removed.append(dirname)
             log.info("node %s: removed vdev %s of a pod that is gone or finished", self.node, dirname)
+        self.metrics.vdevs.labels(self.node).set(len(self.state.vdevs_used))
         return removed
 
     def _remove_vdev(self, dirname: str, vdev: int) -> None:
@@ -273,6 +333,8 @@ class PluginCore:
 
     def register_node(self, health: dict[str, bool] | None = None, now: datetime | None = None) -> None:
         """Publish the cards and the handshake on the node (what hami-scheduler reads)."""
+        for device in self.node_devices(health):
+            self.metrics.card_healthy.labels(self.node, device.id).set(1 if device.health else 0)
         self.kube.patch_node_metadata(
             self.node,
             annotations={

@@ -101,6 +101,9 @@ class Servicer(api_pb2_grpc.DevicePluginServicer):
             responses = self.core.allocate([list(r.devices_ids) for r in request.container_requests])
         except AllocateFailed as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except Exception as exc:  # a bug must fail this one admission, never the server
+            log.exception("Allocate failed unexpectedly")
+            context.abort(grpc.StatusCode.INTERNAL, f"device plugin internal error: {exc!r}")
         return api_pb2.AllocateResponse(container_responses=[to_proto(r) for r in responses])
 
     def PreStartContainer(
@@ -135,6 +138,9 @@ class DevicePluginServer:
         self._kubelet_stamp: tuple[int, int] | None = None
         self._watcher: threading.Thread | None = None
         self.registrations = 0
+        # Called (from the watcher thread) after health changed: the command republishes the
+        # node registration at once instead of at the next cycle.
+        self.on_health_change: Callable[[], None] | None = None
 
     def start(self) -> DevicePluginServer:
         self._serve()
@@ -189,10 +195,16 @@ class DevicePluginServer:
             return False
         if health == self._health_now:
             return False
+        for card_id, healthy in sorted(health.items()):
+            if self._health_now.get(card_id, True) != healthy:
+                log.log(logging.INFO if healthy else logging.WARNING, "card %s is now %s", card_id,
+                        HEALTHY if healthy else UNHEALTHY)
         self._health_now = health
         with self.changed:
             self.servicer.generation += 1
             self.changed.notify_all()
+        if self.on_health_change is not None:
+            self.on_health_change()
         return True
 
     def _watch(self) -> None:

@@ -57,6 +57,8 @@ MODEL_COMPUTE_UNITS: dict[str, int] = {
     "Z100L": 60,
 }
 FALLBACK_MODEL = "UNKNOWN"
+# Two K100_AI cards, for the demo, the chart's mock mode and `--smi mock` without a file.
+SAMPLE_MOCK_DEVICES = Path(__file__).with_name("mock-devices.yaml")
 # Without a known count, assume the smallest card we know: a vDCU then never gets CUs that
 # do not exist, at the price of using only part of a larger unknown card.
 FALLBACK_COMPUTE_UNITS = 60

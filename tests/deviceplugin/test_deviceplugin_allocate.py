@@ -262,3 +262,73 @@ def test_vdcu_is_decided_by_the_chosen_cards_memory_not_card_zeros(dcu_node):
     dcu_node.bind("whole-small", [("c", [dev("S1", 16000, 100)])])
     core.allocate([["DCU-S1-fake-0"]])
     assert len(vdev_dirs(dcu_node)) == 1  # all of card S1's memory and cores: a whole card, no vdev
+
+
+def test_kubelet_slots_on_another_card_serve_the_scheduled_card_and_are_counted(dcu_node):
+    """The scheduler's record is what was accounted, so it wins (user-pain-points row 30)."""
+    core = dcu_node.core()
+    pod = dcu_node.bind("p", [("c", [dev("S2", 1000, 10)])])
+    (response,) = core.allocate([["DCU-S1-fake-3"]])
+    text, _ = read_conf(dcu_node, pod, "c")
+    assert "PciBusId: 0000:9F:00.0" in text
+    assert ("/dev/dri/card2", str(dcu_node.root / "dev/dri/card2"), "rw") in response.devices
+    assert core.metrics.value("hami_dcu_plugin_device_id_mismatches_total", node="n1") == 1
+    assert core.metrics.value("hami_dcu_plugin_allocations_total", node="n1", result="success") == 1
+
+
+def test_a_device_id_the_plugin_never_advertised_is_refused(dcu_node):
+    core = dcu_node.core()
+    dcu_node.bind("p", [("c", [dev("S1", 1000, 10)])])
+    with pytest.raises(AllocateFailed, match="'GPU-0', which this plugin does not advertise"):
+        core.allocate([["GPU-0"]])
+    assert dcu_node.annotation("p", keys.POD_BIND_PHASE) == keys.BIND_PHASE_FAILED
+    assert dcu_node.lock_value() is None
+    assert core.metrics.value("hami_dcu_plugin_allocations_total", node="n1", result="failed") == 1
+
+
+def test_a_call_without_container_requests_fails_the_locked_pod(dcu_node):
+    core = dcu_node.core()
+    dcu_node.bind("p", [("c", [dev("S1", 1000, 10)])])
+    with pytest.raises(AllocateFailed, match="without container requests"):
+        core.allocate([])
+    assert dcu_node.lock_value() is None
+
+
+def test_api_error_writing_the_pod_undoes_the_vdev_and_releases_the_lock(dcu_node, api_server):
+    core = dcu_node.core()
+    dcu_node.bind("p", [("c", [dev("S1", 1000, 10)])])
+    api_server.faults.configure(error_rate=1.0, match=lambda method, path: method == "PATCH" and "/pods/" in path)
+    try:
+        with pytest.raises(AllocateFailed, match="500"):
+            core.allocate([["DCU-S1-fake-0"]])
+    finally:
+        api_server.faults.clear()
+    assert vdev_dirs(dcu_node) == [] and list(dcu_node.paths.etc_vdev.iterdir()) == []
+    assert not core.state.vdevs_used and core.state.cu_used.get(0, 0) == 0
+    assert dcu_node.lock_value() is None  # the node write went through
+
+
+def test_api_unreachable_for_the_node_is_a_clear_error_that_changes_nothing(dcu_node, api_server):
+    core = dcu_node.core()
+    dcu_node.bind("p", [("c", [dev("S1", 1000, 10)])])
+    api_server.faults.configure(error_rate=1.0, match=lambda method, path: method == "GET" and "/nodes/" in path)
+    try:
+        with pytest.raises(AllocateFailed, match="cannot read node n1"):
+            core.allocate([["DCU-S1-fake-0"]])
+    finally:
+        api_server.faults.clear()
+    assert vdev_dirs(dcu_node) == []
+    assert dcu_node.annotation("p", keys.POD_BIND_PHASE) == keys.BIND_PHASE_ALLOCATING
+    assert api_server.faults.injected["500"] == 3  # two quick retries before giving up
+    # nothing was half done: the same call succeeds once the API answers
+    core.allocate([["DCU-S1-fake-0"]])
+    assert dcu_node.annotation("p", keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS
+
+
+def test_reconcile_never_removes_live_vdevs(dcu_node):
+    core = dcu_node.core()
+    live = dcu_node.bind("live", [("c", [dev("S1", 1000, 10)])])
+    core.allocate([["DCU-S1-fake-0"]])
+    assert core.reconcile() == []
+    assert [d for d in vdev_dirs(dcu_node) if d.startswith(live["metadata"]["uid"])]
+    assert core.metrics.value("hami_dcu_plugin_vdevs", node="n1") == 1

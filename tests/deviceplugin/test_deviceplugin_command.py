@@ -1,13 +1,18 @@
 """`hami-dcu device-plugin` as the chart runs it in mock mode: fake tree, registration, node annotation."""
 
+import argparse
 import subprocess
 import sys
 import time
+import urllib.request
 
 import yaml
 from conftest import CARDS
 
 from hami_dcu.common import keys
+from hami_dcu.deviceplugin import command
+from hami_dcu.deviceplugin.metrics import serve
+from hami_dcu.deviceplugin.smi import FALLBACK_MODEL
 from hami_dcu.e2e.kubelet import LocalKubelet, short_socket_dir
 
 
@@ -65,3 +70,58 @@ def test_sigterm_stops_the_plugin_and_removes_its_socket(api_server, kube, tmp_p
         if process.poll() is None:
             process.kill()
         kubelet.stop()
+
+
+def parse(*argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kubeconfig")
+    command.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_sample_mock_file_is_two_k100_ai_and_the_default_in_mock_mode():
+    cards = command.make_backend(parse("--smi", "mock")).cards()
+    assert [(c.model, c.memory_mib, c.compute_units) for c in cards] == [("K100_AI", 65520, 120)] * 2
+    assert len({c.serial for c in cards}) == 2 and len({c.pci_bus_id for c in cards}) == 2
+
+
+def test_health_change_republishes_the_node_at_once(kube, tmp_path):
+    kube.create_node({"metadata": {"name": "w3"}})
+    mock = tmp_path / "w3.yaml"
+    mock.write_text(yaml.safe_dump(CARDS))
+    args = parse("--node-name", "w3", "--smi", "mock", "--mock-devices", str(mock), "--mock-fake-tree",
+                 "--dev-root", str(tmp_path / "dev"), "--sys-root", str(tmp_path / "sys"),
+                 "--plugin-dir", str(tmp_path / "plugins"), "--vdev-dir", str(tmp_path / "vgpu"),
+                 "--etc-vdev", str(tmp_path / "etc"), "--register-interval", "3600")
+    core, server, loop = command.build(args, kube)
+    server.refresh_health()
+    assert loop.once()
+    register = lambda: kube.get_node("w3")["metadata"]["annotations"][keys.NODE_REGISTER]  # noqa: E731
+    assert ",true,1,hami:" in register()
+    (tmp_path / "dev" / "dri" / "card1").unlink()  # card S2's device node vanished
+    assert server.refresh_health()  # the watcher thread does this every second
+    assert register().endswith("DCU-S2,4,65520,100,DCU-K100_AI,0,false,1,hami:")
+    assert core.metrics.value("hami_dcu_plugin_card_healthy", node="w3", card="DCU-S2") == 0
+
+
+def test_unknown_model_is_an_event_and_a_metric_served_over_http(kube, tmp_path):
+    kube.create_node({"metadata": {"name": "w4"}})
+    mock = tmp_path / "w4.yaml"
+    mock.write_text(yaml.safe_dump([dict(CARDS[0], model=FALLBACK_MODEL, compute_units=60)]))
+    args = parse("--node-name", "w4", "--smi", "mock", "--mock-devices", str(mock), "--mock-fake-tree",
+                 "--dev-root", str(tmp_path / "dev"), "--sys-root", str(tmp_path / "sys"),
+                 "--plugin-dir", str(tmp_path / "plugins"), "--vdev-dir", str(tmp_path / "vgpu"),
+                 "--etc-vdev", str(tmp_path / "etc"))
+    core, _, _ = command.build(args, kube)
+    command.report_unknown_models(core)
+    events = kube.request("GET", "/api/v1/namespaces/default/events")["items"]
+    (event,) = [e for e in events if e["reason"] == "UnknownDCUModel"]
+    assert "DCU-S1 (0000:3D:00.0)" in event["message"] and event["involvedObject"]["name"] == "w4"
+    server = serve(core.metrics, "127.0.0.1:0")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+        assert 'hami_dcu_plugin_unknown_model_cards{node="w4"} 1.0' in text
+    finally:
+        server.shutdown()
+        server.server_close()

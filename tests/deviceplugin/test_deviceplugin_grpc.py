@@ -107,3 +107,11 @@ def test_plugin_started_before_the_kubelet_registers_when_it_appears(dcu_node):
             kubelet.stop()
     finally:
         server.stop()
+
+
+def test_plugin_gone_leaves_capacity_but_no_allocatable(running):
+    node, kubelet, server = running
+    until(lambda: capacity(node) == ("8", "8"))
+    server.stop()
+    assert until(lambda: capacity(node) == ("8", "0"))
+    assert kubelet.free_ids(keys.DEFAULT_COUNT_RESOURCE) == []

@@ -1,0 +1,40 @@
+"""Card health from the driver, for the kubelet (ListAndWatch) and the node registration.
+
+A card is healthy while the SMI layer still reports it (same serial, same PCI bus id) as
+healthy and its device nodes and `/dev/kfd` exist. HAMi's plugin always said Healthy
+(reference §5.10 #11); a card that vanished from SMI stayed schedulable.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from hami_dcu.deviceplugin.discovery import DcuCard
+from hami_dcu.deviceplugin.smi import Card
+
+log = logging.getLogger(__name__)
+
+
+def card_health(served: list[DcuCard], reported: list[Card], dev_root: str | Path) -> dict[str, bool]:
+    """Card id -> healthy, for every served card."""
+    by_serial = {c.serial: c for c in reported}
+    kfd_present = (Path(dev_root) / "kfd").exists()
+    health = {}
+    for dcu in served:
+        now = by_serial.get(dcu.card.serial)
+        problem = None
+        if now is None:
+            problem = "no longer reported by SMI"
+        elif now.pci_bus_id.upper() != dcu.card.pci_bus_id.upper():
+            problem = f"now reported at PCI bus id {now.pci_bus_id}"
+        elif not now.healthy:
+            problem = "reported unhealthy by SMI"
+        elif not kfd_present:
+            problem = f"{Path(dev_root) / 'kfd'} is missing"
+        elif not (Path(dcu.drm.card).exists() and Path(dcu.drm.render).exists()):
+            problem = f"device node {dcu.drm.card} or {dcu.drm.render} is missing"
+        if problem:  # debug: this runs every second; the server logs each change once
+            log.debug("card %s (%s): unhealthy, %s", dcu.id, dcu.card.pci_bus_id, problem)
+        health[dcu.id] = problem is None
+    return health

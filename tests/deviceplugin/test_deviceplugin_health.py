@@ -1,0 +1,40 @@
+"""Card health from SMI and the device nodes: what the kubelet and the node registration see."""
+
+from dataclasses import replace
+
+from hami_dcu.deviceplugin.discovery import discover
+from hami_dcu.deviceplugin.faketree import lay_out
+from hami_dcu.deviceplugin.health import card_health
+from hami_dcu.deviceplugin.smi import Card
+
+CARDS = [
+    Card(0, "S1", "K100_AI", 65520, 120, "0000:3D:00.0"),
+    Card(1, "S2", "K100_AI", 65520, 120, "0000:9F:00.0"),
+]
+
+
+def served(tmp_path):
+    lay_out(CARDS, tmp_path / "sys", tmp_path / "dev")
+    return discover(CARDS, tmp_path / "sys", tmp_path / "dev")
+
+
+def test_all_present_and_healthy(tmp_path):
+    assert card_health(served(tmp_path), CARDS, tmp_path / "dev") == {"DCU-S1": True, "DCU-S2": True}
+
+
+def test_a_card_smi_no_longer_reports_is_unhealthy_not_silently_healthy(tmp_path):
+    assert card_health(served(tmp_path), CARDS[:1], tmp_path / "dev") == {"DCU-S1": True, "DCU-S2": False}
+
+
+def test_smi_unhealthy_or_moved_card(tmp_path):
+    cards = served(tmp_path)
+    now = [replace(CARDS[0], healthy=False), replace(CARDS[1], pci_bus_id="0000:AA:00.0")]
+    assert card_health(cards, now, tmp_path / "dev") == {"DCU-S1": False, "DCU-S2": False}
+
+
+def test_missing_device_nodes(tmp_path):
+    cards = served(tmp_path)
+    (tmp_path / "dev" / "dri" / "renderD129").unlink()
+    assert card_health(cards, CARDS, tmp_path / "dev") == {"DCU-S1": True, "DCU-S2": False}
+    (tmp_path / "dev" / "kfd").unlink()
+    assert card_health(cards, CARDS, tmp_path / "dev") == {"DCU-S1": False, "DCU-S2": False}
