@@ -110,7 +110,7 @@ def build(args: argparse.Namespace, kube: Kube) -> tuple[PluginCore, DevicePlugi
     paths = Paths(vdev_dir=Path(args.vdev_dir), etc_vdev=Path(args.etc_vdev), dev_root=Path(args.dev_root),
                   driver_dir=Path(args.driver_dir), hyhal_dir=Path(args.hyhal_dir))
     core = PluginCore(kube, args.node_name, served, paths, args.slots_per_card, args.lock_timeout,
-                      metrics=PluginMetrics())
+                      metrics=PluginMetrics(), resource=args.resource_count)
     server = DevicePluginServer(core, args.plugin_dir, args.resource_count,
                                 health=lambda: card_health(served, backend.cards(), args.dev_root))
     loop = NodeLoop(core, server, args.register_interval)

@@ -113,6 +113,34 @@ def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str
     return ContainerPlan(index=index, container=cname, devices=devices, remaining=remaining, ids_match=ids_match)
 
 
+def _requests_count(container: JSON, resource: str) -> bool:
+    resources = container.get("resources") or {}
+    return resource in (resources.get("limits") or {}) or resource in (resources.get("requests") or {})
+
+
+def rival_pods(pods: list[JSON], holder_uid: str, node: str, resource: str) -> list[str]:
+    """Pods besides the lock holder that this Allocate call may be for: bound to this node,
+    Pending, not being deleted, asking the kubelet for `resource`, and still expecting an
+    Allocate: never bound by hami-scheduler (no bind-phase), or `allocating` without holding
+    the lock (it expired and passed on). The kubelet names no pod, so while such a pod exists
+    the holder's allocation could go to the wrong pod (user-pain-points rows 1, 11, 28)."""
+    rivals = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if meta.get("uid") == holder_uid or meta.get("deletionTimestamp"):
+            continue
+        if (pod.get("spec") or {}).get("nodeName") != node or (pod.get("status") or {}).get("phase") != "Pending":
+            continue
+        if not any(_requests_count(c, resource) for c in pod_containers(pod)):
+            continue
+        bind_phase = (meta.get("annotations") or {}).get(keys.POD_BIND_PHASE)
+        if bind_phase is None:
+            rivals.append(f"{who(pod)} (not bound by hami-scheduler: spec.nodeName set by hand or another scheduler)")
+        elif bind_phase == keys.BIND_PHASE_ALLOCATING:
+            rivals.append(f"{who(pod)} ({keys.POD_BIND_PHASE}={bind_phase} without the node lock: the lock expired?)")
+    return rivals
+
+
 def erased_annotation(plan: ContainerPlan) -> str:
     return encode_pod_devices(plan.remaining, keys.POD_DEVICES_TO_ALLOCATE)
 

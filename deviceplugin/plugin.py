@@ -34,6 +34,10 @@ class AllocateFailed(RuntimeError):
     """Allocate could not be served; the message goes back to the kubelet and the pod."""
 
 
+class Ambiguous(AllocateFailed):
+    """The call could be for the lock holder or another pod: refused, the holder untouched."""
+
+
 @dataclass(frozen=True)
 class Paths:
     vdev_dir: Path = Path("/usr/local/vgpu/dcu")
@@ -60,6 +64,7 @@ class PluginCore:
         slots_per_card: int = keys.DEFAULT_SLOTS_PER_CARD,
         lock_timeout_seconds: int = 300,
         metrics: PluginMetrics | None = None,
+        resource: str = keys.DEFAULT_COUNT_RESOURCE,
     ) -> None:
         self.kube = kube
         self.node = node
@@ -67,6 +72,7 @@ class PluginCore:
         self.by_index = {c.index: c for c in cards}
         self.paths = paths or Paths()
         self.slots_per_card = slots_per_card
+        self.resource = resource
         self.node_lock = NodeLock(kube, timeout=timedelta(seconds=lock_timeout_seconds))
         self.state = NodeState(compute_units={c.index: c.card.compute_units for c in cards})
         self.lock = threading.Lock()
@@ -128,6 +134,7 @@ class PluginCore:
         except KubeError as exc:
             self._mark_failed(namespace, name, f"cannot read the pod: {exc}")
             raise AllocateFailed(f"pod {namespace}/{name}: cannot read the pod: {exc}") from exc
+        self._refuse_if_ambiguous(pod)
         responses: list[ContainerResponse] = []
         written: list[tuple[Grant, VdevSpec]] = []
         try:
@@ -166,6 +173,25 @@ class PluginCore:
             self._release(namespace, name, node_obj)
         self.metrics.vdevs.labels(self.node).set(len(self.state.vdevs_used))
         return responses
+
+    def _refuse_if_ambiguous(self, holder: dict) -> None:
+        """Serve the holder only when no other pod on this node may be the one admitted. An
+        ambiguous call is refused without consuming or failing the holder's allocation: if the
+        call was the other pod's, the holder's own call comes later and succeeds."""
+        namespace, name = holder["metadata"]["namespace"], holder["metadata"]["name"]
+        try:
+            pods = self.kube.list_pods(field_selector=f"spec.nodeName={self.node}").items
+        except KubeError as exc:
+            self._mark_failed(namespace, name, f"cannot list the pods of node {self.node}: {exc}")
+            raise AllocateFailed(f"cannot list the pods of node {self.node}: {exc}") from exc
+        rivals = planning.rival_pods(pods, holder["metadata"]["uid"], self.node, self.resource)
+        if not rivals:
+            return
+        why = (f"cannot tell which pod this Allocate is for: {namespace}/{name} holds the lock of node {self.node}, "
+               f"but {'; '.join(rivals)} also wait(s) for {self.resource} here. Refused rather than guessed")
+        log.error("node %s: %s", self.node, why)
+        self._event(namespace, name, "DCUAllocationAmbiguous", why)
+        raise Ambiguous(why)
 
     def _read_node(self) -> dict:
         """The node, with two quick retries: without it the pod being admitted is unknown, so a
@@ -256,17 +282,20 @@ class PluginCore:
             self.kube.patch_pod_metadata(namespace, name, annotations={keys.POD_BIND_PHASE: keys.BIND_PHASE_FAILED})
         except KubeError as exc:
             log.warning("pod %s/%s: could not mark %s=failed: %s", namespace, name, keys.POD_BIND_PHASE, exc)
+        self._event(namespace, name, "DCUAllocationFailed", f"node {self.node}: {why}")
+        self._release(namespace, name)
+
+    def _event(self, namespace: str, name: str, reason: str, message: str) -> None:
         try:
             self.kube.create_event(
                 {"kind": "Pod", "metadata": {"namespace": namespace, "name": name}},
-                "DCUAllocationFailed",
-                f"node {self.node}: {why}",
+                reason,
+                message,
                 "Warning",
                 component="hami-dcu-device-plugin",
             )
-        except KubeError:
-            pass
-        self._release(namespace, name)
+        except KubeError as exc:
+            log.warning("pod %s/%s: could not record event %s: %s", namespace, name, reason, exc)
 
     def _release(self, namespace: str, name: str, known: dict | None = None) -> None:
         try:
@@ -287,15 +316,37 @@ class PluginCore:
     # --- reconcile -------------------------------------------------------------------------
 
     def reconcile(self) -> list[str]:
-        """Remove vdev directories (and /etc/vdev files) of pods that are gone or finished.
-        One pod list scoped to this node per cycle. Returns the removed directory names."""
+        """Remove vdev directories (and /etc/vdev files) of pods that are gone or finished, and
+        the node lock of a holder that finished on this node. One pod list scoped to this node
+        per cycle. Returns the removed directory names."""
         with self.lock:
-            return self._reconcile_locked()
+            pods = self.kube.list_pods(field_selector=f"spec.nodeName={self.node}").items
+            removed = self._reconcile_locked(pods)
+            self._release_lock_of_finished_holder(pods)
+            return removed
 
-    def _reconcile_locked(self) -> list[str]:
+    def _release_lock_of_finished_holder(self, pods: list[dict]) -> None:
+        """A holder the kubelet already failed (for example after a refused Allocate) will never
+        call again; without this the node stays locked until the lock expires (5 min)."""
+        holder = self.node_lock.holder(self.node)
+        if holder is None or holder.name is None:
+            return
+        for pod in pods:
+            meta = pod["metadata"]
+            if (meta.get("namespace"), meta.get("name")) != (holder.namespace, holder.name):
+                continue
+            phase = (pod.get("status") or {}).get("phase")
+            if phase in FINISHED:
+                log.info("node %s: releasing the lock of %s/%s, which is %s", self.node, holder.namespace,
+                         holder.name, phase)
+                self._release(holder.namespace or "", holder.name)
+            return
+
+    def _reconcile_locked(self, pods: list[dict] | None = None) -> list[str]:
         # The list is taken under the lock: a pod allocated between a list and the cleanup
         # would otherwise look gone and lose its live vdev directory.
-        pods = self.kube.list_pods(field_selector=f"spec.nodeName={self.node}").items
+        if pods is None:
+            pods = self.kube.list_pods(field_selector=f"spec.nodeName={self.node}").items
         live = {p["metadata"]["uid"] for p in pods if (p.get("status") or {}).get("phase") not in FINISHED}
         removed = []
         for dirname, record in self._named_records():

@@ -6,7 +6,7 @@ import pytest
 from dp_helpers import dev
 
 from hami_dcu.common import keys
-from hami_dcu.deviceplugin.plugin import AllocateFailed
+from hami_dcu.deviceplugin.plugin import AllocateFailed, Ambiguous
 
 GOLDEN_15 = """PciBusId: 0000:3D:00.0
 cu_mask: 0x000000000003ffff
@@ -332,3 +332,46 @@ def test_reconcile_never_removes_live_vdevs(dcu_node):
     assert core.reconcile() == []
     assert [d for d in vdev_dirs(dcu_node) if d.startswith(live["metadata"]["uid"])]
     assert core.metrics.value("hami_dcu_plugin_vdevs", node="n1") == 1
+
+
+def rogue_pod(node, name="rogue"):
+    """A pod that asks for a DCU but reached the node without hami-scheduler."""
+    return node.kube.create_pod("default", {"metadata": {"name": name}, "spec": {"nodeName": "n1", "containers": [
+        {"name": "c", "image": "x", "resources": {"limits": {keys.DEFAULT_COUNT_RESOURCE: "1"}}}]}})
+
+
+def test_a_pod_that_bypassed_the_scheduler_makes_the_call_ambiguous_and_the_holder_is_untouched(dcu_node):
+    """User-pain-points row 1: never hand the lock holder's vDCU to whichever pod is admitted."""
+    core = dcu_node.core()
+    dcu_node.bind("a", [("c", [dev("S1", 1000, 10)])])
+    before = dcu_node.kube.get_pod("default", "a")["metadata"]["annotations"]
+    rogue_pod(dcu_node)
+    with pytest.raises(Ambiguous, match=r"default/rogue \(not bound by hami-scheduler: spec.nodeName set by hand"):
+        core.allocate([["DCU-S1-fake-0"]])
+    assert dcu_node.kube.get_pod("default", "a")["metadata"]["annotations"] == before
+    assert dcu_node.lock_value() is not None and vdev_dirs(dcu_node) == []
+    events = dcu_node.kube.request("GET", "/api/v1/namespaces/default/events")["items"]
+    assert [e["involvedObject"]["name"] for e in events if e["reason"] == "DCUAllocationAmbiguous"] == ["a"]
+    # The kubelet fails the rogue pod's admission; the holder's own call then succeeds.
+    dcu_node.kube.patch_pod_status("default", "rogue", {"phase": "Failed"})
+    core.allocate([["DCU-S1-fake-0"]])
+    assert dcu_node.annotation("a", keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS
+
+
+def test_a_pod_still_allocating_without_the_lock_is_a_rival(dcu_node):
+    """User-pain-points row 11: an expired lock must not swap two pods' allocations."""
+    core = dcu_node.core()
+    dcu_node.bind("old", [("c", [dev("S1", 1000, 10)])], lock=False)
+    dcu_node.bind("new", [("c", [dev("S2", 2000, 20)])])
+    with pytest.raises(Ambiguous, match=r"default/old \(hami.io/bind-phase=allocating without the node lock"):
+        core.allocate([["DCU-S2-fake-0"]])
+
+
+def test_reconcile_releases_the_lock_of_a_holder_the_kubelet_failed(dcu_node):
+    core = dcu_node.core()
+    dcu_node.bind("a", [("c", [dev("S1", 1000, 10)])])
+    core.reconcile()
+    assert dcu_node.lock_value() is not None  # Pending, its Allocate may still come
+    dcu_node.kube.patch_pod_status("default", "a", {"phase": "Failed"})
+    core.reconcile()
+    assert dcu_node.lock_value() is None

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hami_dcu.deviceplugin.allocator import AllocationError, NodeState, lowest_free_bits
 from hami_dcu.deviceplugin.discovery import discover, drm_nodes_by_bus_id
 from hami_dcu.deviceplugin.faketree import lay_out
-from hami_dcu.deviceplugin.plan import cu_count, preferred_ids
+from hami_dcu.deviceplugin.plan import cu_count, preferred_ids, rival_pods
 from hami_dcu.deviceplugin.smi import Card, MockBackend, RsmiBackend, SmiError, format_bdf
 from hami_dcu.deviceplugin.vdev import VdevSpec, parse_dirname
 
@@ -159,3 +159,28 @@ def test_rsmi_backend_against_a_fake_library(tmp_path):
 def test_rsmi_missing_library_is_a_clear_error():
     with pytest.raises(SmiError, match="cannot load"):
         RsmiBackend("/nonexistent/librocm_smi64.so")
+
+
+def test_rival_pods_are_only_pods_still_waiting_for_an_allocate_here():
+    def pod(name, phase="Pending", node="n1", bind_phase=None, count=True, deleting=False):
+        annotations = {"hami.io/bind-phase": bind_phase} if bind_phase else {}
+        meta = {"namespace": "d", "name": name, "uid": name, "annotations": annotations}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        limits = {"hygon.com/dcunum": "1"} if count else {"cpu": "1"}
+        return {"metadata": meta, "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {
+            "limits": limits}}]}, "status": {"phase": phase}}
+
+    pods = [
+        pod("holder", bind_phase="allocating"),
+        pod("admitted", bind_phase="success"),  # waits for its image, not for an Allocate
+        pod("refused", bind_phase="failed"),
+        pod("running", phase="Running"),
+        pod("elsewhere", node="n2"),
+        pod("cpu-only", count=False),
+        pod("deleting", deleting=True),
+        pod("bypass"),
+        pod("stale", bind_phase="allocating"),
+    ]
+    rivals = rival_pods(pods, "holder", "n1", "hygon.com/dcunum")
+    assert [r.split(" ")[0] for r in rivals] == ["d/bypass", "d/stale"]
