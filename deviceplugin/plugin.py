@@ -180,7 +180,8 @@ class PluginCore:
         call was the other pod's, the holder's own call comes later and succeeds."""
         namespace, name = holder["metadata"]["namespace"], holder["metadata"]["name"]
         try:
-            pods = self.kube.list_pods(field_selector=f"spec.nodeName={self.node}").items
+            # Only Pending pods can be rivals: the server filters, so the list stays short.
+            pods = self.kube.list_pods(field_selector=f"spec.nodeName={self.node},status.phase=Pending").items
         except KubeError as exc:
             self._mark_failed(namespace, name, f"cannot list the pods of node {self.node}: {exc}")
             raise AllocateFailed(f"cannot list the pods of node {self.node}: {exc}") from exc
