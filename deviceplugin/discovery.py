@@ -18,6 +18,9 @@ from hami_dcu.deviceplugin.smi import Card
 
 log = logging.getLogger(__name__)
 _DRM_NAME = re.compile(r"(card|renderD)(\d+)")
+# What SMI tools print when a serial cannot be read: HAMi turned these into "DCU-N/A" on every
+# card, i.e. duplicate ids across the cluster (reference §5.10 #3).
+UNUSABLE_SERIALS = frozenset({"", "N/A", "NA", "UNKNOWN"})
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,8 @@ def discover(cards: list[Card], sys_root: str | Path, dev_root: str | Path) -> l
         counts[card.serial] = counts.get(card.serial, 0) + 1
     served = []
     for card in cards:
-        if not card.serial:
-            log.error("card %d (%s): empty serial number, not served", card.index, card.pci_bus_id)
+        if card.serial.strip().upper() in UNUSABLE_SERIALS:
+            log.error("card %d (%s): no serial number (%r), not served", card.index, card.pci_bus_id, card.serial)
             continue
         if counts[card.serial] > 1:
             log.error("card %d (%s): serial %s is not unique on this node, not served", card.index,

@@ -37,7 +37,7 @@ def test_shared_vdcu_golden_file_and_response(dcu_node):
     assert text == GOLDEN_15
     assert dirname == f"{pod['metadata']['uid']}_main_0_0_0_000000000003ffff_0000000000000000"
     etc = (dcu_node.paths.etc_vdev / "vdev0.conf").read_text()
-    assert etc == GOLDEN_15.replace("device_id: 0", "device_id: 0")  # card index 0
+    assert etc == GOLDEN_15  # the exporter's copy: device_id is the card index, 0 here
     devices = {c: h for c, h, _ in response.devices}
     root = dcu_node.root / "dev"
     # card0/renderD128 belong to the other vendor's GPU laid out first: mapping is by PCI bus id
@@ -61,28 +61,62 @@ def test_second_card_gets_its_own_bus_id_masks_and_device_id(dcu_node):
     pod = dcu_node.bind("p", [("main", [dev("S2", 4096, 60)])])
     (response,) = core.allocate([["DCU-S2-fake-1"]])
     text, dirname = read_conf(dcu_node, pod, "main")
-    assert text.splitlines()[:5] == [
-        "PciBusId: 0000:9F:00.0",
-        "cu_mask: 0xffffffffffffffff",
-        "cu_mask: 0x00000000000000ff",
-        "cu_count: 72",
-        "mem: 4096 MiB",
-    ]
-    assert "_1_0_0_" in dirname
-    assert "device_id: 1" in (dcu_node.paths.etc_vdev / "vdev0.conf").read_text()
+    golden = (
+        "PciBusId: 0000:9F:00.0\n"
+        "cu_mask: 0xffffffffffffffff\n"
+        "cu_mask: 0x00000000000000ff\n"
+        "cu_count: 72\n"
+        "mem: 4096 MiB\n"
+        "device_id: 0\n"
+        "vdev_id: 0\n"
+        "pipe_id: 0\n"
+        "enable: 1\n"
+    )
+    assert text == golden  # the container sees its one card as device 0
+    assert dirname == f"{pod['metadata']['uid']}_main_1_0_0_ffffffffffffffff_00000000000000ff"
+    assert (dcu_node.paths.etc_vdev / "vdev0.conf").read_text() == golden.replace("device_id: 0", "device_id: 1")
     assert ("/dev/dri/card2", str(dcu_node.root / "dev/dri/card2"), "rw") in response.devices
 
 
+GOLDEN_MEMORY_ONLY = """PciBusId: 0000:3D:00.0
+cu_mask: 0xffffffffffffffff
+cu_mask: 0x00ffffffffffffff
+cu_count: 120
+mem: 1024 MiB
+device_id: 0
+vdev_id: 0
+pipe_id: 0
+enable: 1
+"""
+
+GOLDEN_CORES_ONLY = """PciBusId: 0000:9F:00.0
+cu_mask: 0x000000003fffffff
+cu_mask: 0x0000000000000000
+cu_count: 30
+mem: 65520 MiB
+device_id: 0
+vdev_id: 1
+pipe_id: 0
+enable: 1
+"""
+
+
 def test_memory_only_and_cores_only(dcu_node):
+    """dcumem alone (cores default to 100) and dcucores alone (all memory): both are vDCUs, so
+    the limit that was asked for is enforced (user-pain-points row 4)."""
     core = dcu_node.core()
     mem_only = dcu_node.bind("m", [("c", [dev("S1", 1024, 100)])])
     core.allocate([["DCU-S1-fake-0"]])
-    text, _ = read_conf(dcu_node, mem_only, "c")
-    assert "cu_count: 120" in text and "cu_mask: 0x00ffffffffffffff" in text and "mem: 1024 MiB" in text
+    text, dirname = read_conf(dcu_node, mem_only, "c")
+    assert text == GOLDEN_MEMORY_ONLY
+    assert dirname.endswith("_c_0_0_0_ffffffffffffffff_00ffffffffffffff")
     cores_only = dcu_node.bind("k", [("c", [dev("S2", 65520, 25)])])
     core.allocate([["DCU-S2-fake-0"]])
     text, _ = read_conf(dcu_node, cores_only, "c")
-    assert "cu_count: 30" in text and "cu_mask: 0x000000003fffffff" in text and "mem: 65520 MiB" in text
+    assert text == GOLDEN_CORES_ONLY
+    assert (dcu_node.paths.etc_vdev / "vdev1.conf").read_text() == GOLDEN_CORES_ONLY.replace(
+        "device_id: 0", "device_id: 1"
+    )
 
 
 def test_whole_card_gets_devices_and_driver_but_no_vdev(dcu_node):

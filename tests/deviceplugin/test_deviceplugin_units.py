@@ -108,10 +108,12 @@ def test_discovery_maps_by_bus_id_and_refuses_bad_serials(tmp_path):
         Card(2, "DUP", "K100_AI", 100, 120, "0000:3F:00.0"),
         Card(3, "DUP", "K100_AI", 100, 120, "0000:40:00.0"),
         Card(4, "S5", "K100_AI", 100, 120, "0000:41:00.0"),
+        Card(5, "N/A", "K100_AI", 100, 120, "0000:42:00.0"),
     ]
     lay_out(cards, tmp_path / "sys", tmp_path / "dev", other_gpus=2)
     nodes = drm_nodes_by_bus_id(tmp_path / "sys", tmp_path / "dev")
     assert nodes["0000:3D:00.0"].card.endswith("dri/card2")  # two other GPUs come first
+    assert len(nodes) == 6
     served = discover(cards, tmp_path / "sys", tmp_path / "dev")
     assert [c.id for c in served] == ["DCU-S1", "DCU-S5"]
     assert served[1].drm.render.endswith("dri/renderD134")
@@ -184,3 +186,23 @@ def test_rival_pods_are_only_pods_still_waiting_for_an_allocate_here():
     ]
     rivals = rival_pods(pods, "holder", "n1", "hygon.com/dcunum")
     assert [r.split(" ")[0] for r in rivals] == ["d/bypass", "d/stale"]
+
+
+def test_node_loop_waits_the_interval_after_success_and_five_seconds_after_a_failure():
+    from hami_dcu.deviceplugin.command import RETRY_AFTER_FAILURE, NodeLoop
+
+    outcomes = [True, False, True]
+    waits = []
+
+    class Recorder:
+        def is_set(self):
+            return not outcomes
+
+        def wait(self, seconds):
+            waits.append(seconds)
+
+    loop = NodeLoop(core=None, server=None, interval=30.0)
+    loop.stopping = Recorder()
+    loop.once = lambda: outcomes.pop(0)
+    loop.run()
+    assert waits == [30.0, RETRY_AFTER_FAILURE, 30.0] and RETRY_AFTER_FAILURE == 5.0
