@@ -148,17 +148,19 @@ class LocalKubelet:
                 except KubeError as exc:
                     log.warning("node %s: capacity update failed: %s", self.node, exc)
         except grpc.RpcError:
-            # The plugin went away. A real kubelet marks its devices unhealthy at once (capacity
-            # stays for a 5-minute grace period); a restarted plugin registers again.
-            with self._lock:
-                current = self.endpoints.get(plugin.resource) is plugin
-                if current:
-                    plugin.devices = dict.fromkeys(plugin.devices, "Unhealthy")
-            if current and not self._stopping.is_set():
-                try:
-                    self.kube.patch_node_status(self.node, {"allocatable": {plugin.resource: "0"}})
-                except KubeError as exc:
-                    log.warning("node %s: allocatable update failed: %s", self.node, exc)
+            pass
+        # The stream ended, with an error or cleanly (a plugin stopping ends it cleanly): either
+        # way the plugin went away. A real kubelet marks its devices unhealthy at once (capacity
+        # stays for a 5-minute grace period); a restarted plugin registers again.
+        with self._lock:
+            current = self.endpoints.get(plugin.resource) is plugin
+            if current:
+                plugin.devices = dict.fromkeys(plugin.devices, "Unhealthy")
+        if current and not self._stopping.is_set():
+            try:
+                self.kube.patch_node_status(self.node, {"allocatable": {plugin.resource: "0"}})
+            except KubeError as exc:
+                log.warning("node %s: allocatable update failed: %s", self.node, exc)
 
     def free_ids(self, resource: str) -> list[str]:
         with self._lock:
