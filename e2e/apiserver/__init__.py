@@ -1,11 +1,15 @@
 """An in-process Kubernetes API server speaking the REST subset hami-dcu uses, on loopback.
 
-`LocalApiServer` (server.py) serves `ApiApp` (app.py) over `Store` (store.py); selectors,
-patches and fault injection each have their own module."""
+`LocalApiServer` (server.py) serves `ApiApp` (app.py) over `Store` (store.py). Selectors,
+patches, per-resource strategies, fault injection and the admission hook point each have
+their own module.
+"""
 
-from hami_dcu.e2e.apiserver.app import AdmissionDenied, AdmissionHook
 from hami_dcu.e2e.apiserver.faults import Faults
+from hami_dcu.e2e.apiserver.hooks import AdmissionDenied, AdmissionHook
+from hami_dcu.e2e.apiserver.patching import JSON_PATCH, MERGE, STRATEGIC
 from hami_dcu.e2e.apiserver.server import LocalApiServer
-from hami_dcu.e2e.apiserver.store import Store, StoreError
+from hami_dcu.e2e.apiserver.store import Change, Store, StoreError
 
-__all__ = ["AdmissionDenied", "AdmissionHook", "Faults", "LocalApiServer", "Store", "StoreError"]
+__all__ = ["JSON_PATCH", "MERGE", "STRATEGIC", "AdmissionDenied", "AdmissionHook", "Change", "Faults",
+           "LocalApiServer", "Store", "StoreError"]

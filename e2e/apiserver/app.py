@@ -2,327 +2,505 @@
 
 One catch-all route parses the path itself, because the core API's paths overlap
 (`/api/v1/nodes/n1/status` and `/api/v1/namespaces/ns/pods` have the same shape).
+Responses serialize stored objects directly (the store never mutates a committed object),
+so a request costs at most the one copy the store makes for the write itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from hami_dcu.e2e.apiserver.faults import Faults
-from hami_dcu.e2e.apiserver.patching import PatchError, apply_patch
-from hami_dcu.e2e.apiserver.selectors import SelectorError, combine, field_selector, label_selector
-from hami_dcu.e2e.apiserver.store import CLUSTER_SCOPED, KINDS, Change, Store, StoreError, now_rfc3339, with_kind
+from hami_dcu.e2e.apiserver.hooks import AdmissionDenied, AdmissionHook
+from hami_dcu.e2e.apiserver.patching import JSON_PATCH, PatchError, apply_patch
+from hami_dcu.e2e.apiserver.resources import CLUSTER_SCOPED, JSON, KINDS, SUBRESOURCES, clone, now_rfc3339, with_kind
+from hami_dcu.e2e.apiserver.selectors import Predicate, SelectorError, combine, field_selector, label_selector
+from hami_dcu.e2e.apiserver.store import Change, Store, StoreError, conflict
+from hami_dcu.e2e.apiserver.strategy import prepare_create, prepare_update
 
 log = logging.getLogger(__name__)
-JSON = dict[str, Any]
+
+_dumps = functools.partial(json.dumps, separators=(",", ":"))
+DEFAULT_WATCH_SECONDS = 1800.0  # kube's --min-request-timeout
+DISCONNECT_POLL_SECONDS = 2.0  # how often an idle watch checks that its client is still there
+# kube answers DELETE with the object for these, and with a Success Status otherwise.
+RETURNS_DELETED_OBJECT = frozenset({"pods", "namespaces"})
+VERSION = {"major": "1", "minor": "33", "gitVersion": "v1.33.0-hami-local", "gitCommit": "0" * 40,
+           "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24.0",
+           "compiler": "gc", "platform": "linux/amd64"}
 
 
-class AdmissionDenied(Exception):
-    """Raised by the admission hook: the create fails with this code and message."""
-
-    def __init__(self, message: str, code: int = 400) -> None:
-        self.code = code
-        super().__init__(message)
+# What a watch's queue carries: a Change to consider; an int, the rv for a BOOKMARK (queued
+# in order with the changes, so it never promises an rv whose events are still in flight);
+# None when the server stops.
+WatchItem = Change | int | None
 
 
-# (resource, namespace, object, namespace object or None) -> the object to store
-AdmissionHook = Callable[[str, str, JSON, JSON | None], Awaitable[JSON]]
-
-
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Target:
+    """What a URL addresses. `namespace` is None for cluster-scoped resources and for
+    all-namespace collections (`GET /api/v1/pods`)."""
+
     resource: str
     namespace: str | None
     name: str | None
     subresource: str | None
 
 
-def status_body(code: int, reason: str, message: str) -> JSON:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure" if code >= 400 else "Success",
-            "message": message, "reason": reason, "code": code}
+def status_body(code: int, reason: str, message: str, details: JSON | None = None) -> JSON:
+    body: JSON = {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                  "status": "Failure" if code >= 400 else "Success"}
+    if message:
+        body["message"] = message
+    if reason:
+        body["reason"] = reason
+    if details:
+        body["details"] = details
+    body["code"] = code
+    return body
 
 
-def error_response(code: int, reason: str, message: str) -> web.Response:
-    return web.json_response(status_body(code, reason, message), status=code)
+def error_response(code: int, reason: str, message: str, details: JSON | None = None) -> web.Response:
+    return web.json_response(status_body(code, reason, message, details), status=code, dumps=_dumps)
+
+
+def object_response(resource: str, obj: JSON, status: int = 200) -> web.Response:
+    # Single objects carry kind and apiVersion, as from kube-apiserver; list items do not.
+    return web.json_response(with_kind(resource, obj), status=status, dumps=_dumps)
+
+
+def _path_not_found(path: str) -> StoreError:
+    return StoreError(404, "NotFound", f"the server could not find the requested resource ({path})")
 
 
 def parse_path(path: str) -> Target:
+    """`/api/v1[/namespaces/{ns}]/{resource}[/{name}[/{subresource}]]`, and the same under
+    `/apis/{group}/{version}` for the group resources."""
     parts = [p for p in path.split("/") if p]
     if parts[:2] == ["api", "v1"]:
-        rest = parts[2:]
-    elif parts[:3] == ["apis", "admissionregistration.k8s.io", "v1"]:
-        rest = parts[3:]
+        group_version, rest = "v1", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group_version, rest = f"{parts[1]}/{parts[2]}", parts[3:]
     else:
-        raise StoreError(404, "NotFound", f"the server could not find the requested resource {path}")
+        raise _path_not_found(path)
     namespace = None
-    if len(rest) >= 3 and rest[0] == "namespaces":
+    # `namespaces/x/pods...` is a namespaced path; `namespaces/x[/status]` is a Namespace.
+    if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] in KINDS:
         namespace, rest = rest[1], rest[2:]
-    if not rest or rest[0] not in KINDS or len(rest) > 3:
-        raise StoreError(404, "NotFound", f"the server could not find the requested resource {path}")
+    if not rest or len(rest) > 3 or rest[0] not in KINDS or KINDS[rest[0]][1] != group_version:
+        raise _path_not_found(path)
     resource = rest[0]
+    name = rest[1] if len(rest) > 1 else None
+    subresource = rest[2] if len(rest) > 2 else None
     if resource in CLUSTER_SCOPED and namespace is not None:
-        raise StoreError(404, "NotFound", f"{resource} is not namespaced")
-    return Target(resource, namespace, rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None)
+        raise _path_not_found(path)
+    if resource not in CLUSTER_SCOPED and namespace is None and name is not None:
+        raise _path_not_found(path)  # `/api/v1/pods/x`: objects need their namespace
+    if subresource is not None and subresource not in SUBRESOURCES.get(resource, ()):
+        raise _path_not_found(path)
+    return Target(resource, namespace, name, subresource)
+
+
+def _is_true(value: str | None) -> bool:
+    return (value or "").lower() in ("true", "1")
 
 
 class ApiApp:
+    """Routes plus the hooks the server exposes: `admission` (see hooks.py) and
+    `bookmark_interval` (seconds between BOOKMARKs on watches that allow them; None, the
+    default, sends none, which real servers may also do)."""
+
     def __init__(self, store: Store, faults: Faults) -> None:
         self.store = store
         self.faults = faults
         self.admission: AdmissionHook | None = None
+        self.bookmark_interval: float | None = None
+        # Open watches' queues: on shutdown each gets None and ends its stream cleanly
+        # (a terminated chunked body), as kube-apiserver does when it stops.
+        self._watches: set[asyncio.Queue[WatchItem]] = set()
         self.app = web.Application(client_max_size=8 * 1024 * 1024)
+        self.app.on_shutdown.append(self._end_watches)
+        for version in ("/version", "/version/"):  # the generated VersionApi asks for "/version/"
+            self.app.router.add_get(version, self._version)
+        for probe in ("/healthz", "/livez", "/readyz"):
+            self.app.router.add_get(probe, self._healthy)
         self.app.router.add_route("*", "/{tail:.*}", self.dispatch)
+
+    async def _end_watches(self, _app: web.Application) -> None:
+        for queue in list(self._watches):
+            queue.put_nowait(None)
+
+    async def _version(self, _request: web.Request) -> web.Response:
+        return web.json_response(VERSION)
+
+    async def _healthy(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok")
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         fault, delay = self.faults.decide(request.method, request.path)
         if delay:
             await asyncio.sleep(delay)
-        if fault == "500":
-            return error_response(500, "InternalError", "injected fault: internal error")
-        if fault == "409":
-            return error_response(409, "Conflict", "injected fault: the object has been modified")
+        if fault is not None:
+            return self._injected(fault, request.path)
         try:
             target = parse_path(request.path)
             return await self._serve(request, target)
         except StoreError as exc:
-            return error_response(exc.code, exc.reason, exc.message)
-        except (SelectorError, ValueError) as exc:
+            return error_response(exc.code, exc.reason, exc.message, exc.details)
+        except SelectorError as exc:
             return error_response(400, "BadRequest", str(exc))
+        except Exception as exc:  # a bug here must still answer like an API server
+            log.exception("local API server: %s %s failed", request.method, request.path)
+            return error_response(500, "InternalError", f"Internal error occurred: {exc!r}")
+
+    def _injected(self, fault: str, path: str) -> web.Response:
+        if fault == "409":
+            try:
+                t = parse_path(path)
+                exc = conflict(t.resource, t.name or "")
+            except StoreError:
+                exc = StoreError(409, "Conflict", "the object has been modified; please apply your changes to the "
+                                 "latest version and try again")
+            return error_response(409, "Conflict", exc.message, exc.details)
+        return error_response(500, "InternalError", "Internal error occurred: injected fault")
 
     async def _serve(self, request: web.Request, t: Target) -> web.StreamResponse:
         method = request.method
         ns = t.namespace or ""
         if t.name is None:
             if method == "GET":
-                if request.query.get("watch", "").lower() in ("true", "1"):
+                if _is_true(request.query.get("watch")):
                     return await self._watch(request, t)
                 return self._list(request, t)
-            if method == "POST":
+            if method == "POST" and (t.namespace is not None or t.resource in CLUSTER_SCOPED):
                 return await self._create(request, t)
-        elif t.subresource is None:
+        elif t.subresource is None or t.subresource == "status":
             if method == "GET":
-                return web.json_response(self.store.get(t.resource, ns, t.name))
+                return object_response(t.resource, self.store.get(t.resource, ns, t.name, copy=False))
             if method == "PUT":
                 return await self._replace(request, t)
             if method == "PATCH":
-                return await self._patch(request, t, only_status=False)
-            if method == "DELETE":
-                return web.json_response(self.store.delete(t.resource, ns, t.name))
-        elif t.subresource == "status":
-            if method == "GET":
-                return web.json_response(self.store.get(t.resource, ns, t.name))
-            if method == "PATCH":
-                return await self._patch(request, t, only_status=True)
-            if method == "PUT":
-                return await self._replace(request, t, only_status=True)
-        elif t.subresource == "binding" and t.resource == "pods" and method == "POST":
+                return await self._patch(request, t)
+            if method == "DELETE" and t.subresource is None:
+                return await self._delete(request, t)
+        elif t.subresource == "binding" and method == "POST":
             return await self._bind(request, t)
-        return error_response(405, "MethodNotAllowed", f"{method} is not supported on {request.path}")
+        return error_response(405, "MethodNotAllowed", f"the server does not allow this method on the requested "
+                              f"resource ({method} {request.path})")
 
     # --- verbs ---------------------------------------------------------------------------
 
-    def _predicate(self, request: web.Request, t: Target) -> Callable[[JSON], bool]:
+    def _predicate(self, request: web.Request, t: Target) -> Predicate | None:
         return combine(field_selector(request.query.get("fieldSelector"), t.resource),
                        label_selector(request.query.get("labelSelector")))
 
     def _list(self, request: web.Request, t: Target) -> web.Response:
-        items, rv = self.store.list(t.resource, t.namespace, self._predicate(request, t))
+        items, rv = self.store.list(t.resource, t.namespace, self._predicate(request, t), copy=False)
         kind, api_version = KINDS[t.resource]
         return web.json_response({"kind": f"{kind}List", "apiVersion": api_version,
-                                  "metadata": {"resourceVersion": rv}, "items": items})
+                                  "metadata": {"resourceVersion": rv}, "items": items}, dumps=_dumps)
 
     async def _create(self, request: web.Request, t: Target) -> web.Response:
-        obj = await _json_body(request)
-        if not isinstance(obj, dict):
-            raise StoreError(400, "BadRequest", "body must be a JSON object")
+        obj = await _json_object(request)
         ns = t.namespace or ""
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            meta = obj["metadata"] = {}
         if t.resource not in CLUSTER_SCOPED:
-            self.store.get("namespaces", "", ns)  # 404 for a missing namespace, as kube does
-        if t.resource == "pods":
-            _default_pod(obj)
-            if self.admission is not None:
-                try:
-                    namespace_obj = self.store.get("namespaces", "", ns)
-                    obj = await self.admission("pods", ns, obj, namespace_obj)
-                except AdmissionDenied as exc:
-                    return error_response(exc.code, "Forbidden" if exc.code == 403 else "BadRequest", str(exc))
-        if t.resource == "namespaces":
-            meta = obj.setdefault("metadata", {})
-            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta.get("name", "")
-        return web.json_response(self.store.create(t.resource, ns, obj), status=201)
+            if meta.get("namespace") and meta["namespace"] != ns:
+                raise StoreError(400, "BadRequest", "the namespace of the provided object does not match the "
+                                 "namespace sent on the request")
+            self.store.get("namespaces", "", ns, copy=False)  # 404 for a missing namespace, as kube does
+        prepare_create(t.resource, obj)
+        hook = self.admission
+        if t.resource == "pods" and hook is not None:
+            obj = await self._admit(hook, t.resource, ns, obj)
+            prepare_create(t.resource, obj)
+        return object_response(t.resource, self.store.create(t.resource, ns, obj, copy=False), status=201)
 
-    async def _replace(self, request: web.Request, t: Target, only_status: bool = False) -> web.Response:
-        body = await _json_body(request)
-        if not isinstance(body, dict):
-            raise StoreError(400, "BadRequest", "body must be a JSON object")
-        rv = (body.get("metadata") or {}).get("resourceVersion")
+    async def _admit(self, hook: AdmissionHook, resource: str, namespace: str, obj: JSON) -> JSON:
+        namespace_obj = self.store.find("namespaces", "", namespace)
+        try:
+            admitted = await hook(resource, namespace, obj, namespace_obj)
+        except AdmissionDenied as exc:
+            raise StoreError(exc.code, exc.reason, exc.message) from exc
+        if not isinstance(admitted, dict):
+            raise StoreError(500, "InternalError", "Internal error occurred: admission returned no object")
+        return admitted
+
+    async def _replace(self, request: web.Request, t: Target) -> web.Response:
+        body = await _json_object(request)
+        meta = body.get("metadata") or {}
+        if meta.get("name") and meta["name"] != t.name:
+            raise StoreError(400, "BadRequest", f"the name of the object ({meta['name']}) does not match the name "
+                             f"on the URL ({t.name})")
+        if not meta.get("name"):
+            raise StoreError(422, "Invalid", f"{t.resource} \"{t.name}\" is invalid: metadata.name: Required value")
 
         def change(current: JSON) -> JSON:
-            if only_status:
-                current["status"] = body.get("status", {})
-                return current
-            return body
+            return prepare_update(t.resource, t.subresource, current, body)
 
-        updated = self.store.update(t.resource, t.namespace or "", t.name or "", change, precondition_rv=rv)
-        return web.json_response(updated)
+        updated = self.store.update(t.resource, t.namespace or "", t.name or "", change,
+                                    precondition_rv=meta.get("resourceVersion") or None, copy=False)
+        return object_response(t.resource, updated)
 
-    async def _patch(self, request: web.Request, t: Target, only_status: bool) -> web.Response:
+    async def _patch(self, request: web.Request, t: Target) -> web.Response:
         body = await _json_body(request)
         content_type = request.headers.get("Content-Type", "")
         precondition = None
-        if isinstance(body, dict):
-            precondition = (body.get("metadata") or {}).get("resourceVersion")
+        if isinstance(body, dict) and isinstance(body.get("metadata"), dict):
+            # A merge patch carrying a resourceVersion is a compare-and-swap (k8s-protocols §4.3).
+            precondition = body["metadata"].get("resourceVersion")
+        json_patch = content_type.split(";")[0].strip().lower() == JSON_PATCH
 
         def change(current: JSON) -> JSON:
             try:
-                patched = apply_patch(current, content_type, body)
+                # JSON patch works in place, and prepare_update still needs the old object.
+                patched = apply_patch(clone(current) if json_patch else current, content_type, body)
             except PatchError as exc:
-                raise StoreError(422, "Invalid", f"the patch cannot be applied: {exc}") from exc
-            if only_status:
-                current["status"] = patched.get("status", {})
-                return current
-            return patched
+                raise StoreError(exc.code, exc.reason, str(exc)) from exc
+            return prepare_update(t.resource, t.subresource, current, patched)
 
-        updated = self.store.update(t.resource, t.namespace or "", t.name or "", change, precondition_rv=precondition)
-        return web.json_response(updated)
+        updated = self.store.update(t.resource, t.namespace or "", t.name or "", change,
+                                    precondition_rv=precondition, copy=False)
+        return object_response(t.resource, updated)
+
+    async def _delete(self, request: web.Request, t: Target) -> web.Response:
+        # gracePeriodSeconds and propagationPolicy are accepted and ignored: deletion is
+        # immediate. DeleteOptions preconditions are honoured.
+        body = await _json_body(request)
+        preconditions = (body or {}).get("preconditions") or {} if isinstance(body, dict) else {}
+        ns = t.namespace or ""
+        deleted = self.store.delete(t.resource, ns, t.name or "", uid=preconditions.get("uid"),
+                                    resource_version=preconditions.get("resourceVersion"), copy=False)
+        if t.resource == "namespaces":
+            self._delete_namespace_contents(t.name or "")
+        if t.resource in RETURNS_DELETED_OBJECT:
+            return object_response(t.resource, deleted)
+        details = {"name": t.name, "kind": t.resource, "uid": deleted["metadata"].get("uid")}
+        return web.json_response(status_body(200, "", "", details), dumps=_dumps)
+
+    def _delete_namespace_contents(self, namespace: str) -> None:
+        # What the namespace controller eventually does; done at once here.
+        for resource in KINDS:
+            if resource in CLUSTER_SCOPED:
+                continue
+            items, _ = self.store.list(resource, namespace, copy=False)
+            for item in items:
+                try:
+                    self.store.delete(resource, namespace, item["metadata"]["name"], copy=False)
+                except StoreError:
+                    pass  # deleted concurrently
 
     async def _bind(self, request: web.Request, t: Target) -> web.Response:
-        body = await _json_body(request)
-        meta = (body or {}).get("metadata") or {}
-        target = (body or {}).get("target") or {}
+        body = await _json_object(request)
+        meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+        target = body.get("target") if isinstance(body.get("target"), dict) else {}
         if meta.get("name") != t.name:
             raise StoreError(400, "BadRequest", "name in URL does not match name in Binding object")
         if not target.get("name"):
-            raise StoreError(422, "Invalid", "target.name: Required value")
+            raise StoreError(400, "BadRequest", "target.name: Required value")
         if target.get("kind", "") not in ("", "Node"):
-            raise StoreError(422, "Invalid", f"target.kind: must be empty or Node, got {target.get('kind')}")
+            raise StoreError(400, "BadRequest", f'target.kind: Unsupported value: "{target.get("kind")}": supported '
+                             'values: "", "Node"')
+        node = target["name"]
+        annotations = meta.get("annotations") or {}
 
         def bind(pod: JSON) -> JSON:
+            pod_meta = pod["metadata"]
+            if meta.get("uid") and meta["uid"] != pod_meta.get("uid"):
+                raise StoreError(409, "Conflict", f"Precondition failed: UID in precondition: {meta['uid']}, "
+                                 f"UID in object meta: {pod_meta.get('uid')}", {"name": t.name, "kind": "pods"})
+            if meta.get("resourceVersion") and meta["resourceVersion"] != pod_meta.get("resourceVersion"):
+                raise conflict("pods", t.name or "")
+            if pod_meta.get("deletionTimestamp"):
+                raise StoreError(409, "Conflict", f"pod {t.name} is being deleted, cannot be assigned to a host")
             spec = pod.setdefault("spec", {})
             if spec.get("nodeName"):
                 raise StoreError(409, "Conflict", f'pod {t.name} is already assigned to node "{spec["nodeName"]}"')
-            if meta.get("uid") and meta["uid"] != pod["metadata"].get("uid"):
-                raise StoreError(409, "Conflict", f"Precondition failed: UID in precondition: {meta['uid']}, "
-                                 f"UID in object meta: {pod['metadata'].get('uid')}")
-            if pod["metadata"].get("deletionTimestamp"):
-                raise StoreError(409, "Conflict", f"pod {t.name} is being deleted, cannot be assigned to a host")
-            spec["nodeName"] = target["name"]
-            annotations = meta.get("annotations") or {}
+            if spec.get("schedulingGates"):
+                raise StoreError(409, "Conflict", f"pod {t.name} has non-empty .spec.schedulingGates")
+            spec["nodeName"] = node
             if annotations:
-                pod["metadata"].setdefault("annotations", {}).update(annotations)
-            conditions = pod.setdefault("status", {}).setdefault("conditions", [])
-            conditions[:] = [c for c in conditions if c.get("type") != "PodScheduled"]
-            conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": now_rfc3339()})
+                pod_meta["annotations"] = {**(pod_meta.get("annotations") or {}), **annotations}
+            status = pod.setdefault("status", {})
+            conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                               "lastTransitionTime": now_rfc3339()})
+            status["conditions"] = conditions
             return pod
 
-        self.store.update("pods", t.namespace or "", t.name or "", bind)
-        return web.json_response(status_body(201, "", ""), status=201)
+        self.store.update("pods", t.namespace or "", t.name or "", bind, copy=False)
+        # kube answers a Binding with a Status, not the Binding (k8s-protocols §4.1).
+        return web.json_response(status_body(201, "", ""), status=201, dumps=_dumps)
+
+    # --- watch ---------------------------------------------------------------------------
 
     async def _watch(self, request: web.Request, t: Target) -> web.StreamResponse:
+        # Everything that can fail with a 4xx is checked before the 200 is sent.
         predicate = self._predicate(request, t)
-        timeout = float(request.query.get("timeoutSeconds", "1800"))
+        timeout = _float_query(request, "timeoutSeconds") or DEFAULT_WATCH_SECONDS
         rv_text = request.query.get("resourceVersion", "")
+        start_rv: int | None = None
+        if rv_text not in ("", "0"):
+            try:
+                start_rv = int(rv_text)
+            except ValueError:
+                raise StoreError(400, "BadRequest", f"invalid resource version: {rv_text!r}") from None
+        interval = self.bookmark_interval if _is_true(request.query.get("allowWatchBookmarks")) else None
+
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Change | None] = asyncio.Queue()
+        queue: asyncio.Queue[WatchItem] = asyncio.Queue()
 
-        def on_change(change: Change) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, change)
+        def on_change(change: Change) -> None:  # under the store lock, on any thread
+            if change.resource == t.resource:
+                loop.call_soon_threadsafe(queue.put_nowait, change)
 
-        response = web.StreamResponse(headers={"Content-Type": "application/json"})
-        await response.prepare(request)
-        backlog: list[JSON] = []
-        with self.store._lock:  # subscribe and read the starting point atomically: no gap, no repeat
+        expired: StoreError | None = None
+        initial: list[JSON] = []
+        with self.store.lock:  # subscribe and read the starting point atomically: no gap, no repeat
             unsubscribe = self.store.subscribe(on_change)
-            if rv_text in ("", "0"):
-                items, _ = self.store.list(t.resource, t.namespace, predicate)
-                backlog = [{"type": "ADDED", "object": with_kind(t.resource, o)} for o in items]
+            if start_rv is None:
+                items, _ = self.store.list(t.resource, t.namespace, predicate, copy=False)
+                initial = [{"type": "ADDED", "object": with_kind(t.resource, o)} for o in items]
             else:
                 try:
-                    changes = self.store.changes_since(int(rv_text))
+                    initial = [e for c in self.store.changes_since(start_rv)
+                               if (e := _event_for(c, t, predicate)) is not None]
                 except StoreError as exc:
-                    unsubscribe()
-                    await response.write(_line({"type": "ERROR", "object": status_body(exc.code, exc.reason,
-                                                                                       exc.message)}))
-                    return response
-                for change in changes:
-                    event = _event_for(change, t, predicate)
-                    if event:
-                        backlog.append(event)
+                    expired = exc
+        self._watches.add(queue)
         try:
-            for event in backlog:
-                await response.write(_line(event))
-            deadline = loop.time() + timeout
-            while True:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                try:
-                    change = await asyncio.wait_for(queue.get(), remaining)
-                except TimeoutError:
-                    break
-                if change is None:
-                    break
-                event = _event_for(change, t, predicate)
-                if event:
-                    await response.write(_line(event))
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
+            response = web.StreamResponse(headers={"Content-Type": "application/json"})
+            await response.prepare(request)
+            if expired is not None:
+                unsubscribe()
+                # In-stream ERROR with a Status, as kube does for a compacted rv.
+                await response.write(_line({"type": "ERROR", "object": status_body(
+                    expired.code, expired.reason, expired.message)}))
+                return response
+            if initial:
+                await response.write(b"".join(_line(e) for e in initial))
+            await self._stream(request, response, t, predicate, queue, loop.time() + timeout, interval)
+        except ConnectionError:
+            pass  # the client went away
         finally:
             unsubscribe()
+            self._watches.discard(queue)
         return response
 
+    async def _stream(self, request: web.Request, response: web.StreamResponse, t: Target,
+                      predicate: Predicate | None, queue: asyncio.Queue[WatchItem], deadline: float,
+                      bookmark_interval: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        next_bookmark = loop.time() + bookmark_interval if bookmark_interval else None
+        last_rv = ""  # of the last line sent: a bookmark that would repeat it is skipped
+        while True:
+            now = loop.time()
+            if now >= deadline:
+                return
+            if next_bookmark is not None and now >= next_bookmark:
+                next_bookmark = now + (bookmark_interval or 0)
+                with self.store.lock:
+                    rv = int(self.store.resource_version)
+                    loop.call_soon(queue.put_nowait, rv)
+            wait = min(deadline - now, DISCONNECT_POLL_SECONDS)
+            if next_bookmark is not None:
+                wait = max(0.0, min(wait, next_bookmark - now))
+            try:
+                first = await asyncio.wait_for(queue.get(), wait)
+            except TimeoutError:
+                if request.transport is None or request.transport.is_closing():
+                    return  # disconnected while idle: stop holding a subscription
+                continue
+            # Drain what is already queued into one write: bursts of writes (hundreds of
+            # pods created) cost one chunk per wakeup, not one per event.
+            batch = [first]
+            while not queue.empty():
+                batch.append(queue.get_nowait())
+            lines = []
+            stop = False
+            for item in batch:
+                if item is None:
+                    stop = True
+                    break
+                if isinstance(item, int):
+                    if str(item) != last_rv:
+                        last_rv = str(item)
+                        kind, api_version = KINDS[t.resource]
+                        lines.append(_line({"type": "BOOKMARK", "object": {
+                            "kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": last_rv}}}))
+                elif (event := _event_for(item, t, predicate)) is not None:
+                    last_rv = event["object"]["metadata"]["resourceVersion"]
+                    lines.append(_line(event))
+            if lines:
+                await response.write(b"".join(lines))
+            if stop:
+                return
 
-def _event_for(change: Change, t: Target, predicate: Callable[[JSON], bool]) -> JSON | None:
+
+def _event_for(change: Change, t: Target, predicate: Predicate | None) -> JSON | None:
     """A change as this watcher sees it: objects leaving its selector are DELETED for it,
-    objects entering it are ADDED."""
+    objects entering it are ADDED (k8s-protocols §6.3)."""
     if change.resource != t.resource:
         return None
-    obj = change.new or change.old or {}
-    if t.namespace is not None and (obj.get("metadata") or {}).get("namespace") != t.namespace:
+    obj = change.object
+    if t.namespace is not None and obj["metadata"].get("namespace") != t.namespace:
         return None
-    old_match = change.old is not None and predicate(change.old)
-    new_match = change.new is not None and predicate(change.new)
-    if change.type == "DELETED":
-        kind = "DELETED" if old_match else None
-        obj = change.new or change.old or {}
-    elif old_match and new_match:
-        kind = "MODIFIED"
-    elif new_match:
-        kind = "ADDED"
-    elif old_match:
-        kind = "DELETED"
+    if predicate is None:
+        kind: str | None = change.type
     else:
-        kind = None
+        old_match = change.old is not None and predicate(change.old)
+        new_match = change.new is not None and predicate(change.new)
+        if change.type == "DELETED":
+            kind = "DELETED" if old_match else None
+        elif old_match and new_match:
+            kind = "MODIFIED"
+        elif new_match:
+            kind = "ADDED"
+        elif old_match:
+            kind = "DELETED"
+        else:
+            kind = None
     if kind is None:
         return None
     return {"type": kind, "object": with_kind(t.resource, obj)}
 
 
 def _line(event: JSON) -> bytes:
-    return (json.dumps(event, separators=(",", ":")) + "\n").encode()
+    return (_dumps(event) + "\n").encode()
+
+
+def _float_query(request: web.Request, name: str) -> float | None:
+    text = request.query.get(name)
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise StoreError(400, "BadRequest", f"invalid {name}: {text!r}") from None
 
 
 async def _json_body(request: web.Request) -> Any:
-    # The 37.x client sends no Content-Type on POST: the body is JSON whatever the header says.
+    # Whatever the Content-Type says (the 37.x client sends none on POST), the body is JSON.
     raw = await request.read()
     if not raw:
         return None
     try:
         return json.loads(raw)
     except ValueError as exc:
-        raise StoreError(400, "BadRequest", f"request body is not JSON: {exc}") from exc
+        raise StoreError(400, "BadRequest", f"the body of the request is not valid JSON: {exc}") from exc
 
 
-def _default_pod(pod: JSON) -> None:
-    """What API-server defaulting does before admission, for the fields we read."""
-    spec = pod.setdefault("spec", {})
-    spec.setdefault("schedulerName", "default-scheduler")
-    status = pod.setdefault("status", {})
-    status.setdefault("phase", "Pending")
+async def _json_object(request: web.Request) -> JSON:
+    body = await _json_body(request)
+    if not isinstance(body, dict):
+        raise StoreError(400, "BadRequest", "the body of the request must be a JSON object")
+    return body

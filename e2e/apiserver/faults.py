@@ -1,4 +1,13 @@
-"""Fault injection: a share of requests answered 500, 409 or delayed, for reliability tests."""
+"""Fault injection: a share of requests answered 500, 409 or delayed, for reliability tests.
+
+Decided before the request touches the store, so an injected failure never half-applies a
+write. Off by default; reproducible through `seed`.
+
+    server.faults.configure(seed=7, error_rate=0.1, conflict_rate=0.2,
+                            match=lambda method, path: path.endswith("/binding"))
+    ...
+    server.faults.clear()
+"""
 
 from __future__ import annotations
 
@@ -10,16 +19,23 @@ from dataclasses import dataclass, field
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
+RequestMatch = Callable[[str, str], bool]  # (HTTP method, URL path) -> may this request be hit
+
+
+def _any_request(_method: str, _path: str) -> bool:
+    return True
+
 
 @dataclass
 class Faults:
-    """Off by default. `match(method, path)` limits which requests may be hit."""
+    """Rates are shares in 0..1, drawn independently per request in the order delay, 500,
+    409. `injected` counts what was injected by kind ("delay", "500", "409")."""
 
-    error_rate: float = 0.0  # share answered 500
-    conflict_rate: float = 0.0  # share of writes answered 409
-    delay_rate: float = 0.0  # share delayed by delay_seconds
+    error_rate: float = 0.0  # share answered 500 InternalError
+    conflict_rate: float = 0.0  # share of writes answered 409 Conflict
+    delay_rate: float = 0.0  # share delayed by delay_seconds before being served (or failed)
     delay_seconds: float = 0.0
-    match: Callable[[str, str], bool] = lambda _method, _path: True
+    match: RequestMatch = _any_request
     seed: int = 0
     injected: Counter[str] = field(default_factory=Counter)
 
@@ -27,21 +43,47 @@ class Faults:
         self._random = random.Random(self.seed)
         self._lock = threading.Lock()
 
-    def configure(self, **settings: object) -> None:
+    @property
+    def delay_ms(self) -> float:
+        return self.delay_seconds * 1000
+
+    @delay_ms.setter
+    def delay_ms(self, value: float) -> None:
+        self.delay_seconds = value / 1000
+
+    @property
+    def total(self) -> int:
+        """How many faults were injected so far, all kinds together."""
+        with self._lock:
+            return sum(self.injected.values())
+
+    @property
+    def active(self) -> bool:
+        return bool(self.error_rate or self.conflict_rate or (self.delay_rate and self.delay_seconds))
+
+    def configure(self, **settings: object) -> Faults:
+        """Set any of the fields above (or `delay_ms`); setting `seed` restarts the RNG."""
         with self._lock:
             for name, value in settings.items():
-                if not hasattr(self, name):
+                if name.startswith("_") or not hasattr(self, name) or name in ("total", "active", "injected"):
                     raise AttributeError(f"unknown fault setting {name}")
                 setattr(self, name, value)
             if "seed" in settings:
                 self._random = random.Random(self.seed)
+        return self
 
     def clear(self) -> None:
-        self.configure(error_rate=0.0, conflict_rate=0.0, delay_rate=0.0, delay_seconds=0.0,
-                       match=lambda _m, _p: True)
+        """Stop injecting (the counter is kept: tests read it afterwards)."""
+        self.configure(error_rate=0.0, conflict_rate=0.0, delay_rate=0.0, delay_seconds=0.0, match=_any_request)
+
+    def reset_counts(self) -> None:
+        with self._lock:
+            self.injected.clear()
 
     def decide(self, method: str, path: str) -> tuple[str | None, float]:
-        """(fault to answer or None, seconds to delay first)."""
+        """(fault to answer: "500", "409" or None; seconds to delay first)."""
+        if not self.active:  # the common case, without taking the lock
+            return None, 0.0
         with self._lock:
             if not self.match(method, path):
                 return None, 0.0

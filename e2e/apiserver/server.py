@@ -11,25 +11,33 @@ from typing import Any, TypeVar
 import yaml
 from aiohttp import web
 
-from hami_dcu.e2e.apiserver.app import AdmissionHook, ApiApp
+from hami_dcu.e2e.apiserver.app import ApiApp
 from hami_dcu.e2e.apiserver.faults import Faults
+from hami_dcu.e2e.apiserver.hooks import AdmissionHook
 from hami_dcu.e2e.apiserver.store import Store
 from hami_dcu.e2e.servers import AppThread
 
 T = TypeVar("T")
 TOKEN = "local-cluster-token"
+INITIAL_NAMESPACES = ("default", "kube-system")
 
 
 class LocalApiServer:
-    """Serves the REST subset on 127.0.0.1 from a private event loop thread, so blocking
-    clients (the `kubernetes` client, tests) and asyncio code can both use it.
+    """Serves the REST subset on 127.0.0.1 (plain HTTP, a free port unless `port` is given)
+    from a private event-loop thread, so blocking clients (the `kubernetes` client, tests)
+    and asyncio code can both use it.
 
-        with LocalApiServer() as server:
+        with LocalApiServer() as server:                  # or: async with LocalApiServer() as server:
             Kube.from_kubeconfig(str(server.kubeconfig_path)).list_nodes()
+            server.store.get("namespaces", "", "default")  # in-process, no HTTP
+
+    The kubeconfig goes to `kubeconfig_path`, or into a temporary directory removed on stop.
+    The bearer token it carries is not checked.
     """
 
-    def __init__(self, kubeconfig_path: str | Path | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.store = Store()
+    def __init__(self, kubeconfig_path: str | Path | None = None, host: str = "127.0.0.1", port: int = 0,
+                 history: int = 10000) -> None:
+        self.store = Store(history=history)
         self.faults = Faults()
         self._api = ApiApp(self.store, self.faults)
         self._host = host
@@ -39,29 +47,45 @@ class LocalApiServer:
             self._tmp = tempfile.TemporaryDirectory(prefix="hami-apiserver-")
             kubeconfig_path = Path(self._tmp.name) / "kubeconfig"
         self.kubeconfig_path = Path(kubeconfig_path)
+        self.token = TOKEN
         self.url = ""
         # Coroutine functions run on the server loop before it stops (close client sessions).
         self.shutdown_hooks: list[Callable[[], Awaitable[None]]] = []
         self._thread: AppThread | None = None
-        for name in ("default", "kube-system"):
-            self.store.create("namespaces", "", {"metadata": {"name": name,
-                                                              "labels": {"kubernetes.io/metadata.name": name}}})
+        for name in INITIAL_NAMESPACES:
+            self.store.create("namespaces", "", {
+                "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+                "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
+
+    # --- hooks -----------------------------------------------------------------------------
 
     @property
     def admission(self) -> AdmissionHook | None:
+        """Awaited for every pod CREATE before it is stored (see hooks.py); None = admit all."""
         return self._api.admission
 
     @admission.setter
     def admission(self, hook: AdmissionHook | None) -> None:
-        """Called for every pod CREATE before it is stored (see app.AdmissionHook)."""
         self._api.admission = hook
+
+    @property
+    def bookmark_interval(self) -> float | None:
+        """Seconds between BOOKMARK events on watches with allowWatchBookmarks; None = none."""
+        return self._api.bookmark_interval
+
+    @bookmark_interval.setter
+    def bookmark_interval(self, seconds: float | None) -> None:
+        self._api.bookmark_interval = seconds
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         assert self._thread is not None and self._thread.loop is not None, "server not started"
         return self._thread.loop
 
+    # --- lifecycle -------------------------------------------------------------------------
+
     def start(self) -> LocalApiServer:
+        """Serve from a daemon thread and write the kubeconfig; returns self."""
         app = self._api.app
 
         async def run_shutdown_hooks(_app: web.Application) -> None:
@@ -74,16 +98,25 @@ class LocalApiServer:
         self._write_kubeconfig()
         return self
 
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
-        """Run a coroutine on the server's loop from another thread."""
-        assert self._thread is not None, "server not started"
-        return self._thread.call(coro, timeout)
-
     def stop(self) -> None:
+        """Close open watches, run the shutdown hooks, stop the thread; idempotent."""
         if self._thread is not None:
             self._thread.stop()
         if self._tmp is not None:
             self._tmp.cleanup()
+            self._tmp = None
+
+    async def start_async(self) -> LocalApiServer:
+        """start() for asyncio code: the blocking part runs in a worker thread."""
+        return await asyncio.to_thread(self.start)
+
+    async def stop_async(self) -> None:
+        await asyncio.to_thread(self.stop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
+        """Run a coroutine on the server's loop from another thread and return its result."""
+        assert self._thread is not None, "server not started"
+        return self._thread.call(coro, timeout)
 
     def compact(self) -> None:
         """Drop the watch history: watches from older resourceVersions then get 410."""
@@ -95,14 +128,20 @@ class LocalApiServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    async def __aenter__(self) -> LocalApiServer:
+        return await self.start_async()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop_async()
+
     def _write_kubeconfig(self) -> None:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "current-context": "local",
             "clusters": [{"name": "local", "cluster": {"server": self.url}}],
-            "contexts": [{"name": "local", "context": {"cluster": "local", "user": "local"}}],
-            "users": [{"name": "local", "user": {"token": TOKEN}}],
+            "contexts": [{"name": "local", "context": {"cluster": "local", "user": "local", "namespace": "default"}}],
+            "users": [{"name": "local", "user": {"token": self.token}}],
         }
         self.kubeconfig_path.parent.mkdir(parents=True, exist_ok=True)
         self.kubeconfig_path.write_text(yaml.safe_dump(config))

@@ -5,19 +5,11 @@ import threading
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
 from hami_dcu.common.kube import KubeError, NotFoundError
 from hami_dcu.e2e.apiserver import AdmissionDenied
-
-
-@pytest.fixture
-def core(api_server) -> k8s.CoreV1Api:
-    configuration = k8s.Configuration()
-    k8s_config.load_kube_config(config_file=str(api_server.kubeconfig_path), client_configuration=configuration)
-    return k8s.CoreV1Api(k8s.ApiClient(configuration))
 
 
 def pod(name, node=None, labels=None):
