@@ -74,8 +74,10 @@ def encode_node_devices(devices: list[NodeDevice]) -> str:
 
 def decode_node_devices(value: str, annotation: str = keys.NODE_REGISTER) -> list[NodeDevice]:
     """Decode the string form (7 or 9 fields a card) or a JSON array of DeviceInfo."""
-    if value.lstrip().startswith("["):
-        return _decode_node_devices_json(value.strip(), annotation)
+    stripped = value.strip()
+    # A string-form value always ends with the record terminator ':'; a JSON array with ']'.
+    if stripped.startswith("[") and stripped.endswith("]"):
+        return _decode_node_devices_json(stripped, annotation)
     text = value
     if ":" not in text:
         raise CodecError(annotation, value, "no device record (records end with ':')")

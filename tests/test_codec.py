@@ -53,6 +53,11 @@ def test_legacy_seven_field_record_defaults_index_and_mode():
     assert device == NodeDevice("DCU-0", 4, 32768, 100, "DCU-Z100L", 1, False, 0, "hami-core")
 
 
+def test_an_id_starting_with_a_bracket_is_still_the_string_form():
+    (device,) = decode_node_devices("[X,4,1,100,T,0,true,0,hami:")
+    assert device.id == "[X"
+
+
 def test_json_array_accepted_with_omitted_zero_values():
     text = '[{"id":"DCU-A","count":4,"devmem":1024,"devcore":100,"type":"DCU-K100","mode":"hami","health":true}]'
     assert decode_node_devices(text) == [NodeDevice("DCU-A", 4, 1024, 100, "DCU-K100", 0, True, 0, "hami")]
@@ -69,7 +74,8 @@ def test_json_array_accepted_with_omitted_zero_values():
         ("DCU-A,4,99999999999,100,T,0,true,0,hami:", "int32"),
         (",4,1,100,T,0,true:", "empty device id"),
         ("[1,2]", "device without an id"),
-        ("[{", "invalid JSON"),
+        ('[{"id":]', "invalid JSON"),
+        ("[{", "no device record"),
     ],
 )
 def test_node_decode_errors_name_annotation_and_part(value, fragment):
