@@ -2,11 +2,13 @@
 
 import time
 
+import grpc
 import pytest
 import yaml
 from dp_helpers import dev
 
 from hami_dcu.common import keys
+from hami_dcu.deviceplugin.api.v1beta1 import api_pb2, api_pb2_grpc
 from hami_dcu.deviceplugin.server import DevicePluginServer
 from hami_dcu.deviceplugin.smi import MockBackend
 from hami_dcu.e2e.kubelet import LocalKubelet
@@ -89,7 +91,8 @@ def test_kubelet_restart_leads_to_re_registration(running):
     until(lambda: kubelet.registrations == 1)
     kubelet.restart()
     assert until(lambda: kubelet.registrations == 2)
-    assert server.registrations == 2
+    # the kubelet counts inside Register, the plugin once Register has returned
+    assert until(lambda: server.registrations == 2)
     node.bind("after", [("c", [dev("S1", 1000, 10)])])
     assert until(lambda: node.kube.get_pod("default", "after")["status"]["phase"] == "Running")
 
@@ -115,3 +118,41 @@ def test_plugin_gone_leaves_capacity_but_no_allocatable(running):
     server.stop()
     assert until(lambda: capacity(node) == ("8", "0"))
     assert kubelet.free_ids(keys.DEFAULT_COUNT_RESOURCE) == []
+
+
+def test_ids_are_freed_when_the_pod_goes(running):
+    node, kubelet, _ = running
+    until(lambda: capacity(node) == ("8", "8"))
+    node.bind("p", [("main", [dev("S1", 2000, 15)])])
+    until(lambda: node.kube.get_pod("default", "p")["status"]["phase"] == "Running")
+    assert len(kubelet.free_ids(keys.DEFAULT_COUNT_RESOURCE)) == 7
+    node.kube.delete_pod("default", "p")
+    assert until(lambda: len(kubelet.free_ids(keys.DEFAULT_COUNT_RESOURCE)) == 8)
+
+
+def test_several_container_requests_in_one_call_over_the_wire(dcu_node):
+    """Each ContainerRequest gets its own response (HAMi reused one variable for all, §5.10 #6)."""
+    server = DevicePluginServer(dcu_node.core(), dcu_node.plugin_dir, keys.DEFAULT_COUNT_RESOURCE).start()
+    try:
+        with grpc.insecure_channel(f"unix://{server.socket}") as channel:
+            stub = api_pb2_grpc.DevicePluginStub(channel)
+            options = stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=5)
+            assert options.get_preferred_allocation_available and not options.pre_start_required
+            pod = dcu_node.bind("two", [("a", [dev("S1", 1000, 10)]), ("b", [dev("S2", 65520, 100)])])
+            reply = stub.Allocate(api_pb2.AllocateRequest(container_requests=[
+                api_pb2.ContainerAllocateRequest(devices_ids=["DCU-S1-fake-0"]),
+                api_pb2.ContainerAllocateRequest(devices_ids=["DCU-S2-fake-0"]),
+            ]), timeout=10)
+            first, second = reply.container_responses
+            assert [m.container_path for m in first.mounts] == ["/etc/vdev/docker/", "/opt/hygondriver", "/opt/hyhal"]
+            assert f"{pod['metadata']['uid']}_a_0_" in first.mounts[0].host_path
+            assert [m.container_path for m in second.mounts] == ["/opt/hygondriver", "/opt/hyhal"]
+            assert [d.container_path for d in second.devices][2:] == ["/dev/dri/card2", "/dev/dri/renderD130"]
+            assert [d.permissions for d in first.devices] == ["rwm", "rwm", "rw", "rw"]
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.Allocate(api_pb2.AllocateRequest(container_requests=[
+                    api_pb2.ContainerAllocateRequest(devices_ids=["DCU-S1-fake-1"])]), timeout=10)
+            assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "no pod holds the node lock" in refused.value.details()
+    finally:
+        server.stop()
