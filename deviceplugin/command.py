@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         kube = Kube.from_kubeconfig(args.kubeconfig)
         core, server, loop = build(args, kube)
-    except (KubeConfigError, SmiError) as exc:
+    except (KubeConfigError, SmiError, OSError) as exc:
         log.error("device plugin cannot start: %s", exc)
         return 1
     log.info("node %s: serving %d cards: %s", args.node_name, len(core.cards), ", ".join(sorted(core.cards)))
@@ -151,11 +151,12 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             log.error("device plugin cannot serve metrics on %s: %s", args.metrics_bind, exc)
             return 1
+    # The kubelet's pod deletion sends SIGTERM: stop serving and remove our socket cleanly.
+    # Installed before serving: a SIGTERM right after registration must not kill us mid-way.
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: loop.stopping.set())
     report_unknown_models(core)
     server.refresh_health()
     server.start()
-    # The kubelet's pod deletion sends SIGTERM: stop serving and remove our socket cleanly.
-    signal.signal(signal.SIGTERM, lambda _sig, _frame: loop.stopping.set())
     try:
         loop.run()
     except KeyboardInterrupt:
