@@ -10,7 +10,7 @@ import logging
 import shutil
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -23,11 +23,20 @@ from hami_dcu.deviceplugin.allocator import AllocationError, Grant, NodeState
 from hami_dcu.deviceplugin.discovery import DcuCard
 from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.deviceplugin.smi import FALLBACK_MODEL
-from hami_dcu.deviceplugin.vdev import VdevDir, VdevSpec, parse_dirname, render_conf, write_atomic
+from hami_dcu.deviceplugin.vdev import (
+    VDEV_CONF,
+    VdevDir,
+    VdevSpec,
+    conf_bus_id,
+    parse_dirname,
+    render_conf,
+    write_atomic,
+)
 
 log = logging.getLogger(__name__)
 FINISHED = ("Succeeded", "Failed")
 NODE_READ_ATTEMPTS = 3
+UNSERVED_CARD = -1  # card index of a restored grant whose card this plugin no longer serves
 
 
 class AllocateFailed(RuntimeError):
@@ -70,6 +79,7 @@ class PluginCore:
         self.node = node
         self.cards = {c.id: c for c in cards}
         self.by_index = {c.index: c for c in cards}
+        self.index_by_bus_id = {c.card.pci_bus_id.upper(): c.index for c in cards}
         self.paths = paths or Paths()
         self.slots_per_card = slots_per_card
         self.resource = resource
@@ -87,9 +97,10 @@ class PluginCore:
         restored = 0
         with self.lock:
             for record in self._records():
-                if record.card_index in self.state.compute_units:
-                    self.state.restore(record)
-                    restored += 1
+                # Restored even for a card no longer served: its vdev id stays taken until the
+                # pod goes, so /etc/vdev/vdev<N>.conf is never shared by two live vDCUs.
+                self.state.restore(record)
+                restored += 1
             self.metrics.vdevs.labels(self.node).set(len(self.state.vdevs_used))
         if restored:
             log.info("node %s: restored %d vDCU grants from %s", self.node, restored, self.paths.vdev_dir)
@@ -103,7 +114,30 @@ class PluginCore:
             names = sorted(p.name for p in self.paths.vdev_dir.iterdir() if p.is_dir())
         except FileNotFoundError:
             return []
-        return [(n, r) for n, r in ((n, parse_dirname(n)) for n in names) if r is not None]
+        records = []
+        for name in names:
+            record = parse_dirname(name)
+            if record is not None:
+                records.append((name, self._current_index(name, record)))
+        return records
+
+    def _current_index(self, dirname: str, record: VdevDir) -> VdevDir:
+        """The record with the card index this plugin now uses for that card. SMI indices shift
+        when a card disappears; the PCI bus id in the vDCU's own config file does not."""
+        try:
+            bus_id = conf_bus_id((self.paths.vdev_dir / dirname / VDEV_CONF).read_text())
+        except OSError:
+            return record
+        if bus_id is None:
+            return record
+        # A card no longer served: its grant is kept apart (index -1) so its CUs and pipe are
+        # never charged to the card that took over its old index.
+        index = self.index_by_bus_id.get(bus_id, UNSERVED_CARD)
+        if index == record.card_index:
+            return record
+        log.warning("node %s: vdev %s is on card %s, %s (its name says index %d)", self.node, dirname, bus_id,
+                    "no longer served" if index == UNSERVED_CARD else f"now index {index}", record.card_index)
+        return replace(record, card_index=index)
 
     # --- Allocate ------------------------------------------------------------------------
 
@@ -270,7 +304,7 @@ class PluginCore:
             )
             written.append((grant, spec))
             host_dir = self.paths.vdev_dir / spec.dirname
-            write_atomic(host_dir / "vdev0.conf", render_conf(spec, device_id=0))
+            write_atomic(host_dir / VDEV_CONF, render_conf(spec, device_id=0))
             write_atomic(self.paths.etc_vdev / f"vdev{grant.vdev}.conf", render_conf(spec, device_id=card.index))
             response.mounts.append((planning.VDEV_CONTAINER_DIR, str(host_dir), False))
         response.mounts.append((planning.DRIVER_CONTAINER_DIR, str(self.paths.driver_dir), False))

@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+VDEV_CONF = "vdev0.conf"  # the container's view, in the per-container directory
 MASK_BITS = 64
 _LOW = (1 << MASK_BITS) - 1
 
@@ -63,6 +64,15 @@ def render_conf(spec: VdevSpec, device_id: int) -> str:
         f"pipe_id: {spec.pipe}\n"
         "enable: 1\n"
     )
+
+
+def conf_bus_id(text: str) -> str | None:
+    """The `PciBusId` of a vDCU config file (upper case), None when it has none."""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "PciBusId" and value.strip():
+            return value.strip().upper()
+    return None
 
 
 @dataclass(frozen=True)

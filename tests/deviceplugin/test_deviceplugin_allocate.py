@@ -409,3 +409,28 @@ def test_reconcile_releases_the_lock_of_a_holder_the_kubelet_failed(dcu_node):
     dcu_node.kube.patch_pod_status("default", "a", {"phase": "Failed"})
     core.reconcile()
     assert dcu_node.lock_value() is None
+
+
+def test_restart_after_a_card_vanished_keeps_each_grant_on_its_own_card(dcu_node):
+    """SMI indices shift when a card disappears; grants follow the PCI bus id in their file."""
+    import yaml
+
+    core = dcu_node.core()
+    on_s1 = dcu_node.bind("on-s1", [("c", [dev("S1", 1000, 50)])])
+    core.allocate([["DCU-S1-fake-0"]])
+    dcu_node.bind("on-s2", [("c", [dev("S2", 1000, 25)])])
+    core.allocate([["DCU-S2-fake-0"]])
+    cards = yaml.safe_load(dcu_node.mock_file.read_text())
+    dcu_node.mock_file.write_text(yaml.safe_dump(cards[1:]))  # S1 is gone: S2 is now index 0
+    restarted = dcu_node.core()
+    assert list(restarted.by_index) == [0] and restarted.by_index[0].id == "DCU-S2"
+    assert restarted.state.cu_used[0] == (1 << 30) - 1  # S2's 30 CUs, not S1's 60
+    assert restarted.state.vdevs_used == {0, 1}  # S1's vDCU keeps its vdev id while its pod lives
+    new = dcu_node.bind("new", [("c", [dev("S2", 1000, 25)])])
+    restarted.allocate([["DCU-S2-fake-1"]])
+    text, _ = read_conf(dcu_node, new, "c")
+    assert "cu_mask: 0x0fffffffc0000000" in text and "vdev_id: 2" in text and "pipe_id: 1" in text
+    dcu_node.kube.delete_pod("default", "on-s1")
+    (removed,) = restarted.reconcile()
+    assert removed.startswith(on_s1["metadata"]["uid"]) and restarted.state.vdevs_used == {1, 2}
+    assert restarted.state.cu_used[0] == (1 << 60) - 1
