@@ -55,7 +55,7 @@ kubescheduler.config.k8s.io/v1beta3
 
 {{/* CEL: the pod names a DCU resource in any container's limits or requests. */}}
 {{- define "hami-dcu.usesDcuCel" -}}
-{{- $names := list .Values.resources.count .Values.resources.memory .Values.resources.cores -}}
+{{- $names := list (include "hami-dcu.countResource" .) (include "hami-dcu.memoryResource" .) (include "hami-dcu.coresResource" .) -}}
 {{- $checks := list -}}
 {{- range $section := list "limits" "requests" -}}
 {{- range $name := $names -}}
@@ -65,3 +65,9 @@ kubescheduler.config.k8s.io/v1beta3
 {{- $one := printf "has(c.resources) && (%s)" (join " || " $checks) -}}
 {{- printf "object.spec.containers.exists(c, %s) || (has(object.spec.initContainers) && object.spec.initContainers.exists(c, %s))" $one $one -}}
 {{- end -}}
+
+{{/* The resource names are HAMi's and fixed (hami_dcu.common.keys): the scheduler and the
+webhook it serves read pods with these names only, so they are not values. */}}
+{{- define "hami-dcu.countResource" -}}hygon.com/dcunum{{- end -}}
+{{- define "hami-dcu.memoryResource" -}}hygon.com/dcumem{{- end -}}
+{{- define "hami-dcu.coresResource" -}}hygon.com/dcucores{{- end -}}

@@ -80,6 +80,8 @@ def test_rbac_is_least_privilege(render):
     verbs = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in scheduler}
     assert verbs[(("",), ("pods/binding",))] == {"create"}
     assert verbs[(("",), ("nodes",))] == {"get", "list", "watch", "patch"}
+    assert verbs[(("",), ("pods",))] == {"get", "list", "watch"}  # the allocation travels on the Binding
+    assert verbs[(("",), ("events",))] == {"create"}
     plugin = by_kind(docs, "ClusterRole", "device-plugin")["rules"]
     assert all("delete" not in r["verbs"] and "update" not in r["verbs"] for r in plugin)
     assert not any("secrets" in r["resources"] for r in scheduler + plugin)
@@ -135,8 +137,11 @@ def test_cert_manager_mode(render):
         "kube-system/hami-dcu-serving-cert"
 
 
-def test_values_schema_rejects_bad_values(helm):
-    result = subprocess.run([str(helm), "template", "x", str(CHART), "--set", "webhook.failurePolicy=Sometimes"],
+@pytest.mark.parametrize(("setting", "named"), [("webhook.failurePolicy=Sometimes", "failurePolicy"),
+                                               ("resources.count=example.com/x", "resources"),
+                                               ("devicePlugin.smi=nvml", "smi")])
+def test_values_schema_rejects_bad_values(helm, setting, named):
+    result = subprocess.run([str(helm), "template", "x", str(CHART), "--set", setting],
                             capture_output=True, text=True)
-    assert result.returncode != 0 and "failurePolicy" in result.stderr
+    assert result.returncode != 0 and named in result.stderr
     json.loads((CHART / "values.schema.json").read_text())

@@ -1,0 +1,95 @@
+"""Every `hami-dcu` invocation the chart renders is accepted by the real command-line parser,
+and the values the components must agree on come out the same in each of them."""
+
+import shlex
+
+import pytest
+import yaml
+from conftest import CHART
+
+from hami_dcu.cli.main import build_parser
+from hami_dcu.common import keys
+
+IMAGE = "ghcr.io/hami-dcu/hami-dcu:"
+
+
+def pod_specs(docs):
+    for doc in docs:
+        if doc["kind"] in ("Deployment", "DaemonSet", "Job"):
+            yield doc["metadata"]["name"], doc["spec"]["template"]["spec"]
+        elif doc["kind"] == "Pod":
+            yield doc["metadata"]["name"], doc["spec"]
+
+
+def hami_dcu_argv(container) -> list[str] | None:
+    """The argv after `hami-dcu`: the image's entrypoint with args, or the `exec hami-dcu`
+    line of a shell wrapper (mock mode picks its devices file in shell)."""
+    command = container.get("command")
+    if command is None:
+        return list(container["args"])
+    if command[:2] == ["sh", "-c"]:
+        script = container["args"][0]
+        _, _, tail = script.partition("exec hami-dcu ")
+        assert tail, f"{container['name']}: shell wrapper without `exec hami-dcu`"
+        return shlex.split(tail.replace('"$f"', "/etc/hami-dcu/mock/default.yaml"))
+    return None  # e.g. the helm test pod runs python
+
+
+def parsed_invocations(docs):
+    parser, modules = build_parser()
+    found = {}
+    for owner, spec in pod_specs(docs):
+        for container in spec["containers"]:
+            if not container["image"].startswith(IMAGE):
+                continue
+            argv = hami_dcu_argv(container)
+            if argv is None:
+                continue
+            assert modules[argv[0]] is not None, f"{owner}: subcommand {argv[0]} is not available"
+            try:
+                found[(owner, argv[0])] = parser.parse_args(argv)
+            except SystemExit:
+                pytest.fail(f"{owner}/{container['name']}: hami-dcu rejects {argv}")
+    return found
+
+
+@pytest.mark.parametrize("values", [[], ["--set", "devicePlugin.smi=mock", "--set", "devicePlugin.metricsPort=9400"],
+                                    ["--set", "webhook.enabled=false"]], ids=["default", "mock", "no-webhook"])
+def test_every_invocation_parses(render, values):
+    invocations = parsed_invocations(render(*values))
+    commands = {command for _, command in invocations}
+    assert commands == {"scheduler", "device-plugin", "certs"}
+
+
+def test_components_agree_on_names_and_timeouts(render):
+    invocations = parsed_invocations(render("--set", "scheduler.lockTimeoutSeconds=120",
+                                            "--set", "scheduler.name=dcu-scheduler"))
+    by_command = {}
+    for (owner, command), args in invocations.items():
+        by_command.setdefault(command, []).append((owner, args))
+    ((_, scheduler),) = by_command["scheduler"]
+    ((_, plugin),) = by_command["device-plugin"]
+    assert scheduler.lock_timeout == plugin.lock_timeout == 120
+    assert scheduler.scheduler_name == "dcu-scheduler" and scheduler.serve_webhook
+    assert plugin.resource_count == keys.DEFAULT_COUNT_RESOURCE
+    assert plugin.node_name is None  # from NODE_NAME (downward API)
+    certs = {owner: args for owner, args in by_command["certs"]}
+    assert {args.service for args in certs.values()} == {"hami-dcu-scheduler"}
+    assert certs["hami-dcu-certs-post"].webhook_config == "hami-dcu-webhook"
+    assert certs["hami-dcu-certs-pre"].webhook_config is None
+
+
+def test_mock_mode_invocation(render):
+    invocations = parsed_invocations(render("--set", "devicePlugin.smi=mock"))
+    (plugin,) = [args for (_, command), args in invocations.items() if command == "device-plugin"]
+    assert plugin.smi == "mock" and plugin.mock_fake_tree
+    assert plugin.dev_root == "/var/lib/hami-dcu/fake/dev" and plugin.sys_root == "/var/lib/hami-dcu/fake/sys"
+
+
+def test_resource_names_match_the_shared_keys(render):
+    """The scheduler knows only the default names, so the chart must use exactly them."""
+    docs = render()
+    config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("scheduler-config"))
+    managed = [m["name"] for m in yaml.safe_load(config["data"]["config.yaml"])["extenders"][0]["managedResources"]]
+    assert managed == [keys.DEFAULT_COUNT_RESOURCE, keys.DEFAULT_MEMORY_RESOURCE, keys.DEFAULT_CORES_RESOURCE]
+    assert "resources:" not in (CHART / "values.yaml").read_text().split("\nscheduler:")[0]

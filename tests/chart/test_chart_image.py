@@ -1,0 +1,60 @@
+"""The Dockerfile (no Docker here, so checked as text): it copies every package the wheel is built
+from, pins exactly the runtime dependency closure at the versions the tests ran against, and runs
+as the non-root user the chart expects."""
+
+import re
+import tomllib
+from importlib.metadata import PackageNotFoundError, distribution
+
+from conftest import ROOT
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+
+
+def constraints() -> dict[str, str]:
+    block = DOCKERFILE.split("COPY <<EOF /constraints.txt\n", 1)[1].split("\nEOF\n", 1)[0]
+    pins = dict(line.split("==") for line in block.splitlines())
+    return {canonicalize_name(name): version for name, version in pins.items()}
+
+
+def runtime_closure() -> dict[str, str]:
+    """Installed versions of hami-dcu's runtime dependencies, transitively (no extras)."""
+    todo = [Requirement(r) for r in distribution("hami-dcu").requires or []]
+    seen: dict[str, str] = {}
+    while todo:
+        req = todo.pop()
+        if req.marker and not req.marker.evaluate({"extra": ""}):
+            continue
+        name = canonicalize_name(req.name)
+        if name in seen:
+            continue
+        try:
+            dist = distribution(req.name)
+        except PackageNotFoundError:
+            continue  # a platform-only dependency not installed here
+        seen[name] = dist.version
+        todo.extend(Requirement(r) for r in dist.requires or [])
+    return seen
+
+
+def test_constraints_pin_the_tested_runtime_closure():
+    pins = constraints()
+    closure = runtime_closure()
+    assert {name: pins.get(name) for name in closure} == closure
+    assert set(pins) - set(closure) == {"setuptools", "wheel"}  # build backend only
+
+
+def test_every_package_dir_is_copied():
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    package_dirs = set(setuptools["package-dir"].values())
+    copied = set(re.findall(r"^COPY (\S+) \1$", DOCKERFILE, flags=re.MULTILINE))
+    assert package_dirs <= copied
+
+
+def test_runs_as_the_chart_user():
+    assert DOCKERFILE.rstrip().endswith('ENTRYPOINT ["hami-dcu"]')
+    assert "USER 65532" in DOCKERFILE
+    chart = (ROOT / "chart" / "templates" / "scheduler-deployment.yaml").read_text()
+    assert "runAsUser: 65532" in chart and "runAsNonRoot: true" in chart
