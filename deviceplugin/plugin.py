@@ -1,7 +1,7 @@
 """The device plugin's node-side work: Allocate, node registration, reconcile. All node-local
 state (CU bitsets, pipes, vdev ids, vdev files) changes under one lock.
 
-The gRPC servicer (servicer.py) only translates between this class and the wire.
+The gRPC servicer (server.py) only translates between this class and the wire.
 """
 
 from __future__ import annotations
