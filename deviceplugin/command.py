@@ -13,7 +13,7 @@ from hami_dcu.common import keys
 from hami_dcu.common.kube import Kube, KubeConfigError, KubeError
 from hami_dcu.deviceplugin.discovery import discover
 from hami_dcu.deviceplugin.faketree import lay_out
-from hami_dcu.deviceplugin.health import card_health
+from hami_dcu.deviceplugin.health import SmiHealth
 from hami_dcu.deviceplugin.metrics import PluginMetrics, serve
 from hami_dcu.deviceplugin.plugin import Paths, PluginCore
 from hami_dcu.deviceplugin.server import DevicePluginServer
@@ -112,7 +112,7 @@ def build(args: argparse.Namespace, kube: Kube) -> tuple[PluginCore, DevicePlugi
     core = PluginCore(kube, args.node_name, served, paths, args.slots_per_card, args.lock_timeout,
                       metrics=PluginMetrics(), resource=args.resource_count)
     server = DevicePluginServer(core, args.plugin_dir, args.resource_count,
-                                health=lambda: card_health(served, backend.cards(), args.dev_root))
+                                health=SmiHealth(backend, served, args.dev_root))
     loop = NodeLoop(core, server, args.register_interval)
     server.on_health_change = loop.publish_now
     return core, server, loop

@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 
 from hami_dcu.deviceplugin.discovery import DcuCard
-from hami_dcu.deviceplugin.smi import Card
+from hami_dcu.deviceplugin.smi import Card, SmiBackend, SmiError
 
 log = logging.getLogger(__name__)
 
@@ -38,3 +38,29 @@ def card_health(served: list[DcuCard], reported: list[Card], dev_root: str | Pat
             log.debug("card %s (%s): unhealthy, %s", dcu.id, dcu.card.pci_bus_id, problem)
         health[dcu.id] = problem is None
     return health
+
+
+class SmiHealth:
+    """`card_health` over a live SMI backend. One failed SMI query keeps the last answer (the
+    caller sees the error); `failures_before_unhealthy` in a row mark every card unhealthy, so
+    a driver that stopped answering does not leave its cards schedulable."""
+
+    def __init__(self, backend: SmiBackend, served: list[DcuCard], dev_root: str | Path,
+                 failures_before_unhealthy: int = 3) -> None:
+        self.backend = backend
+        self.served = served
+        self.dev_root = dev_root
+        self.failures_before_unhealthy = failures_before_unhealthy
+        self.failures = 0
+
+    def __call__(self) -> dict[str, bool]:
+        try:
+            reported = self.backend.cards()
+        except SmiError as exc:
+            self.failures += 1
+            if self.failures < self.failures_before_unhealthy:
+                raise
+            log.warning("SMI failed %d times in a row (%s): every card is unhealthy", self.failures, exc)
+            return {dcu.id: False for dcu in self.served}
+        self.failures = 0
+        return card_health(self.served, reported, self.dev_root)

@@ -2,10 +2,12 @@
 
 from dataclasses import replace
 
+import pytest
+
 from hami_dcu.deviceplugin.discovery import discover
 from hami_dcu.deviceplugin.faketree import lay_out
-from hami_dcu.deviceplugin.health import card_health
-from hami_dcu.deviceplugin.smi import Card
+from hami_dcu.deviceplugin.health import SmiHealth, card_health
+from hami_dcu.deviceplugin.smi import Card, SmiError
 
 CARDS = [
     Card(0, "S1", "K100_AI", 65520, 120, "0000:3D:00.0"),
@@ -38,3 +40,28 @@ def test_missing_device_nodes(tmp_path):
     assert card_health(cards, CARDS, tmp_path / "dev") == {"DCU-S1": True, "DCU-S2": False}
     (tmp_path / "dev" / "kfd").unlink()
     assert card_health(cards, CARDS, tmp_path / "dev") == {"DCU-S1": False, "DCU-S2": False}
+
+
+def test_smi_that_keeps_failing_marks_every_card_unhealthy(tmp_path):
+    class Flaky:
+        def __init__(self):
+            self.answers = []
+
+        def cards(self):
+            answer = self.answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    backend = Flaky()
+    health = SmiHealth(backend, served(tmp_path), tmp_path / "dev", failures_before_unhealthy=3)
+    backend.answers = [CARDS, SmiError("x"), SmiError("x"), CARDS, SmiError("x"), SmiError("x"), SmiError("x")]
+    assert health() == {"DCU-S1": True, "DCU-S2": True}
+    for _ in range(2):  # the server keeps the last answer on an error
+        with pytest.raises(SmiError):
+            health()
+    assert health() == {"DCU-S1": True, "DCU-S2": True}  # a success resets the count
+    for _ in range(2):
+        with pytest.raises(SmiError):
+            health()
+    assert health() == {"DCU-S1": False, "DCU-S2": False}
