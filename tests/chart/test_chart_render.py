@@ -145,3 +145,23 @@ def test_values_schema_rejects_bad_values(helm, setting, named):
                             capture_output=True, text=True)
     assert result.returncode != 0 and named in result.stderr
     json.loads((CHART / "values.schema.json").read_text())
+
+
+def test_kind_e2e_values_render(render, tmp_path):
+    """The values e2e/test_kind.py installs with pass the schema and give each node its cards."""
+    from hami_dcu.e2e.scenarios import default_cards
+
+    nodes = ["hami-dcu-e2e-worker", "hami-dcu-e2e-worker2"]
+    values = {"image": {"repository": "hami-dcu", "tag": "e2e", "pullPolicy": "Never"},
+              "devicePlugin": {"smi": "mock", "mockDevicesPerNode": {
+                  node: [card.as_mock_entry() for card in default_cards(node, 2)] for node in nodes}}}
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    docs = render("-f", str(path))
+    data = by_kind(docs, "ConfigMap", "mock-devices")["data"]
+    for node in nodes:
+        assert [card["serial"] for card in yaml.safe_load(data[f"{node}.yaml"])] == [f"{node.upper()}S0",
+                                                                                        f"{node.upper()}S1"]
+    images = {c["image"] for d in docs if d["kind"] in ("Deployment", "DaemonSet")
+              for c in d["spec"]["template"]["spec"]["containers"]}
+    assert "hami-dcu:e2e" in images

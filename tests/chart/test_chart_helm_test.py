@@ -1,0 +1,105 @@
+"""The chart's `helm test` pod, run for real: its script against `hami-dcu scheduler` started with
+the rendered Deployment's own arguments (TLS from a Secret-like directory, the local API server)."""
+
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from hami_dcu.webhook.certs import issue
+
+
+def rendered(render, *values: str) -> tuple[list[str], dict, str]:
+    docs = render(*values)
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    extender = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "extender")
+    test_pod = next(d for d in docs if d["kind"] == "Pod")
+    (check,) = test_pod["spec"]["containers"]
+    assert check["command"] == ["python", "-c"]
+    return extender["args"], {e["name"]: e["value"] for e in check["env"]}, check["args"][0]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def scheduler_as_rendered(args: list[str], tls_dir: Path, kubeconfig: Path) -> Iterator[str]:
+    """Run the extender container's argv locally: only the listen address and the mount
+    point of the TLS Secret change. Yields the base URL."""
+    port = free_port()
+    local = {"--bind": f"127.0.0.1:{port}", "--tls-cert": str(tls_dir / "tls.crt"),
+             "--tls-key": str(tls_dir / "tls.key")}
+    argv = [f"{flag}={local[flag]}" if flag in local else arg for arg in args for flag in [arg.split("=", 1)[0]]]
+    process = subprocess.Popen([sys.executable, "-m", "hami_dcu.cli.main", *argv, "--kubeconfig", str(kubeconfig)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"https://127.0.0.1:{port}"
+    context = ssl.create_default_context(cafile=str(tls_dir / "ca.crt"))
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/readyz", context=context, timeout=1):
+                    break
+            except OSError:
+                assert process.poll() is None, process.stdout.read().decode()
+                assert time.monotonic() < deadline, "scheduler never became ready"
+                time.sleep(0.1)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def run_helm_test(script: str, env: dict[str, str], base: str, tls_dir: Path) -> subprocess.CompletedProcess:
+    env = {**env, "BASE": base, "CA_FILE": str(tls_dir / "ca.crt")}
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+
+
+def tls_secret(tmp_path: Path) -> Path:
+    """What `hami-dcu certs` puts in the Secret, for the Service name plus loopback."""
+    bundle = issue(["hami-dcu-scheduler.kube-system.svc"], ip_addresses=["127.0.0.1"])
+    for name, data in (("tls.crt", bundle.cert), ("tls.key", bundle.key), ("ca.crt", bundle.ca_cert)):
+        (tmp_path / name).write_bytes(data)
+    return tmp_path
+
+
+def test_helm_test_passes_against_the_rendered_scheduler(render, api_server, tmp_path):
+    args, env, script = rendered(render, "--set", "scheduler.name=dcu-scheduler")
+    tls_dir = tls_secret(tmp_path)
+    with scheduler_as_rendered(args, tls_dir, api_server.kubeconfig_path) as base:
+        result = run_helm_test(script, env, base, tls_dir)
+        expecting_other_profile = run_helm_test(script, {**env, "SCHEDULER_NAME": "other"}, base, tls_dir)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "extender and webhook answer"
+    assert expecting_other_profile.returncode == 1
+    assert expecting_other_profile.stdout.strip() == "/webhook: unexpected answer"
+
+
+def test_helm_test_fails_when_the_webhook_is_not_served(render, api_server, tmp_path):
+    args, env, script = rendered(render)
+    tls_dir = tls_secret(tmp_path)
+    args = [a for a in args if a != "--serve-webhook"]
+    with scheduler_as_rendered(args, tls_dir, api_server.kubeconfig_path) as base:
+        result = run_helm_test(script, env, base, tls_dir)
+    assert result.returncode == 1 and result.stdout.startswith("/webhook:"), result.stdout
+    assert "/filter" not in result.stdout and "/readyz" not in result.stdout
+
+
+def test_helm_test_rejects_a_certificate_from_another_ca(render, api_server, tmp_path):
+    args, env, script = rendered(render)
+    served, other = tmp_path / "served", tmp_path / "other"
+    served.mkdir()
+    other.mkdir()
+    tls_dir = tls_secret(served)
+    (other / "ca.crt").write_bytes(issue(["elsewhere"]).ca_cert)
+    with scheduler_as_rendered(args, tls_dir, api_server.kubeconfig_path) as base:
+        result = run_helm_test(script, env, base, other)
+    assert result.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in result.stdout
