@@ -5,8 +5,8 @@
 Each round binds a pod the way hami-scheduler does (node lock, Binding with the allocation
 annotations; not timed), then times one Allocate RPC on the plugin's unix socket: find the
 locked pod, check it, allocate CUs, write the vdev files, patch the pod, mark success and
-release the lock (5 API round trips: node, pod, the node's pod list that proves no other pod
-may be the one admitted, the pod patch, the lock release). Prints p50/p90/p99/max and p99
+release the lock (4 API round trips: the node, its Pending pods (the holder, and proof that no
+other pod may be the one admitted), the pod patch, the lock release). Prints p50/p90/p99/max and p99
 against the 20 ms target.
 """
 

@@ -160,15 +160,12 @@ class PluginCore:
     def _allocate_locked(self, requests: list[list[str]]) -> list[ContainerResponse]:
         node_obj = self._read_node()
         namespace, name = self._lock_holder(node_obj)
-        try:
-            pod = self.kube.get_pod(namespace, name)
-        except NotFoundError:
-            self._release(namespace, name)
-            raise AllocateFailed(f"pod {namespace}/{name} holding the lock of node {self.node} was deleted") from None
-        except KubeError as exc:
-            self._mark_failed(namespace, name, f"cannot read the pod: {exc}")
-            raise AllocateFailed(f"pod {namespace}/{name}: cannot read the pod: {exc}") from exc
-        self._refuse_if_ambiguous(pod)
+        pending = self._pending_pods(namespace, name)
+        holder = (namespace, name)
+        pod = next((p for p in pending if (p["metadata"].get("namespace"), p["metadata"].get("name")) == holder), None)
+        if pod is None:  # not Pending on this node: read it to say exactly why (the slow path)
+            pod = self._read_holder(namespace, name)
+        self._refuse_if_ambiguous(pod, pending)
         responses: list[ContainerResponse] = []
         written: list[tuple[Grant, VdevSpec]] = []
         try:
@@ -208,18 +205,31 @@ class PluginCore:
         self.metrics.vdevs.labels(self.node).set(len(self.state.vdevs_used))
         return responses
 
-    def _refuse_if_ambiguous(self, holder: dict) -> None:
+    def _pending_pods(self, namespace: str, name: str) -> list[dict]:
+        """This node's Pending pods: the holder (normally) and any pod that could be the one
+        admitted instead. One list, filtered by the server, serves both."""
+        try:
+            return self.kube.list_pods(field_selector=f"spec.nodeName={self.node},status.phase=Pending").items
+        except KubeError as exc:
+            self._mark_failed(namespace, name, f"cannot list the pods of node {self.node}: {exc}")
+            raise AllocateFailed(f"cannot list the pods of node {self.node}: {exc}") from exc
+
+    def _read_holder(self, namespace: str, name: str) -> dict:
+        try:
+            return self.kube.get_pod(namespace, name)
+        except NotFoundError:
+            self._release(namespace, name)
+            raise AllocateFailed(f"pod {namespace}/{name} holding the lock of node {self.node} was deleted") from None
+        except KubeError as exc:
+            self._mark_failed(namespace, name, f"cannot read the pod: {exc}")
+            raise AllocateFailed(f"pod {namespace}/{name}: cannot read the pod: {exc}") from exc
+
+    def _refuse_if_ambiguous(self, holder: dict, pending: list[dict]) -> None:
         """Serve the holder only when no other pod on this node may be the one admitted. An
         ambiguous call is refused without consuming or failing the holder's allocation: if the
         call was the other pod's, the holder's own call comes later and succeeds."""
         namespace, name = holder["metadata"]["namespace"], holder["metadata"]["name"]
-        try:
-            # Only Pending pods can be rivals: the server filters, so the list stays short.
-            pods = self.kube.list_pods(field_selector=f"spec.nodeName={self.node},status.phase=Pending").items
-        except KubeError as exc:
-            self._mark_failed(namespace, name, f"cannot list the pods of node {self.node}: {exc}")
-            raise AllocateFailed(f"cannot list the pods of node {self.node}: {exc}") from exc
-        rivals = planning.rival_pods(pods, holder["metadata"]["uid"], self.node, self.resource)
+        rivals = planning.rival_pods(pending, holder["metadata"]["uid"], self.node, self.resource)
         if not rivals:
             return
         why = (f"cannot tell which pod this Allocate is for: {namespace}/{name} holds the lock of node {self.node}, "
@@ -305,7 +315,9 @@ class PluginCore:
             written.append((grant, spec))
             host_dir = self.paths.vdev_dir / spec.dirname
             write_atomic(host_dir / VDEV_CONF, render_conf(spec, device_id=0))
-            write_atomic(self.paths.etc_vdev / f"vdev{grant.vdev}.conf", render_conf(spec, device_id=card.index))
+            # The exporter's copy is not what the container reads: atomic is enough, no fsync.
+            write_atomic(self.paths.etc_vdev / f"vdev{grant.vdev}.conf", render_conf(spec, device_id=card.index),
+                         durable=False)
             response.mounts.append((planning.VDEV_CONTAINER_DIR, str(host_dir), False))
         response.mounts.append((planning.DRIVER_CONTAINER_DIR, str(self.paths.driver_dir), False))
         response.mounts.append((planning.HYHAL_DIR, str(self.paths.hyhal_dir), True))

@@ -98,15 +98,17 @@ def parse_dirname(name: str) -> VdevDir | None:
         return None
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write, fsync, then rename: a reader never sees half a file, a crash leaves no partial one."""
+def write_atomic(path: Path, text: str, durable: bool = True) -> None:
+    """Write, then rename: a reader never sees half a file. `durable` also fsyncs before the
+    rename, so a power loss cannot leave an empty file either (about 1 ms here)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
