@@ -13,11 +13,14 @@ against the 20 ms target.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
+from concurrent import futures
 from pathlib import Path
 
 import grpc
@@ -33,7 +36,14 @@ from hami_dcu.deviceplugin.faketree import lay_out
 from hami_dcu.deviceplugin.plugin import Paths, PluginCore
 from hami_dcu.deviceplugin.server import Servicer, socket_name
 from hami_dcu.deviceplugin.smi import MockBackend
-from hami_dcu.e2e.apiserver import LocalApiServer
+
+
+def serve_api(kubeconfig: Path, stop) -> None:
+    from hami_dcu.e2e.apiserver import LocalApiServer
+
+    with LocalApiServer(kubeconfig_path=str(kubeconfig) + ".tmp"):
+        os.replace(str(kubeconfig) + ".tmp", kubeconfig)  # complete before the parent reads it
+        stop.wait()
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -52,11 +62,21 @@ def main() -> int:
     (work / "cards.yaml").write_text(yaml.safe_dump(cards))
     smi = MockBackend(work / "cards.yaml").cards()
     lay_out(smi, work / "sys", work / "dev")
-    import threading
-    from concurrent import futures
 
-    with LocalApiServer() as api:
-        kube = Kube.from_kubeconfig(str(api.kubeconfig_path))
+    # The API server runs in its own process, as a real one does: in this process it would
+    # compete with the plugin for the GIL and its pauses would show up as Allocate latency.
+    kubeconfig = work / "kubeconfig"
+    stop = multiprocessing.Event()
+    api = multiprocessing.Process(target=serve_api, args=(kubeconfig, stop), daemon=True)
+    api.start()
+    deadline = time.monotonic() + 30
+    while not kubeconfig.exists():
+        if time.monotonic() > deadline or not api.is_alive():
+            print("the local API server did not start", file=sys.stderr)
+            return 1
+        time.sleep(0.05)
+    try:
+        kube = Kube.from_kubeconfig(str(kubeconfig))
         kube.create_node({"metadata": {"name": "n1"}})
         core = PluginCore(kube, "n1", discover(smi, work / "sys", work / "dev"),
                           Paths(vdev_dir=work / "vgpu", etc_vdev=work / "etc", dev_root=work / "dev"))
@@ -92,10 +112,14 @@ def main() -> int:
                 core.reconcile()
                 live.clear()
         server.stop(None)
+    finally:
+        stop.set()
+        api.join(10)
     shutil.rmtree(work, ignore_errors=True)
     p99 = percentile(latencies, 99)
     print(f"Allocate over gRPC, {len(latencies)} calls: p50 {percentile(latencies, 50):.2f} ms  "
-          f"p90 {percentile(latencies, 90):.2f} ms  p99 {p99:.2f} ms  max {max(latencies):.2f} ms")
+          f"p90 {percentile(latencies, 90):.2f} ms  p99 {p99:.2f} ms  max {max(latencies):.2f} ms "
+          f"(first call, with connection set-up: {latencies[0]:.2f} ms)")
     print(f"p99 / target(20 ms) = {p99 / 20:.2f}")
     return 0
 
