@@ -52,19 +52,15 @@ def handshake_problem(seen: HandshakeSeen | None, now: datetime, ttl: timedelta 
     """None when the plugin counts as alive, else why not."""
     if seen is None:
         return f"no {keys.NODE_HANDSHAKE} annotation (device plugin never reported)"
+    if seen.state not in (keys.HANDSHAKE_REPORTED, keys.HANDSHAKE_REQUESTING):
+        return f"handshake is {seen.value!r}, not a plugin report"
+    elapsed = now - (seen.at or seen.changed_at)
+    if elapsed <= ttl:
+        return None
+    age = int(elapsed.total_seconds())
     if seen.state == keys.HANDSHAKE_REPORTED:
-        stamp = seen.at or seen.changed_at
-        age = now - stamp
-        if age > ttl:
-            return f"device plugin last reported {int(age.total_seconds())}s ago (limit {int(ttl.total_seconds())}s)"
-        return None
-    if seen.state == keys.HANDSHAKE_REQUESTING:
-        stamp = seen.at or seen.changed_at
-        age = now - stamp
-        if age > ttl:
-            return f"device plugin did not answer a handshake request for {int(age.total_seconds())}s"
-        return None
-    return f"handshake is {seen.value!r}, not a plugin report"
+        return f"device plugin last reported {age}s ago (limit {int(ttl.total_seconds())}s)"
+    return f"device plugin did not answer a handshake request for {age}s"
 
 
 def fresh_until(seen: HandshakeSeen | None, ttl: timedelta = HANDSHAKE_TTL) -> float:
