@@ -10,6 +10,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from hami_dcu.common.body import BodyTooLarge, read_body
 from hami_dcu.webhook.decision import Settings, review
 from hami_dcu.webhook.schemas import BadReview, build_response, load_review
 
@@ -64,12 +65,11 @@ def add_webhook_routes(app: web.Application, settings: Settings, registry: Colle
     metrics = WebhookMetrics(registry)
 
     async def handle(request: web.Request) -> web.Response:
-        if request.content_length is not None and request.content_length > MAX_BODY:
-            return web.json_response({"error": f"body larger than {MAX_BODY} bytes"}, status=413)
         try:
-            body = await request.content.read(MAX_BODY + 1)
-            if len(body) > MAX_BODY:
-                return web.json_response({"error": f"body larger than {MAX_BODY} bytes"}, status=413)
+            body = await read_body(request, MAX_BODY)
+        except BodyTooLarge as exc:
+            return web.json_response({"error": str(exc)}, status=413)
+        try:
             return web.json_response(answer(body, settings, metrics))
         except BadReview as exc:
             log.warning("bad admission review from %s: %s", request.remote, exc)
@@ -81,7 +81,7 @@ def add_webhook_routes(app: web.Application, settings: Settings, registry: Colle
 
 def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> web.Application:
     registry = registry or CollectorRegistry()
-    app = web.Application(client_max_size=MAX_BODY + 1)
+    app = web.Application(client_max_size=MAX_BODY)
     add_webhook_routes(app, settings, registry)
 
     async def ok(_request: web.Request) -> web.Response:
