@@ -14,11 +14,13 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from hami_dcu.common.body import BodyTooLarge, read_body
 from hami_dcu.scheduler.extender import WireError, parse_bind_args, parse_filter_args
 from hami_dcu.scheduler.service import SchedulerService
 
 log = logging.getLogger(__name__)
 SERVICE = web.AppKey("scheduler_service", SchedulerService)
+BODY_CAP = web.AppKey("body_cap", int)
 # 5,000 full Node objects (nodeCacheCapable: false) run to tens of MiB.
 MAX_BODY = 256 * 1024 * 1024
 
@@ -28,7 +30,10 @@ def _reply(body: dict[str, Any]) -> web.Response:
 
 
 async def _json(request: web.Request) -> object:
-    raw = await request.read()
+    try:
+        raw = await read_body(request, request.app[BODY_CAP])
+    except BodyTooLarge as exc:
+        raise WireError(str(exc)) from exc
     try:
         return json.loads(raw)
     except ValueError as exc:
@@ -80,9 +85,10 @@ async def handle_metrics(request: web.Request) -> web.Response:
     return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def build_app(service: SchedulerService, manage_lifecycle: bool = True) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY)
+def build_app(service: SchedulerService, manage_lifecycle: bool = True, max_body: int = MAX_BODY) -> web.Application:
+    app = web.Application(client_max_size=max_body)
     app[SERVICE] = service
+    app[BODY_CAP] = max_body
     app.router.add_post("/filter", handle_filter)
     app.router.add_post("/bind", handle_bind)
     app.router.add_get("/healthz", handle_healthz)
