@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from hami_dcu.e2e.apiserver.faults import Faults
+from hami_dcu.e2e.apiserver.faults import AFTER_COMMIT, ERROR_AFTER_COMMIT, LOST_AFTER_COMMIT, Faults
 from hami_dcu.e2e.apiserver.hooks import AdmissionDenied, AdmissionHook
 from hami_dcu.e2e.apiserver.patching import JSON_PATCH, PatchError, apply_patch
 from hami_dcu.e2e.apiserver.resources import CLUSTER_SCOPED, JSON, KINDS, SUBRESOURCES, clone, now_rfc3339, with_kind
@@ -147,8 +147,20 @@ class ApiApp:
         fault, delay = self.faults.decide(request.method, request.path)
         if delay:
             await asyncio.sleep(delay)
-        if fault is not None:
+        if fault is not None and fault not in AFTER_COMMIT:
             return self._injected(fault, request.path)
+        answer = await self._answer(request)
+        if fault == ERROR_AFTER_COMMIT:
+            return error_response(500, "InternalError", "Internal error occurred: injected fault after commit")
+        if fault == LOST_AFTER_COMMIT:
+            # The write is in the store; the client never hears so (a timeout, a dropped
+            # connection behind a load balancer).
+            if request.transport is not None:
+                request.transport.abort()
+            raise asyncio.CancelledError
+        return answer
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         try:
             target = parse_path(request.path)
             return await self._serve(request, target)
