@@ -21,6 +21,8 @@ from hami_dcu.common.keys import DEFAULT_RESOURCES, ResourceNames
 
 INT32_MAX = 2**31 - 1
 _INTEGER = re.compile(r"[0-9]+")
+_MAX_DIGITS = len(str(INT32_MAX))  # more significant digits than this is out of range
+_SHOWN_CHARS = 40
 
 
 class RequestError(ValueError):
@@ -120,16 +122,37 @@ def _integer(raw: object, resource: str, cname: str, section: str) -> int:
     # Extended resources are whole numbers; Kubernetes sends them as strings ("2000") and
     # users sometimes write plain ints. Anything else (suffixes, fractions) is refused so a
     # "2Gi" never silently becomes 2 MiB.
-    text = str(raw).strip() if isinstance(raw, (str, int)) and not isinstance(raw, bool) else None
-    negative = text is not None and text.startswith("-")
-    digits = text[1:] if negative and text else text
-    if digits is None or not _INTEGER.fullmatch(digits):
-        raise RequestError(
-            f"container {cname}: {resource} in {section} must be a whole number, got {raw!r}"
-        )
-    number = -int(digits) if negative else int(digits)
+    if isinstance(raw, bool) or not isinstance(raw, (str, int)):
+        raise RequestError(f"container {cname}: {resource} in {section} must be a whole number, got {_shown(raw)}")
+    if isinstance(raw, int):
+        number = raw
+    else:
+        text = raw.strip()
+        negative = text.startswith("-")
+        digits = text[1:] if negative else text
+        if not _INTEGER.fullmatch(digits):
+            raise RequestError(
+                f"container {cname}: {resource} in {section} must be a whole number, got {_shown(raw)}"
+            )
+        # Range is decided on the digit count before int(): int() of a long string is slow,
+        # and Python refuses one past 4,300 digits with a bare ValueError.
+        significant = digits.lstrip("0") or "0"
+        if len(significant) > _MAX_DIGITS:
+            number = -(INT32_MAX + 1) if negative else INT32_MAX + 1
+        else:
+            number = -int(significant) if negative else int(significant)
     if number < 0:
-        raise RequestError(f"container {cname}: {resource} must not be negative, got {number}")
+        raise RequestError(f"container {cname}: {resource} must not be negative, got {_shown(raw)}")
     if number > INT32_MAX:
-        raise RequestError(f"container {cname}: {resource} {number} is out of range (max {INT32_MAX})")
+        raise RequestError(f"container {cname}: {resource} {_shown(raw)} is out of range (max {INT32_MAX})")
     return number
+
+
+def _shown(raw: object) -> str:
+    """The value for an error message, cut short: a message must not carry a megabyte back."""
+    if isinstance(raw, int) and not isinstance(raw, bool) and abs(raw) > INT32_MAX:
+        return "(a number beyond int32)"  # str() of a huge int is itself refused by Python
+    if isinstance(raw, str) and len(raw) > _SHOWN_CHARS:
+        return repr(raw[:_SHOWN_CHARS]) + "..."
+    text = repr(raw)
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "..."

@@ -93,3 +93,27 @@ def test_shared_means_part_of_one_card():
     assert DcuRequest(1, 2000, 100).shared
     assert DcuRequest(1, 0, 50).shared
     assert not DcuRequest(1, 0, 100).shared
+
+
+@pytest.mark.parametrize("raw", ["1" * 5000, "-" + "9" * 5000, 10**5000, -(10**5000), "1" * 30],
+                         ids=["5000-digits", "negative-5000-digits", "5000-digit-int", "negative-5000-digit-int",
+                              "30-digits"])
+def test_huge_quantities_are_out_of_range_without_echoing_them(raw):
+    # int() of a 5,000-digit string raises a bare ValueError (Python's 4,300-digit limit): a 500.
+    with pytest.raises(RequestError) as info:
+        parse_container_request(ctr("trainer", limits={"hygon.com/dcunum": raw}))
+    message = str(info.value)
+    assert "container trainer" in message and ("out of range" in message or "negative" in message)
+    assert len(message) < 200  # the value is not echoed back in full
+
+
+def test_a_long_non_number_is_not_echoed_in_full():
+    with pytest.raises(RequestError) as info:
+        parse_container_request(ctr("trainer", limits={"hygon.com/dcunum": "x" * 100_000}))
+    assert "whole number" in str(info.value) and len(str(info.value)) < 200
+
+
+def test_leading_zeros_still_read_as_the_number():
+    # Only significant digits count towards the range: zero padding is not "out of range".
+    limits = {"hygon.com/dcunum": "0002", "hygon.com/dcumem": "0" * 40 + "1000"}
+    assert parse_container_request(ctr(limits=limits)) == DcuRequest(2, 1000, 100)
