@@ -10,6 +10,8 @@ from typing import Any
 
 from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate
 
+from hami_dcu.common import safejson
+
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
 
@@ -53,9 +55,9 @@ class BadReview(ValueError):
 
 def load_review(body: bytes) -> dict[str, Any]:
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadReview(f"body is not JSON: {exc}") from exc
+        data = safejson.loads(body)
+    except safejson.JsonError as exc:
+        raise BadReview(str(exc)) from exc
     if not isinstance(data, dict):
         raise BadReview("body is not a JSON object")
     try:

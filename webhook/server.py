@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from hami_dcu.common.body import BodyTooLarge, read_body
+from hami_dcu.common.podshape import pod_shape_problem
 from hami_dcu.webhook.decision import Settings, review
 from hami_dcu.webhook.schemas import BadReview, build_response, load_review
 
@@ -35,9 +36,11 @@ def answer(body: bytes, settings: Settings, metrics: WebhookMetrics) -> dict[str
     data = load_review(body)
     request = data["request"]
     pod = request.get("object") or {}
-    meta = pod.get("metadata") or {}
-    who = f"{request.get('namespace') or meta.get('namespace', '')}/{meta.get('name') or meta.get('generateName', '?')}"
-    if request["kind"]["kind"] != "Pod" or request["operation"] != "CREATE" or not pod:
+    is_pod = request["kind"]["kind"] == "Pod"
+    if is_pod and (problem := pod_shape_problem(pod)):
+        raise BadReview(f"pod object is malformed: {problem}")
+    who = _who(request, pod) if is_pod else f"{request.get('namespace')}/{request.get('name') or '?'}"
+    if not is_pod or request["operation"] != "CREATE" or not pod:
         decision_allowed, reason = True, "not-a-pod-create"
         response = build_response(data["apiVersion"], request["uid"], True)
         log.debug("%s %s %s: allowed (%s)", request["operation"], request["kind"]["kind"], who, reason)
@@ -58,6 +61,13 @@ def answer(body: bytes, settings: Settings, metrics: WebhookMetrics) -> dict[str
     metrics.reviews.labels("allowed" if decision_allowed else "denied", reason).inc()
     metrics.latency.observe(time.perf_counter() - started)
     return response
+
+
+def _who(request: dict[str, Any], pod: dict[str, Any]) -> str:
+    """namespace/name for the log line (the pod's shape is checked: metadata is a dict or absent)."""
+    meta = pod.get("metadata") or {}
+    namespace = request.get("namespace") or meta.get("namespace", "")
+    return f"{namespace}/{meta.get('name') or meta.get('generateName', '?')}"
 
 
 def add_webhook_routes(app: web.Application, settings: Settings, registry: CollectorRegistry) -> None:

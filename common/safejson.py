@@ -1,0 +1,53 @@
+"""JSON from the network, decoded with bounds: nesting depth and strict constants.
+
+Python's decoder recurses per level and raises RecursionError on deep input (a bare 500),
+and code further on (diffs, re-encoding) recurses over what it got. Kubernetes objects nest
+about 20 levels (managedFields mirror the spec), so anything past MAX_DEPTH is refused
+before any of our code walks it. NaN and Infinity are not JSON (Go refuses them too).
+"""
+
+from __future__ import annotations
+
+import json
+
+MAX_DEPTH = 64
+
+
+class JsonError(ValueError):
+    """The body is not JSON we accept; the message says why."""
+
+
+def _no_constant(name: str) -> object:
+    raise JsonError(f"body is not JSON: {name} is not a JSON value")
+
+
+def loads(raw: bytes | str, max_depth: int = MAX_DEPTH) -> object:
+    try:
+        value = json.loads(raw, parse_constant=_no_constant)
+    except RecursionError as exc:
+        raise JsonError(f"JSON nested deeper than {max_depth} levels") from exc
+    except JsonError:
+        raise
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise JsonError(f"body is not JSON: {exc}") from exc
+    if depth_exceeds(value, max_depth):
+        raise JsonError(f"JSON nested deeper than {max_depth} levels")
+    return value
+
+
+def depth_exceeds(value: object, max_depth: int) -> bool:
+    """True when objects/arrays nest more than `max_depth` levels. Iterative: the check must
+    not itself recurse. Scalars are skipped without being pushed, so a flat list is cheap."""
+    if not isinstance(value, (dict, list)):
+        return False
+    if max_depth < 1:
+        return True
+    stack: list[tuple[dict[str, object] | list[object], int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, (dict, list)):
+                if depth + 1 > max_depth:
+                    return True
+                stack.append((child, depth + 1))
+    return False
