@@ -75,17 +75,20 @@ class LocalKubelet:
     # --- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> LocalKubelet:
+        self._register_node()
+        self._serve_registration()
+        pods = threading.Thread(target=self._pod_loop, name=f"kubelet-{self.node}", daemon=True)
+        pods.start()
+        self._threads.append(pods)
+        return self
+
+    def _register_node(self) -> None:
         try:
             self.kube.create_node({"metadata": {"name": self.node, "labels": self.labels},
                                    "status": {"capacity": {}, "allocatable": {}}})
         except KubeError as exc:
             if exc.status != 409:
                 raise
-        self._serve_registration()
-        pods = threading.Thread(target=self._pod_loop, name=f"kubelet-{self.node}", daemon=True)
-        pods.start()
-        self._threads.append(pods)
-        return self
 
     def _serve_registration(self) -> None:
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
@@ -207,6 +210,12 @@ class LocalKubelet:
             self.assigned.pop(pod["metadata"]["uid"], None)
 
     def _admit(self, pod: JSON) -> None:
+        if self._allocate_devices(pod):
+            self._set_status(pod["metadata"], {"phase": "Running",
+                                               "conditions": [{"type": "Ready", "status": "True"}]})
+
+    def _allocate_devices(self, pod: JSON) -> bool:
+        """Allocate per container, in order; on failure the pod is Failed as a kubelet fails it."""
         meta = pod["metadata"]
         uid, who = meta["uid"], f"{meta.get('namespace')}/{meta.get('name')}"
         try:
@@ -220,8 +229,8 @@ class LocalKubelet:
             self._forget(pod)
             self._set_status(meta, {"phase": "Failed", "reason": "UnexpectedAdmissionError",
                                     "message": f"Allocate failed due to {message}, which is unexpected"})
-            return
-        self._set_status(meta, {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]})
+            return False
+        return True
 
     def _allocate(self, uid: str, container: str, need: int) -> None:
         with self._lock:

