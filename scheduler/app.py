@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from hami_dcu.common import safejson
 from hami_dcu.common.body import BodyTooLarge, read_body
 from hami_dcu.scheduler.extender import WireError, parse_bind_args, parse_filter_args
 from hami_dcu.scheduler.service import SchedulerService
@@ -35,9 +36,9 @@ async def _json(request: web.Request) -> object:
     except BodyTooLarge as exc:
         raise WireError(str(exc)) from exc
     try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise WireError(f"body is not JSON: {exc}") from exc
+        return safejson.loads(raw)
+    except safejson.JsonError as exc:
+        raise WireError(str(exc)) from exc
 
 
 async def handle_filter(request: web.Request) -> web.Response:

@@ -7,10 +7,17 @@ decodes case-insensitively, so we accept any case and always emit CapitalCase
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from hami_dcu.common.names import is_label, is_subdomain
+from hami_dcu.common.podshape import pod_shape_problem
+
 JSON = dict[str, Any]
+# Kubernetes sets UIDs (36-character UUIDs); this only keeps out what no UID looks like.
+_UID_MAX = 128
+_UID = re.compile(rf"[\x21-\x7e]{{0,{_UID_MAX}}}")
 
 
 class WireError(ValueError):
@@ -46,18 +53,35 @@ def parse_filter_args(body: object) -> FilterArgs:
     pod = get_field(body, "Pod")
     if not isinstance(pod, dict):
         raise WireError("extender args missing pod")
+    # Checked here, before any decision reads the pod: a wrongly typed field gets its name
+    # in Error instead of surfacing as an exception deep in the filter ("internal error").
+    problem = pod_shape_problem(pod)
+    if problem:
+        raise WireError(f"pod is malformed: {problem}")
     names = get_field(body, "NodeNames")
     nodes = get_field(body, "Nodes")
     if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
         raise WireError("NodeNames must be a list of strings")
     items: list[JSON] | None = None
     if nodes is not None:
-        if not isinstance(nodes, dict) or not isinstance(get_field(nodes, "items") or [], list):
-            raise WireError("Nodes must be a NodeList")
-        items = [n for n in (get_field(nodes, "items") or []) if isinstance(n, dict)]
+        items = _node_items(nodes)
     if names is None and items is None:
         raise WireError("extender args carry neither NodeNames nor Nodes")
     return FilterArgs(pod=pod, node_names=names, nodes=items)
+
+
+def _node_items(nodes: object) -> list[JSON]:
+    """The Node objects of a NodeList, each with a string metadata.name (all we read of it)."""
+    items = get_field(nodes, "items") if isinstance(nodes, dict) else None
+    if not isinstance(nodes, dict) or not isinstance(items or [], list):
+        raise WireError("Nodes must be a NodeList")
+    for index, node in enumerate(items or []):
+        if not isinstance(node, dict):
+            raise WireError(f"Nodes.items[{index}] must be an object")
+        meta = node.get("metadata")
+        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+            raise WireError(f"Nodes.items[{index}].metadata.name must be a string")
+    return list(items or [])
 
 
 def filter_result(
@@ -95,16 +119,24 @@ class BindArgs:
 
 
 def parse_bind_args(body: object) -> BindArgs:
+    """Names are checked against Kubernetes name syntax: they go into API paths, and one
+    that breaks the syntax names no object anyway."""
     if not isinstance(body, dict):
         raise WireError("ExtenderBindingArgs must be a JSON object")
     values = {name: get_field(body, name) for name in ("PodName", "PodNamespace", "PodUID", "Node")}
     for name in ("PodName", "Node"):
         if not isinstance(values[name], str) or not values[name]:
             raise WireError(f"ExtenderBindingArgs.{name} is required")
-    return BindArgs(
-        pod_name=values["PodName"],
-        namespace=values["PodNamespace"] if isinstance(values["PodNamespace"], str) and values["PodNamespace"]
-        else "default",
-        uid=values["PodUID"] if isinstance(values["PodUID"], str) else "",
-        node=values["Node"],
-    )
+        if not is_subdomain(values[name]):
+            raise WireError(f"ExtenderBindingArgs.{name} is not a valid Kubernetes name: {values[name][:64]!r}")
+    namespace = values["PodNamespace"]
+    if namespace in (None, ""):
+        namespace = "default"
+    elif not is_label(namespace):
+        raise WireError(f"ExtenderBindingArgs.PodNamespace is not a valid namespace name: {str(namespace)[:64]!r}")
+    uid = values["PodUID"]
+    if uid is None:
+        uid = ""
+    elif not isinstance(uid, str) or not _UID.fullmatch(uid):
+        raise WireError(f"ExtenderBindingArgs.PodUID must be a string of up to {_UID_MAX} printable characters")
+    return BindArgs(pod_name=values["PodName"], namespace=namespace, uid=uid, node=values["Node"])
