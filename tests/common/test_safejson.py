@@ -63,3 +63,8 @@ def test_depth_check_agrees_with_a_recursive_count(value):
 
     for limit in range(0, 8):
         assert depth_exceeds(value, limit) == (depth(value) > limit)
+
+
+def test_brackets_inside_strings_are_not_nesting():
+    value = {"a": ["[" * 1000, "{" * 1000], "b": [[["x"]]]}
+    assert loads(json.dumps(value)) == value
