@@ -25,6 +25,38 @@ API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 
+# A ListAndWatch stream holds a server thread for its whole life. The kubelet keeps one
+# (two for a moment across its restart); more are refused, so at least WORKERS - MAX_STREAMS
+# threads always remain for Allocate and the other unary calls.
+MAX_STREAMS = 4
+WORKERS = 16
+# Calls beyond this (running plus queued) are refused at once instead of piling up.
+MAX_CONCURRENT_RPCS = 64
+
+
+class StreamSlots:
+    """A thread-safe count of open streams with a ceiling."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._open = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self._open >= self.limit:
+                return False
+            self._open += 1
+            return True
+
+    def give(self) -> None:
+        with self._lock:
+            self._open -= 1
+
+    @property
+    def open(self) -> int:
+        return self._open
+
 
 def socket_name(resource: str) -> str:
     """`hygon.com/dcunum` -> `hygon.com_dcunum.sock`, the name HAMi's plugin uses."""
@@ -52,6 +84,7 @@ class Servicer(api_pb2_grpc.DevicePluginServicer):
         self.changed = changed
         self.stopping = stopping
         self.generation = 0
+        self.streams = StreamSlots(MAX_STREAMS)
 
     def devices(self) -> list[api_pb2.Device]:
         health = self.health()
@@ -73,15 +106,28 @@ class Servicer(api_pb2_grpc.DevicePluginServicer):
     def ListAndWatch(
         self, request: api_pb2.Empty, context: grpc.ServicerContext
     ) -> Iterator[api_pb2.ListAndWatchResponse]:
-        seen = -1
-        while not self.stopping.is_set() and context.is_active():
-            with self.changed:
-                if seen == self.generation:
-                    self.changed.wait(1.0)
+        if not self.streams.take():
+            log.warning("refused a ListAndWatch stream from %s: %d already open", context.peer(), MAX_STREAMS)
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"too many ListAndWatch streams open (max {MAX_STREAMS}); close one and retry")
+        try:
+            # Wake the wait below when the client goes away, so its place frees at once.
+            context.add_callback(self._wake)
+            seen = -1
+            while not self.stopping.is_set() and context.is_active():
+                with self.changed:
                     if seen == self.generation:
-                        continue
-                seen = self.generation
-            yield api_pb2.ListAndWatchResponse(devices=self.devices())
+                        self.changed.wait(1.0)
+                        if seen == self.generation:
+                            continue
+                    seen = self.generation
+                yield api_pb2.ListAndWatchResponse(devices=self.devices())
+        finally:
+            self.streams.give()
+
+    def _wake(self) -> None:
+        with self.changed:
+            self.changed.notify_all()
 
     def GetPreferredAllocation(
         self, request: api_pb2.PreferredAllocationRequest, context: grpc.ServicerContext
@@ -159,8 +205,8 @@ class DevicePluginServer:
         if self._server is not None:
             self._server.stop(grace=None)
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
-        # ListAndWatch streams hold a thread each; leave room for Allocate under a kubelet restart.
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="dp-grpc"))
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="dp-grpc"),
+                             maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
         api_pb2_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
         server.add_insecure_port(f"unix://{self.socket}")
         server.start()
