@@ -159,9 +159,9 @@ class LocalCluster:
         certs.ensure(self.kube, SYSTEM_NAMESPACE, WEBHOOK_SERVICE, WEBHOOK_SECRET, WEBHOOK_CONFIG)
         secret = self.kube.request("GET", f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/secrets/{WEBHOOK_SECRET}")
         tls_dir = self.workdir / "webhook-tls"
-        tls_dir.mkdir(parents=True, exist_ok=True)
-        for key in ("tls.crt", "tls.key"):
-            (tls_dir / key).write_bytes(base64.b64decode(secret["data"][key]))
+        # The serving pair only (never ca.key), the key 0400: as a Secret volume with defaultMode 0400.
+        certs.write_pem_files(tls_dir, {name: base64.b64decode(secret["data"][name])
+                                        for name in ("tls.crt", "tls.key")})
         tls = ReloadingTLS(str(tls_dir / "tls.crt"), str(tls_dir / "tls.key"))
         self.webhook = AppThread(
             "webhook", lambda: build_webhook_app(WebhookSettings()), port=port, ssl_context=tls.context

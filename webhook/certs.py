@@ -9,9 +9,14 @@ sure the MutatingWebhookConfiguration's caBundle is that CA.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import logging
+import os
+import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from cryptography import x509
@@ -52,6 +57,31 @@ class CertBundle:
             return cls(*(base64.b64decode(data[k]) for k in ("ca.crt", "ca.key", "tls.crt", "tls.key")))
         except (KeyError, ValueError):
             return None
+
+
+KEY_MODE = 0o400  # only the owner reads a private key; nobody, the owner included, rewrites it in place
+CERT_MODE = 0o644
+
+
+def write_pem_files(directory: str | Path, files: Mapping[str, bytes]) -> None:
+    """Write `files` (name -> PEM) into `directory`: private keys (`*.key`) mode 0400,
+    certificates 0644, whatever the umask. Each file is written to a temporary name created
+    with its final mode and renamed over the old one, so a reader never sees a half-written
+    key, nor a moment where it is readable by others, and a 0400 file can be replaced."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        mode = KEY_MODE if name.endswith(".key") else CERT_MODE
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)  # created 0600
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, mode)
+            os.replace(tmp, directory / name)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
 
 def service_dns_names(service: str, namespace: str) -> list[str]:
