@@ -9,6 +9,7 @@ expiry by a pod that is done. The reasons double as metric labels.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -33,26 +34,38 @@ REASONS = (EXPIRED, MALFORMED, HOLDER_GONE, HOLDER_FINISHED, BOUND_ELSEWHERE, HO
 _FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
-def state_reason(pod: JSON, node: str) -> str | None:
-    """Why `pod` no longer needs the lock of `node`, judged from the pod object alone; None
-    while it may still need it (not bound yet, or bound here and waiting for Allocate)."""
-    spec = pod.get("spec") or {}
-    phase = (pod.get("status") or {}).get("phase")
-    if phase in _FINISHED_PHASES:
+@dataclass(frozen=True, slots=True)
+class HolderState:
+    """The three facts about a lock holder that decide whether it still needs the lock."""
+
+    phase: str | None
+    bound_to: str | None  # spec.nodeName
+    bind_phase: str | None  # hami.io/bind-phase
+
+    @classmethod
+    def of(cls, pod: JSON) -> HolderState:
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        return cls(phase=(pod.get("status") or {}).get("phase"), bound_to=(pod.get("spec") or {}).get("nodeName"),
+                   bind_phase=annotations.get(keys.POD_BIND_PHASE))
+
+
+def state_reason(pod: JSON | HolderState, node: str) -> str | None:
+    """Why the pod no longer needs the lock of `node`, judged from the pod alone; None while
+    it may still need it (not bound yet, or bound here and waiting for Allocate)."""
+    state = pod if isinstance(pod, HolderState) else HolderState.of(pod)
+    if state.phase in _FINISHED_PHASES:
         return HOLDER_FINISHED
-    bound_to = spec.get("nodeName")
-    if not bound_to:
+    if not state.bound_to:
         # Not bound: its bind may be between the lock and the Binding. A bind-phase seen
         # here is stale (a Binding always rewrites it to allocating), so it proves nothing.
         return None
-    if bound_to != node:
+    if state.bound_to != node:
         return BOUND_ELSEWHERE
-    if phase == "Running":
+    if state.phase == "Running":
         return HOLDER_RUNNING
-    bind_phase = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.POD_BIND_PHASE)
-    if bind_phase == keys.BIND_PHASE_SUCCESS:
+    if state.bind_phase == keys.BIND_PHASE_SUCCESS:
         return ALLOCATION_DONE
-    if bind_phase == keys.BIND_PHASE_FAILED:
+    if state.bind_phase == keys.BIND_PHASE_FAILED:
         return ALLOCATION_FAILED
     return None
 

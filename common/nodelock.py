@@ -85,6 +85,7 @@ class Held:
     node: str
     value: str
     takeover: Takeover | None = None
+    calls: int = 0  # API round trips it took
 
 
 def _ambiguous(exc: KubeError) -> bool:
@@ -111,30 +112,41 @@ class NodeLock:
 
     # --- taking ------------------------------------------------------------------------
 
-    def take(self, node: str, namespace: str, name: str) -> Held:
+    def take(self, node: str, namespace: str, name: str, resource_version: str | None = None) -> Held:
         """Write a fresh lock for pod namespace/name and return it. Raises LockContention
-        while any live lock is in place, one naming the same pod included."""
+        while any live lock is in place, one naming the same pod included.
+        `resource_version`: the node's version as the caller last saw it *unlocked*; the
+        first write then goes out without a read (one round trip when the view is current)."""
+        calls = 0
         for _ in range(_CAS_ATTEMPTS):
-            current = self.kube.get_node(node)
-            meta = current.get("metadata") or {}
-            previous = lock_annotation(current)
-            takeover = self._judge(node, previous, namespace, name) if previous else None
+            takeover = None
+            if resource_version is None:
+                current = self.kube.get_node(node)
+                calls += 1
+                resource_version = (current.get("metadata") or {}).get("resourceVersion")
+                previous = lock_annotation(current)
+                if previous:
+                    takeover = self._judge(node, previous, namespace, name)
+                    calls += 1
             value = encode_lock(LockValue(since=self.clock(), namespace=namespace, name=name))
+            calls += 1
             try:
-                self.kube.patch_node_metadata(
-                    node, annotations={keys.NODE_LOCK: value}, resource_version=meta.get("resourceVersion")
-                )
+                self.kube.patch_node_metadata(node, annotations={keys.NODE_LOCK: value},
+                                              resource_version=resource_version)
             except ConflictError:
-                continue  # the node changed since we read it: read the lock again
+                resource_version = None  # the node changed since we saw it: read the lock again
+                continue
             except KubeError as exc:
                 if not _ambiguous(exc):
                     raise
+                calls += 1
+                resource_version = None
                 if self._read_back(node, value, exc) != value:
                     continue  # not applied: judge the node afresh
             if takeover:
                 log.warning("node %s: took over lock %r (%s) for %s/%s", node, takeover.previous, takeover.reason,
                             namespace, name)
-            return Held(node, value, takeover)
+            return Held(node, value, takeover, calls)
         raise LockError(f"node {node}: lock not written after {_CAS_ATTEMPTS} attempts (node keeps changing)")
 
     def acquire(self, node: str, namespace: str, name: str) -> Takeover | None:
