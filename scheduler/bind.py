@@ -4,7 +4,7 @@ allocation carried by the Binding itself.
 Common case, two API round trips:
 1. the node lock, a merge patch with the resourceVersion our node watch last saw
    (a compare-and-swap: a stale version gets 409 and we fall back to NodeLock's
-   read-then-swap, which also handles expired and orphaned locks);
+   read-then-swap, which also takes over locks whose holder no longer needs them);
 2. the Binding, whose `metadata.annotations` carry `dcu-devices-to-allocate`,
    `dcu-devices-allocated`, `vgpu-node`, `vgpu-time`, `bind-phase: allocating` and
    `bind-time`: the API server merges them into the pod atomically with `spec.nodeName`
@@ -19,10 +19,24 @@ that held the lock before us (another scheduler replica's) must have its allocat
 the cache; if the watches lag we wait a little, then list the node's pods (a third round
 trip, only then). If the chosen cards no longer fit, the pod is re-fitted on the node.
 
-On contention the bind waits (bounded) for the lock to be released, watching the cache
-rather than polling the API, so bursts and gangs aimed at one node succeed. Every failure
-releases our lock (only ours), forgets the assumption, records a BindingFailed event and
-answers `{"Error": ...}`. Nothing else needs undoing: the Binding is atomic.
+On contention the bind waits (bounded: one deadline covers this process's queue for the
+node and the lock) for the lock to be released, watching the cache rather than polling
+the API, so bursts and gangs aimed at one node succeed.
+
+Duplicates and retries (kube-scheduler retries a bind after its extender timeout and never
+cancels the first call; another replica may get the retry):
+* one attempt per pod at a time in this process: a duplicate joins the attempt in flight;
+* a pod already bound answers from the API's truth (its `spec.nodeName`), never from an
+  earlier assumption, and takes no lock;
+* an attempt owns only the lock value it wrote. A lock naming the same pod but written by
+  another attempt is waited on like any other, so no attempt's cleanup ever removes a lock
+  another attempt's Allocate still needs;
+* a write whose answer is lost is read back (NodeLock, and the pod for the Binding) before
+  it counts as done or undone;
+* a bind whose placement a newer /filter replaced gives up before locking or binding.
+Every failure releases our lock (only ours), forgets our assumption, records a
+BindingFailed event and answers `{"Error": ...}`. Nothing else needs undoing: the Binding
+is atomic.
 """
 
 from __future__ import annotations
@@ -32,23 +46,26 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from hami_dcu.common import keys
-from hami_dcu.common.codec import LockValue, encode_lock, encode_pod_devices
+from hami_dcu.common.codec import encode_pod_devices
 from hami_dcu.common.kube import AsyncKube, ConflictError, KubeError, NotFoundError, UnreachableError
-from hami_dcu.common.nodelock import LockContention, LockError, NodeLock
+from hami_dcu.common.nodelock import DEFAULT_BIND_WINDOW, LockContention, LockError, LockUncertain, NodeLock
 from hami_dcu.common.requests import RequestError
 from hami_dcu.scheduler.cache import Assumption, ClusterCache
 from hami_dcu.scheduler.events import EventSink
 from hami_dcu.scheduler.extender import BindArgs
 from hami_dcu.scheduler.filtering import Filter, PodPlan, plan_pod
 from hami_dcu.scheduler.fit import PodFit, PodMiss, fit_pod
+from hami_dcu.scheduler.lockjanitor import LockJanitor
 from hami_dcu.scheduler.metrics import SchedulerMetrics
 from hami_dcu.scheduler.reasons import NodeRejection
 
 log = logging.getLogger(__name__)
+JSON = dict
+PodKey = tuple[str, str]
 
 
 class BindError(RuntimeError):
@@ -58,16 +75,33 @@ class BindError(RuntimeError):
 @dataclass(frozen=True)
 class BindSettings:
     lock_timeout: timedelta = timedelta(seconds=300)  # a lock older than this is expired
-    lock_wait: float = 20.0  # how long a bind waits for a locked node
+    lock_wait: float = 20.0  # how long a bind may wait for a node, queue and lock together
     settle_wait: float = 2.0  # how long to wait for the watches before listing the node's pods
     poll: float = 0.01  # cache polling interval while waiting
+    # A lock whose holder is still unbound after this long was left by a bind that died.
+    bind_window: timedelta = DEFAULT_BIND_WINDOW
+    sweep_interval: float = 5.0  # how often locks older than the bind window are judged
+
+
+class _AlreadyBound(Exception):
+    """The pod turned out bound by another attempt: answer from the pod itself."""
+
+    def __init__(self, pod: JSON) -> None:
+        super().__init__("pod already bound")
+        self.pod = pod
 
 
 @dataclass
-class _Progress:
+class _Attempt:
+    """One /bind attempt. Its identity on the node is the exact lock value it wrote."""
+
+    args: BindArgs
+    deadline: float  # monotonic: the attempt stops waiting for the node here
+    assumption: Assumption | None = None  # the placement this attempt carries out
+    lock_value: str | None = None  # written, or possibly written, by this attempt
     api_calls: int = 0
-    locked: bool = False
     contended: bool = False
+    takeovers: list[str] = field(default_factory=list)
 
 
 class Binder:
@@ -90,60 +124,140 @@ class Binder:
         self.events = events
         self.wall_clock = wall_clock
         self.monotonic = monotonic
-        self.lock = NodeLock(kube.kube, settings.lock_timeout, clock=wall_clock)
+        self.lock = NodeLock(kube.kube, settings.lock_timeout, clock=wall_clock, bind_window=settings.bind_window)
+        self.janitor = LockJanitor(kube, cache, self.lock, metrics, wall_clock)
         # Binds of one process to one node queue here instead of racing on the API lock.
         self._node_queues: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        # The attempt in flight per pod, and the node it binds to.
+        self._in_flight: dict[PodKey, tuple[str, asyncio.Task[str]]] = {}
 
     async def bind(self, args: BindArgs) -> str:
         """'' on success, else the error for ExtenderBindingResult."""
+        key = (args.namespace, args.pod_name)
+        running = self._in_flight.get(key)
+        if running is not None and not running[1].done():
+            # kube-scheduler retried (its extender timeout) without cancelling the first call:
+            # one attempt per pod, so a second one can never race the first for the lock.
+            self.metrics.duplicate_binds.inc()
+            log.info("bind %s to node %s: joins the bind to node %s already in flight", args.pod, args.node,
+                     running[0])
+            result = await asyncio.shield(running[1])
+            if running[0] == args.node:
+                return result
+        task = asyncio.ensure_future(self._attempt(args))
+        entry = (args.node, task)
+        self._in_flight[key] = entry
+
+        def done(_task: asyncio.Task[str]) -> None:
+            if self._in_flight.get(key) is entry:
+                del self._in_flight[key]
+
+        task.add_done_callback(done)
+        # Shielded: a caller that goes away must not cut an attempt between its lock and
+        # its Binding; the attempt finishes (or undoes itself) either way.
+        return await asyncio.shield(task)
+
+    async def _attempt(self, args: BindArgs) -> str:
         started = self.monotonic()
-        progress = _Progress()
+        attempt = _Attempt(args, deadline=started + self.settings.lock_wait)
         try:
-            await self._bind(args, progress)
+            await self._bind(attempt)
         except BindError as exc:
-            await self._undo(args, progress)
+            await self._undo(attempt)
             log.warning("bind %s to node %s failed: %s", args.pod, args.node, exc)
             self.metrics.bind_seconds.labels("error").observe(self.monotonic() - started)
             pod = {"kind": "Pod", "metadata": {"name": args.pod_name, "namespace": args.namespace, "uid": args.uid}}
             await self.events.emit(pod, "BindingFailed", f"node {args.node}: {exc}", "Warning", limited=False)
             return str(exc)
         except BaseException:
-            # Cancelled (the caller went away) or a bug: still leave no lock and no assumption.
-            await asyncio.shield(self._undo(args, progress))
+            # Cancelled (the service stops) or a bug: still leave no lock and no assumption.
+            await asyncio.shield(self._undo(attempt))
             self.metrics.bind_seconds.labels("error").observe(self.monotonic() - started)
             raise
         self.metrics.bind_seconds.labels("ok").observe(self.monotonic() - started)
-        self.metrics.bind_round_trips.observe(progress.api_calls)
-        log.info("bound %s to node %s (%d API calls)", args.pod, args.node, progress.api_calls)
+        self.metrics.bind_round_trips.observe(attempt.api_calls)
+        log.info("bound %s to node %s (%d API calls)", args.pod, args.node, attempt.api_calls)
         return ""
 
-    async def _bind(self, args: BindArgs, progress: _Progress) -> None:
-        assumption = self.cache.assumption_for(args.uid, args.namespace, args.pod_name)
-        if assumption is None or assumption.node != args.node:
-            assumption = await self._assume_now(args, progress)
-            if assumption is None:  # not a DCU pod: a plain bind
-                await self._create_binding(args, None, progress)
-                return
-        async with self._node_queues[args.node]:
-            await self._acquire(args, progress)
-            await self._settle(args, progress)
-            assumption = self._verify(args, assumption)
-            await self._create_binding(args, assumption, progress)
-        self.cache.mark_bound(assumption.uid, self.monotonic())
-
-    # --- assumption --------------------------------------------------------------------
-
-    async def _assume_now(self, args: BindArgs, progress: _Progress) -> Assumption | None:
-        """No /filter choice for this pod and node (scheduler restarted in between, or
-        kube-scheduler picked another node): fit it on the node now."""
+    async def _bind(self, attempt: _Attempt) -> None:
+        args = attempt.args
         try:
-            pod = await self.kube.get_pod(args.namespace, args.pod_name)
+            if self.cache.bound_node(args.uid, args.namespace, args.pod_name) is not None:
+                pod = await self._read_pod(attempt)  # the cache says bound: the pod has the last word
+                if (pod.get("spec") or {}).get("nodeName"):
+                    raise _AlreadyBound(pod)
+            await self._place(attempt)
+        except _AlreadyBound as found:
+            await self._answer_from_pod(attempt, found.pod)
+
+    async def _place(self, attempt: _Attempt) -> None:
+        args = attempt.args
+        assumption = self.cache.assumption_for(args.uid, args.namespace, args.pod_name)
+        if assumption is None or assumption.node != args.node or assumption.bound:
+            assumption = await self._assume_now(attempt)
+            if assumption is None:  # not a DCU pod: a plain bind
+                await self._create_binding(attempt, None)
+                return
+        attempt.assumption = assumption
+        queue = self._node_queues[args.node]
+        try:
+            await asyncio.wait_for(queue.acquire(), max(0.0, attempt.deadline - self.monotonic()))
+        except TimeoutError:
+            raise BindError(f"node {args.node} stayed busy with other binds for "
+                            f"{self.settings.lock_wait:.0f}s") from None
+        try:
+            await self._acquire(attempt)
+            await self._settle(attempt)
+            fit = self._verify(attempt)
+            await self._create_binding(attempt, fit)
+        finally:
+            queue.release()
+        if self.cache.assumptions.get(attempt.assumption.uid) is attempt.assumption:
+            self.cache.mark_bound(attempt.assumption.uid, self.monotonic())
+
+    # --- the pod's own truth -------------------------------------------------------------
+
+    async def _read_pod(self, attempt: _Attempt) -> JSON:
+        args = attempt.args
+        attempt.api_calls += 1
+        try:
+            return await self.kube.get_pod(args.namespace, args.pod_name)
         except NotFoundError as exc:
             raise BindError(f"pod {args.pod} not found") from exc
         except KubeError as exc:
             raise BindError(f"cannot read pod {args.pod}: {exc}") from exc
-        finally:
-            progress.api_calls += 1
+
+    async def _answer_from_pod(self, attempt: _Attempt, pod: JSON) -> None:
+        """Another attempt bound the pod: its spec.nodeName is the answer. What this attempt
+        wrote is nobody's to keep."""
+        args = attempt.args
+        self._forget_own(attempt)
+        if attempt.lock_value is not None:
+            await self.janitor.release_value(args.node, attempt.lock_value)
+            attempt.lock_value = None
+        self.cache.apply_pod(pod)  # the freshest word on this pod: count what it really holds
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if bound_to != args.node:
+            raise BindError(f"pod {args.pod} is already bound to node {bound_to}")
+        log.info("bind %s to node %s: already bound there (an earlier attempt); nothing to do", args.pod, args.node)
+
+    def _check_current(self, attempt: _Attempt) -> None:
+        """A newer /filter for the pod replaced this attempt's placement (kube-scheduler gave
+        up on this bind and scheduled the pod again), or the pod went away: stop here."""
+        assumption = attempt.assumption
+        if assumption is not None and self.cache.assumptions.get(assumption.uid) is not assumption:
+            raise BindError(f"superseded: the placement of {attempt.args.pod} on node {attempt.args.node} was "
+                            "dropped (a newer scheduling attempt, or the pod went away)")
+
+    # --- assumption --------------------------------------------------------------------
+
+    async def _assume_now(self, attempt: _Attempt) -> Assumption | None:
+        """No /filter choice for this pod and node (scheduler restarted in between, or
+        kube-scheduler picked another node): fit it on the node now. None: not a DCU pod."""
+        args = attempt.args
+        pod = await self._read_pod(attempt)
+        if (pod.get("spec") or {}).get("nodeName"):
+            raise _AlreadyBound(pod)
         try:
             plan = plan_pod(pod, self.filter.settings)
         except RequestError as exc:
@@ -160,107 +274,92 @@ class Binder:
 
     # --- the node lock -----------------------------------------------------------------
 
-    async def _acquire(self, args: BindArgs, progress: _Progress) -> None:
+    async def _acquire(self, attempt: _Attempt) -> None:
+        args = attempt.args
         started = self.monotonic()
-        deadline = started + self.settings.lock_wait
-        next_slow_check = started
-        try_fast = True
+        next_api_check = started
         try:
             while True:
+                if self.cache.bound_node(args.uid, args.namespace, args.pod_name) is not None:
+                    raise _AlreadyBound(await self._read_pod(attempt))  # another attempt finished first
+                self._check_current(attempt)
                 entry = self.cache.nodes.get(args.node)
-                cached = entry.lock() if entry is not None else None
-                now = self.monotonic()
-                other_holds = (cached is not None and not cached.held_by(args.namespace, args.pod_name)
-                               and self.wall_clock() - cached.since <= self.settings.lock_timeout)
-                if other_holds:
-                    # Locked by a live-looking holder: wait for the watch to show the release,
-                    # checking through the API once a second for an orphaned holder.
-                    progress.contended = True
-                    try_fast = True
-                    if now < next_slow_check:
-                        self._check_deadline(args, deadline, cached.holder if cached else "another pod")
-                        await asyncio.sleep(self.settings.poll)
-                        continue
-                elif try_fast and entry is not None and entry.present and not entry.lock_value \
-                        and entry.resource_version:
-                    if await self._fast_lock(args, entry.resource_version, progress):
-                        return
-                    try_fast = False
-                elif now < next_slow_check:
-                    self._check_deadline(args, deadline, "another pod")
+                if entry is not None and entry.lock_value and self.monotonic() < next_api_check:
+                    # Locked: wait for the watch to show the release, asking the API once a
+                    # second whether the holder still needs it (NodeLock takes it over if not).
+                    lock = entry.lock()
+                    self._check_deadline(attempt, lock.holder if lock else "an unreadable lock")
                     await asyncio.sleep(self.settings.poll)
                     continue
-                # Read-then-swap through NodeLock: takes over expired/orphaned locks too.
+                unlocked_version = (entry.resource_version if entry is not None and entry.present
+                                    and not entry.lock_value and entry.resource_version else None)
                 try:
-                    takeover = await self.kube.call(self.lock.acquire, args.node, args.namespace, args.pod_name)
+                    held = await self.kube.call(self.lock.take, args.node, args.namespace, args.pod_name,
+                                                unlocked_version)
                 except LockContention as exc:
-                    progress.api_calls += 1
-                    progress.contended = True
-                    next_slow_check = self.monotonic() + 1.0
-                    try_fast = False
-                    if self.monotonic() >= deadline:
-                        raise BindError(f"{exc} (waited {self.settings.lock_wait:.0f}s)") from exc
+                    attempt.api_calls += 2
+                    attempt.contended = True
+                    next_api_check = self.monotonic() + 1.0
+                    if exc.same_pod:  # another attempt for this pod holds it: has it bound the pod?
+                        pod = await self._read_pod(attempt)
+                        if (pod.get("spec") or {}).get("nodeName"):
+                            raise _AlreadyBound(pod) from None
+                    self._check_deadline(attempt, "another bind of this pod" if exc.same_pod else exc.lock.holder)
                     await asyncio.sleep(self.settings.poll)
                     continue
+                except LockUncertain as exc:
+                    attempt.lock_value = exc.value  # maybe in place: the undo removes it if so
+                    raise BindError(f"cannot lock node {args.node}: {exc}") from exc
                 except (LockError, KubeError) as exc:
                     raise BindError(f"cannot lock node {args.node}: {exc}") from exc
-                progress.api_calls += 2
-                progress.locked = True
-                if takeover is not None:
-                    self.metrics.lock_takeovers.labels(takeover.reason).inc()
+                attempt.lock_value = held.value
+                attempt.api_calls += held.calls
+                if held.takeover is not None:
+                    self.metrics.lock_takeovers.labels(held.takeover.reason).inc()
                 return
         finally:
             self.metrics.lock_wait_seconds.observe(self.monotonic() - started)
-            if progress.contended:
+            if attempt.contended:
                 self.metrics.lock_contention.inc()
 
-    def _check_deadline(self, args: BindArgs, deadline: float, holder: str) -> None:
-        if self.monotonic() >= deadline:
-            raise BindError(f"node {args.node} stayed locked by {holder} for {self.settings.lock_wait:.0f}s")
-
-    async def _fast_lock(self, args: BindArgs, resource_version: str, progress: _Progress) -> bool:
-        value = encode_lock(LockValue(since=self.wall_clock(), namespace=args.namespace, name=args.pod_name))
-        progress.api_calls += 1
-        try:
-            await self.kube.patch_node_metadata(args.node, annotations={keys.NODE_LOCK: value},
-                                                resource_version=resource_version)
-        except ConflictError:
-            return False  # our view of the node is stale: take the read-then-swap path
-        except KubeError as exc:
-            raise BindError(f"cannot lock node {args.node}: {exc}") from exc
-        progress.locked = True
-        return True
+    def _check_deadline(self, attempt: _Attempt, holder: str) -> None:
+        if self.monotonic() >= attempt.deadline:
+            raise BindError(f"node {attempt.args.node} stayed locked by {holder} for "
+                            f"{self.settings.lock_wait:.0f}s")
 
     # --- freshest state ----------------------------------------------------------------
 
-    async def _settle(self, args: BindArgs, progress: _Progress) -> None:
+    async def _settle(self, attempt: _Attempt) -> None:
+        args = attempt.args
         deadline = self.monotonic() + self.settings.settle_wait
         while self.monotonic() < deadline:
             entry = self.cache.nodes.get(args.node)
-            lock = entry.lock() if entry is not None else None
-            if lock is not None and lock.held_by(args.namespace, args.pod_name) and self.cache.settled(args.node):
+            if entry is not None and entry.lock_value == attempt.lock_value and self.cache.settled(args.node):
                 return
             await asyncio.sleep(self.settings.poll)
         # The watches lag (or a previous holder never bound): read the node's pods directly.
         log.info("bind %s: watches not settled for node %s, listing its pods", args.pod, args.node)
+        attempt.api_calls += 1
         try:
             listed = await self.kube.list_pods(field_selector=f"spec.nodeName={args.node}")
         except KubeError as exc:
             raise BindError(f"cannot list pods of node {args.node}: {exc}") from exc
-        finally:
-            progress.api_calls += 1
         for pod in listed.items:
             self.cache.apply_pod(pod)
         self.cache.unsettled.pop(args.node, None)
 
-    def _verify(self, args: BindArgs, assumption: Assumption) -> Assumption:
+    def _verify(self, attempt: _Attempt) -> PodFit:
         """The assumed cards must still have room next to everything else on the node."""
+        args = attempt.args
+        self._check_current(attempt)
+        assumption = attempt.assumption
+        assert assumption is not None
         entry = self.cache.nodes.get(args.node)
         problem = self.filter.usable(entry, self.wall_clock())
         if problem is not None:
             raise BindError(f"node {args.node} unusable: {problem.message}")
         assert entry is not None
-        others = self.cache.used_without(entry, assumption.uid)
+        others = self.cache.used_without(entry, assumption.key)
         still_fits = True
         for card_id, share in assumption.fit.held.items():
             pos = entry.card_pos.get(card_id)
@@ -273,7 +372,7 @@ class Binder:
                 still_fits = False
                 break
         if still_fits:
-            return assumption
+            return assumption.fit
         plan: PodPlan | None = assumption.plan
         if plan is None:
             raise BindError(f"cards chosen on node {args.node} were taken meanwhile")
@@ -282,8 +381,9 @@ class Binder:
         if isinstance(result, PodMiss):
             raise BindError(f"node {args.node} no longer fits: {result.message}")
         log.info("bind %s: cards on node %s were taken meanwhile, re-fitted", args.pod, args.node)
-        return self.cache.assume(assumption.uid, assumption.namespace, assumption.name, args.node, result,
-                                 assumption.init_count, self.monotonic(), plan)
+        attempt.assumption = self.cache.assume(assumption.uid, assumption.namespace, assumption.name, args.node,
+                                               result, assumption.init_count, self.monotonic(), plan)
+        return result
 
     # --- the Binding -------------------------------------------------------------------
 
@@ -299,50 +399,46 @@ class Binder:
             keys.POD_BIND_TIME: stamp,
         }
 
-    async def _create_binding(self, args: BindArgs, assumption: Assumption | None, progress: _Progress) -> None:
-        annotations = self.allocation_annotations(assumption.fit, args.node) if assumption else None
-        progress.api_calls += 1
+    async def _create_binding(self, attempt: _Attempt, fit: PodFit | None) -> None:
+        args = attempt.args
+        annotations = self.allocation_annotations(fit, args.node) if fit is not None else None
+        attempt.api_calls += 1
         try:
             await self.kube.create_binding(args.namespace, args.pod_name, args.node, args.uid or None, annotations)
         except (UnreachableError, ConflictError) as exc:
-            # A timed-out or retried bind may have happened already: believe the pod.
-            if await self._already_bound(args, annotations, progress):
-                return
-            raise BindError(f"binding rejected: {exc}") from exc
+            # A lost answer, or a pod already bound (by us or by another attempt): ask the pod.
+            await self._check_binding(attempt, annotations, exc)
         except KubeError as exc:
-            if exc.status >= 500 and await self._already_bound(args, annotations, progress):
-                return
-            raise BindError(f"binding rejected: {exc}") from exc
+            if exc.status < 500:
+                raise BindError(f"binding rejected: {exc}") from exc
+            await self._check_binding(attempt, annotations, exc)
 
-    async def _already_bound(self, args: BindArgs, annotations: dict[str, str] | None, progress: _Progress) -> bool:
-        progress.api_calls += 1
-        try:
-            pod = await self.kube.get_pod(args.namespace, args.pod_name)
-        except KubeError:
-            return False
-        self.cache.apply_pod(pod)  # the freshest word on this pod: count what it really holds
+    async def _check_binding(self, attempt: _Attempt, annotations: dict[str, str] | None,
+                             exc: KubeError) -> None:
+        """After a Binding without a clear answer: return when it is ours and in place, raise
+        _AlreadyBound when another attempt bound the pod, BindError when nothing is bound."""
+        pod = await self._read_pod(attempt)
         meta = pod.get("metadata") or {}
-        on_node = (pod.get("spec") or {}).get("nodeName") == args.node
-        ours = annotations is None or (meta.get("annotations") or {}).get(keys.POD_DEVICES_ALLOCATED) == annotations[
-            keys.POD_DEVICES_ALLOCATED]
-        return on_node and ours
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if not bound_to:
+            raise BindError(f"binding rejected: {exc}")
+        found = meta.get("annotations") or {}
+        ours = bound_to == attempt.args.node and (annotations is None or all(
+            found.get(key) == annotations[key] for key in (keys.POD_DEVICES_ALLOCATED, keys.POD_BIND_TIME)))
+        if not ours:
+            raise _AlreadyBound(pod)
+        self.cache.apply_pod(pod)  # our Binding landed although its answer was lost
 
     # --- undo --------------------------------------------------------------------------
 
-    async def _undo(self, args: BindArgs, progress: _Progress) -> None:
-        assumption = self.cache.assumption_for(args.uid, args.namespace, args.pod_name)
-        if assumption is not None and not assumption.bound:  # a bound one is a pod that really holds cards
+    def _forget_own(self, attempt: _Attempt) -> None:
+        """Drop this attempt's assumption, never a newer one another /filter made."""
+        assumption = attempt.assumption
+        if (assumption is not None and self.cache.assumptions.get(assumption.uid) is assumption
+                and not assumption.bound):
             self.cache.forget(assumption.uid)
-        if progress.locked:
-            await self.release(args.node, args.namespace, args.pod_name)
 
-    async def release(self, node: str, namespace: str, name: str) -> bool:
-        """Remove the lock of namespace/name on node, if it still holds it."""
-        for attempt in range(3):
-            try:
-                return await self.kube.call(self.lock.release, node, namespace, name)
-            except (LockError, KubeError) as exc:
-                log.warning("node %s: releasing lock of %s/%s failed (attempt %d): %s", node, namespace, name,
-                            attempt + 1, exc)
-                await asyncio.sleep(0.1 * (attempt + 1))
-        return False
+    async def _undo(self, attempt: _Attempt) -> None:
+        self._forget_own(attempt)
+        if attempt.lock_value is not None:
+            await self.janitor.release_value(attempt.args.node, attempt.lock_value)

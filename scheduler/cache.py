@@ -8,19 +8,30 @@ dropped when the pod's own allocation is seen, when the pod goes away, when bind
 after a TTL. A holding that names a card the node does not report, or an allocation that
 cannot be decoded, makes the node degraded: unusable, with the reason, never "free".
 
-Everything is keyed by pod UID. Every change to a node's holdings bumps its `generation`,
-which lets `/filter` reuse a node's fit result until something on that node changes.
+Real holdings are keyed by pod UID, assumptions by `assumed/<uid>`: an assumption can never
+overwrite what a pod really holds, and forgetting one never removes a real holding. A
+relist rebuilds every node's holdings from the listed pods and the live assumptions and
+counts each difference it repairs in `drift` (exported as hami_dcu_cache_drift_total).
+
+The cache also notices node locks whose holder no longer needs them (lockpurpose.py): a
+holder seen finished, running, done or failed with its allocation, bound elsewhere, or
+deleted. They queue in `needless_locks` for the service to release.
+
+Every change to a node's holdings bumps its `generation`, which lets `/filter` reuse a
+node's fit result until something on that node changes.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from hami_dcu.common import keys
+from hami_dcu.common import lockpurpose as purpose
 from hami_dcu.common.codec import (
     CodecError,
     LockValue,
@@ -100,6 +111,18 @@ class PodRecord:
     allocated: str
     init_count: int
     resource_version: str
+    state: purpose.HolderState  # what decides whether a lock it holds is still needed
+
+
+@dataclass(frozen=True, slots=True)
+class NeedlessLock:
+    """A node lock whose holder no longer needs it; released by its exact value, so a lock
+    taken meanwhile by anyone else is never touched."""
+
+    node: str
+    value: str
+    holder: str  # namespace/name, for logs
+    reason: str  # lockpurpose reason, the metric label
 
 
 @dataclass(slots=True)
@@ -115,6 +138,15 @@ class Assumption:
     expires: float  # monotonic seconds
     plan: Any = None  # the filtering.PodPlan it was fitted for, to re-fit at bind time
     bound: bool = False
+
+    @property
+    def key(self) -> str:
+        return assumed_key(self.uid)
+
+
+def assumed_key(uid: str) -> str:
+    """The holdings key of a pod's assumption (pod UIDs never contain '/')."""
+    return f"assumed/{uid}"
 
 
 def _newer_or_equal(candidate: str, current: str) -> bool:
@@ -141,6 +173,8 @@ class ClusterCache:
         # The newest resourceVersion the pod watch delivered (events and lists).
         self.pods_resource_version = ""
         self.lock_holders: dict[PodKey, set[str]] = {}  # pod -> nodes whose lock names it
+        self.needless_locks: list[NeedlessLock] = []
+        self.drift: Counter[str] = Counter()  # repairs made by relists, by kind
         self.assume_ttl = assume_ttl
         self.bound_ttl = bound_ttl
 
@@ -171,6 +205,7 @@ class ClusterCache:
         lock_value = annotations.get(keys.NODE_LOCK)
         if lock_value != entry.lock_value:
             self._index_lock(entry, lock_value)
+            self._judge_new_holder(entry)
         self._note_lock_holder(entry)
         register = annotations.get(keys.NODE_REGISTER)
         if register != entry.register_value or entry.register_error == "node not seen yet":
@@ -241,6 +276,29 @@ class ClusterCache:
         if new is not None and new.name is not None:
             self.lock_holders.setdefault((new.namespace or "", new.name), set()).add(entry.name)
 
+    def _judge_new_holder(self, entry: NodeEntry) -> None:
+        """A lock just appeared: is its holder one we already know to be done with it?"""
+        lock = entry.lock()
+        if lock is None or lock.name is None:
+            return
+        uid = self.pod_uids.get((lock.namespace or "", lock.name))
+        if uid is not None:
+            self._judge_holder((lock.namespace or "", lock.name), self.pods[uid].state)
+
+    def _judge_holder(self, key: PodKey, state: purpose.HolderState | None) -> None:
+        """Queue the locks naming pod `key` that it no longer needs (None: the pod is gone)."""
+        for node in sorted(self.lock_holders.get(key, ())):
+            entry = self.nodes.get(node)
+            if entry is None or not entry.lock_value:
+                continue
+            reason = purpose.HOLDER_GONE if state is None else purpose.state_reason(state, node)
+            if reason is not None:
+                self.needless_locks.append(NeedlessLock(node, entry.lock_value, f"{key[0]}/{key[1]}", reason))
+
+    def take_needless_locks(self) -> list[NeedlessLock]:
+        found, self.needless_locks = self.needless_locks, []
+        return list({(lock.node, lock.value): lock for lock in found}.values())
+
     def _note_lock_holder(self, entry: NodeEntry) -> None:
         lock = entry.lock()
         if lock is None or lock.name is None:
@@ -267,12 +325,14 @@ class ClusterCache:
         current = self.pods.get(uid)
         if current is not None and not _newer_or_equal(rv, current.resource_version):
             return
+        state = purpose.HolderState.of(pod)
+        if (namespace, name) in self.lock_holders:
+            self._judge_holder((namespace, name), state)
         spec = pod.get("spec") or {}
         annotations = meta.get("annotations") or {}
-        phase = (pod.get("status") or {}).get("phase")
         allocated = annotations.get(keys.POD_DEVICES_ALLOCATED)
         node = spec.get("nodeName") or annotations.get(keys.POD_NODE)
-        if phase in TERMINAL_PHASES:
+        if state.phase in TERMINAL_PHASES:
             self._drop_pod(uid)
             self.forget(uid)
             return
@@ -281,9 +341,10 @@ class ClusterCache:
             return
         if current is not None and current.allocated == allocated and current.node == node:
             current.resource_version = rv
+            current.state = state
             return
         self._drop_pod(uid)
-        record = PodRecord(uid, namespace, name, node, allocated, len(spec.get("initContainers") or []), rv)
+        record = PodRecord(uid, namespace, name, node, allocated, len(spec.get("initContainers") or []), rv, state)
         self.pods[uid] = record
         self.pod_uids[(namespace, name)] = uid
         self.forget(uid)  # the real allocation replaces the assumption
@@ -294,8 +355,18 @@ class ClusterCache:
         if pending:
             pending.pop((namespace, name), None)
 
-    def delete_pod(self, pod: JSON) -> list[str]:
-        """Forget the pod; returns the nodes whose lock it held (to be released)."""
+    def bound_node(self, uid: str | None, namespace: str, name: str) -> str | None:
+        """The node this pod is known to be bound to: from its own object (spec.nodeName) or
+        from a bind this process completed. None when not known to be bound."""
+        found = uid if uid and uid in self.pods else self.pod_uids.get((namespace, name))
+        record = self.pods.get(found) if found else None
+        if record is not None and record.state.bound_to:
+            return record.state.bound_to
+        assumption = self.assumption_for(uid, namespace, name)
+        return assumption.node if assumption is not None and assumption.bound else None
+
+    def delete_pod(self, pod: JSON) -> None:
+        """Forget the pod; a lock it held is queued as needless."""
         meta = pod.get("metadata") or {}
         uid = meta.get("uid")
         key = (meta.get("namespace") or "default", meta.get("name") or "")
@@ -304,11 +375,12 @@ class ClusterCache:
             self.forget(uid)
         for pending in self.unsettled.values():
             pending.pop(key, None)
-        return sorted(self.lock_holders.get(key, ()))
+        self._judge_holder(key, None)
 
-    def replace_pods(self, pods: Iterable[JSON]) -> list[tuple[str, str, str]]:
-        """A fresh list: apply every pod, drop the ones that are gone. Returns the node locks
-        whose holder is not in the list, as (node, namespace, name)."""
+    def replace_pods(self, pods: Iterable[JSON]) -> None:
+        """A fresh list: apply every pod, drop the ones that are gone, rebuild every node's
+        holdings from the result and count what had drifted. Locks whose holder is not in
+        the list are queued as needless."""
         seen: set[str] = set()
         names: set[PodKey] = set()
         for pod in pods:
@@ -320,15 +392,50 @@ class ClusterCache:
                 current = self.pods.get(uid)
                 if current is not None:
                     current.resource_version = ""
+                    if self._listed_differs(current, pod):
+                        self.drift["missed-update"] += 1
                 self.apply_pod(pod)
         for uid in [u for u in self.pods if u not in seen]:
             record = self.pods[uid]
+            self.drift["missed-delete"] += 1
             self.delete_pod({"metadata": {"uid": uid, "namespace": record.namespace, "name": record.name}})
-        return [
-            (node, namespace, name)
-            for (namespace, name), nodes in list(self.lock_holders.items()) if (namespace, name) not in names
-            for node in sorted(nodes)
-        ]
+        for key in [k for k in self.lock_holders if k not in names]:
+            self._judge_holder(key, None)
+        self._repair_holdings()
+
+    @staticmethod
+    def _listed_differs(record: PodRecord, pod: JSON) -> bool:
+        meta = pod.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        node = (pod.get("spec") or {}).get("nodeName") or annotations.get(keys.POD_NODE)
+        return (annotations.get(keys.POD_DEVICES_ALLOCATED) != record.allocated or node != record.node
+                or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES)
+
+    def _repair_holdings(self) -> None:
+        """Every node's holdings must be exactly its pods' records plus its live assumptions."""
+        expected: dict[str, dict[str, Holding]] = {name: {} for name in self.nodes}
+        for uid, record in self.pods.items():
+            expected.setdefault(record.node, {})[uid] = _holding(record)
+        for assumption in self.assumptions.values():
+            expected.setdefault(assumption.node, {})[assumption.key] = _assumed_holding(assumption)
+        for name, holdings in expected.items():
+            entry = self._entry(name)
+            if entry.holdings == holdings:
+                continue
+            for key in entry.holdings.keys() - holdings.keys():
+                self.drift["orphan-holding"] += 1
+                log.warning("node %s: cache held %s for %s, which holds nothing there: repaired", name,
+                            entry.holdings[key].held, entry.holdings[key].label)
+            for key in holdings.keys() - entry.holdings.keys():
+                self.drift["missing-holding"] += 1
+                log.warning("node %s: cache missed what %s holds: repaired", name, holdings[key].label)
+            for key in holdings.keys() & entry.holdings.keys():
+                if holdings[key] != entry.holdings[key]:
+                    self.drift["holding"] += 1
+                    log.warning("node %s: cache counted %s for %s instead of %s: repaired", name,
+                                entry.holdings[key].held, holdings[key].label, holdings[key].held)
+            entry.holdings = holdings
+            self._recompute(entry)
 
     def _drop_pod(self, uid: str) -> None:
         record = self.pods.pop(uid, None)
@@ -348,7 +455,7 @@ class ClusterCache:
         self.assumptions[uid] = assumption
         self.assumed_names[(namespace, name)] = uid
         entry = self._entry(node)
-        entry.holdings[uid] = Holding(f"{namespace}/{name} (assumed)", fit.held)
+        entry.holdings[assumption.key] = _assumed_holding(assumption)
         self._recompute(entry)
         return assumption
 
@@ -364,11 +471,8 @@ class ClusterCache:
         if assumption is None:
             return
         self.assumed_names.pop((assumption.namespace, assumption.name), None)
-        record = self.pods.get(uid)
-        if record is not None and record.node == assumption.node:
-            return  # the pod record took over this uid's holding
         entry = self.nodes.get(assumption.node)
-        if entry is not None and entry.holdings.pop(uid, None) is not None:
+        if entry is not None and entry.holdings.pop(assumption.key, None) is not None:
             self._recompute(entry)
 
     def expire(self, now: float) -> int:
@@ -400,10 +504,11 @@ class ClusterCache:
                 del pending[key]
         return not pending
 
-    def used_without(self, entry: NodeEntry, uid: str) -> list[Usage]:
-        """The node's per-card holdings, leaving out one pod (to re-check its own placement)."""
+    def used_without(self, entry: NodeEntry, key: str) -> list[Usage]:
+        """The node's per-card holdings, leaving out one holding (an assumption's `key`, to
+        re-check its own placement)."""
         used = [Usage(u.slots, u.memory, u.cores) for u in entry.used]
-        holding = entry.holdings.get(uid)
+        holding = entry.holdings.get(key)
         if holding is not None and holding.held:
             for card, share in holding.held.items():
                 pos = entry.card_pos.get(card)
@@ -430,6 +535,10 @@ class ClusterCache:
         entry.used = used
         entry.degraded = degraded
         entry.generation += 1
+
+
+def _assumed_holding(assumption: Assumption) -> Holding:
+    return Holding(f"{assumption.namespace}/{assumption.name} (assumed)", assumption.fit.held)
 
 
 def _holding(record: PodRecord) -> Holding:

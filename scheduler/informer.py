@@ -5,6 +5,10 @@ resourceVersion, re-watch from the last seen version when a stream ends, list ag
 410 Gone, and list again every `resync` seconds anyway so a missed event cannot leave a
 stale holding behind for long (user-pain-points row 20). Other errors back off 1 s
 doubling to 30 s. `synced` is set once both first lists are in.
+
+After every event and list, the node locks the cache found needless (their holder is
+gone, finished, running, done with its allocation or bound elsewhere) are handed to
+`on_needless_lock`, so a node is freed as soon as the watch shows it can be.
 """
 
 from __future__ import annotations
@@ -17,11 +21,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hami_dcu.common.kube import AsyncKube, GoneError
-from hami_dcu.scheduler.cache import ClusterCache
+from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
-OrphanedLock = Callable[[str, str, str], Awaitable[object]]  # (node, namespace, name)
+NeedlessLockHandler = Callable[[NeedlessLock], Awaitable[object]]
 
 
 class Informer:
@@ -29,14 +33,14 @@ class Informer:
         self,
         kube: AsyncKube,
         cache: ClusterCache,
-        on_orphaned_lock: OrphanedLock | None = None,
+        on_needless_lock: NeedlessLockHandler | None = None,
         resync: float = 300.0,
         watch_timeout: int = 240,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.kube = kube
         self.cache = cache
-        self.on_orphaned_lock = on_orphaned_lock
+        self.on_needless_lock = on_needless_lock
         self.resync = resync
         self.watch_timeout = watch_timeout
         self.wall_clock = wall_clock
@@ -59,6 +63,7 @@ class Informer:
                     timeout = max(1, min(self.watch_timeout, int(remaining)))
                     async for event in self.kube.watch(path, rv, timeout_seconds=timeout):
                         rv = self._apply(resource, event) or rv
+                        self._release_needless()
             except GoneError:
                 log.info("%s watch expired (410): listing again", resource)
             except asyncio.CancelledError:
@@ -74,9 +79,9 @@ class Informer:
             self.cache.replace_nodes(listing.items, self.wall_clock())
         else:
             listing = await self.kube.list_pods()
-            for node, namespace, name in self.cache.replace_pods(listing.items):
-                self._release(node, namespace, name)
+            self.cache.replace_pods(listing.items)
             self.cache.pods_resource_version = listing.resource_version
+        self._release_needless()
         log.info("listed %d %s at resourceVersion %s", len(listing.items), resource, listing.resource_version)
         self._listed.add(resource)
         if self._listed == {"nodes", "pods"}:
@@ -97,18 +102,19 @@ class Informer:
             else:
                 self.cache.apply_node(obj, self.wall_clock())
         elif kind == "DELETED":
-            meta = obj.get("metadata") or {}
-            for node in self.cache.delete_pod(obj):
-                self._release(node, meta.get("namespace") or "default", meta.get("name") or "")
+            self.cache.delete_pod(obj)
         else:
             self.cache.apply_pod(obj)
         return rv
 
-    def _release(self, node: str, namespace: str, name: str) -> None:
-        """The pod named by a node lock is gone: free the node now rather than at expiry."""
-        if self.on_orphaned_lock is None:
+    def _release_needless(self) -> None:
+        """Free the nodes whose lock holder the watch just showed to be done with them."""
+        needless = self.cache.take_needless_locks()
+        if self.on_needless_lock is None:
             return
-        log.info("node %s: lock holder %s/%s deleted, releasing its lock", node, namespace, name)
-        task = asyncio.ensure_future(self.on_orphaned_lock(node, namespace, name))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        for lock in needless:
+            log.info("node %s: lock holder %s no longer needs it (%s): releasing", lock.node, lock.holder,
+                     lock.reason)
+            task = asyncio.ensure_future(self.on_needless_lock(lock))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)

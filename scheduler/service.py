@@ -17,7 +17,7 @@ from typing import Any
 from hami_dcu.common.kube import AsyncKube
 from hami_dcu.common.requests import RequestError
 from hami_dcu.scheduler.bind import Binder, BindSettings
-from hami_dcu.scheduler.cache import ClusterCache
+from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock
 from hami_dcu.scheduler.events import EventSink
 from hami_dcu.scheduler.extender import BindArgs, FilterArgs, filter_result
 from hami_dcu.scheduler.filtering import Filter, FilterSettings, invalid_request, plan_pod
@@ -60,24 +60,28 @@ class SchedulerService:
             if kube is not None else None
         )
         self.informer = (
-            Informer(kube, self.cache, self._release_orphan, self.settings.resync, wall_clock=wall_clock)
+            Informer(kube, self.cache, self._release_needless, self.settings.resync, wall_clock=wall_clock)
             if kube is not None else None
         )
         self._background: set[asyncio.Task[object]] = set()
         self._informer_task: asyncio.Task[None] | None = None
+        self._sweep_task: asyncio.Task[None] | None = None
 
     # --- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
         if self.informer is not None and self._informer_task is None:
             self._informer_task = asyncio.ensure_future(self.informer.run())
+        if self.binder is not None and self._sweep_task is None:
+            self._sweep_task = asyncio.ensure_future(self.binder.janitor.run(self.settings.bind.sweep_interval))
 
     async def stop(self) -> None:
-        tasks = [t for t in [self._informer_task, *self._background] if t is not None]
+        tasks = [t for t in [self._informer_task, self._sweep_task, *self._background] if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._informer_task = None
+        self._sweep_task = None
 
     @property
     def synced(self) -> bool:
@@ -114,13 +118,15 @@ class SchedulerService:
             self.metrics.filter_seconds.labels("passthrough").observe(self.monotonic() - started)
             return filter_result(args, names)
         self.cache.expire(self.monotonic())
-        earlier = self.cache.assumptions.get(uid) if uid else None
-        if earlier is not None and earlier.bound:
-            # We bound it already and the watch has not shown it yet: a stale retry. Keep
-            # counting what it holds and let kube-scheduler see the pod bound.
-            message = f"pod already bound to node {earlier.node} by this scheduler"
+        bound_to = self.cache.bound_node(uid, namespace, name)
+        if bound_to is not None:
+            # A stale retry for a pod that is bound already (its old pending object): what it
+            # holds stays counted as it is, and kube-scheduler will see the pod bound.
+            message = f"pod already bound to node {bound_to}"
+            log.info("filter %s/%s: %s, nothing to place", namespace, name, message)
             self.metrics.filter_seconds.labels("already-bound").observe(self.monotonic() - started)
             return filter_result(args, [], {n: message for n in names})
+        earlier = self.cache.assumptions.get(uid) if uid else None
         if earlier is not None:
             self.cache.forget(uid)  # an earlier choice for this pod must not count against it
         outcome = self.filter.run(plan, names, self.wall_clock())
@@ -157,7 +163,7 @@ class SchedulerService:
             return None
         return await self.kube.create_event(regarding, reason, message, event_type, component="hami-scheduler")
 
-    async def _release_orphan(self, node: str, namespace: str, name: str) -> object:
+    async def _release_needless(self, lock: NeedlessLock) -> object:
         if self.binder is None:
             return None
-        return await self.binder.release(node, namespace, name)
+        return await self.binder.janitor.release(lock)

@@ -14,7 +14,7 @@ from scheduler_helpers import node_object
 from hami_dcu.common import keys
 from hami_dcu.common.codec import encode_pod_devices
 from hami_dcu.common.requests import DcuRequest
-from hami_dcu.scheduler.cache import ClusterCache
+from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock
 from hami_dcu.scheduler.fit import PodFit, Selection, fit_pod
 from hami_dcu.scheduler.usage import Usage
 
@@ -170,9 +170,11 @@ def test_relist_drops_pods_whose_delete_was_missed_and_reports_orphaned_locks():
     cache.apply_node(node, NOW)
     cache.apply_pod(allocated_pod("u1", "n1", "DCU-n1-S0,DCU,1000,10:;"))
     assert cache.nodes["n1"].used[0] == Usage(1, 1000, 10)
-    orphaned = cache.replace_pods([])
+    cache.replace_pods([])
     assert cache.nodes["n1"].used[0] == Usage()
-    assert orphaned == [("n1", "default", "gone")]
+    assert cache.take_needless_locks() == [
+        NeedlessLock("n1", "2026-01-01T00:00:00Z,default,gone", "default/gone", "holder-gone")]
+    assert cache.drift == {"missed-delete": 1}
 
 
 def test_older_watch_event_after_a_list_does_not_undo_it():
