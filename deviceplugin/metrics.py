@@ -41,6 +41,11 @@ class PluginMetrics:
             registry=self.registry,
         )
         self.vdevs = Gauge("hami_dcu_plugin_vdevs", "Live vDCUs on this node", ["node"], registry=self.registry)
+        self.lock_releases = Counter(
+            "hami_dcu_plugin_node_lock_releases",
+            "Node locks the reconcile released because their holder no longer needed them, by reason",
+            ["node", "reason"], registry=self.registry,
+        )
 
     def value(self, name: str, **labels: str) -> float:
         """A sample's current value (0 when absent): for tests and the demo."""

@@ -15,9 +15,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from hami_dcu.common import keys
-from hami_dcu.common.codec import CodecError, NodeDevice, decode_lock, encode_node_devices, encode_reported
-from hami_dcu.common.kube import Kube, KubeError, NotFoundError
-from hami_dcu.common.nodelock import NodeLock
+from hami_dcu.common import lockpurpose as purpose
+from hami_dcu.common.codec import (
+    CodecError,
+    LockValue,
+    NodeDevice,
+    decode_lock,
+    encode_node_devices,
+    encode_reported,
+)
+from hami_dcu.common.kube import ConflictError, Kube, KubeError, NotFoundError, UnreachableError
+from hami_dcu.common.nodelock import LockError, NodeLock, lock_annotation
 from hami_dcu.deviceplugin import plan as planning
 from hami_dcu.deviceplugin.allocator import AllocationError, Grant, NodeState
 from hami_dcu.deviceplugin.discovery import DcuCard
@@ -36,7 +44,13 @@ from hami_dcu.deviceplugin.vdev import (
 log = logging.getLogger(__name__)
 FINISHED = ("Succeeded", "Failed")
 NODE_READ_ATTEMPTS = 3
+WRITE_ATTEMPTS = 3  # a pod write or lock release that failed transiently is tried this often
 UNSERVED_CARD = -1  # card index of a restored grant whose card this plugin no longer serves
+
+
+def _transient(exc: KubeError) -> bool:
+    """Worth repeating: the server was busy, lost the answer, or raced another write."""
+    return isinstance(exc, ConflictError | UnreachableError) or exc.status == 429 or exc.status >= 500
 
 
 class AllocateFailed(RuntimeError):
@@ -185,7 +199,7 @@ class PluginCore:
                 update = {keys.POD_DEVICES_TO_ALLOCATE: planning.erased_annotation(container_plan)}
                 if container_plan.done:  # one write for "erased" and "success"
                     update[keys.POD_BIND_PHASE] = keys.BIND_PHASE_SUCCESS
-                pod = self.kube.patch_pod_metadata(namespace, name, annotations=update)
+                pod = self._patch_pod(namespace, name, update)
                 log.info(
                     "pod %s/%s container %s: allocated %s on node %s",
                     namespace,
@@ -323,10 +337,24 @@ class PluginCore:
         response.mounts.append((planning.HYHAL_DIR, str(self.paths.hyhal_dir), True))
         return response
 
+    def _patch_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> dict:
+        """Merge-patch the pod's annotations, retrying transient errors: the patch sets
+        absolute values, so repeating one that landed (its answer lost) changes nothing."""
+        for attempt in range(WRITE_ATTEMPTS):
+            try:
+                return self.kube.patch_pod_metadata(namespace, name, annotations=annotations)
+            except KubeError as exc:
+                if not _transient(exc) or attempt + 1 == WRITE_ATTEMPTS:
+                    raise
+                log.info("pod %s/%s on node %s: annotation write failed (%s), retrying", namespace, name,
+                         self.node, exc)
+                time.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")
+
     def _mark_failed(self, namespace: str, name: str, why: str) -> None:
         log.error("pod %s/%s: allocation on node %s failed: %s", namespace, name, self.node, why)
         try:
-            self.kube.patch_pod_metadata(namespace, name, annotations={keys.POD_BIND_PHASE: keys.BIND_PHASE_FAILED})
+            self._patch_pod(namespace, name, {keys.POD_BIND_PHASE: keys.BIND_PHASE_FAILED})
         except KubeError as exc:
             log.warning("pod %s/%s: could not mark %s=failed: %s", namespace, name, keys.POD_BIND_PHASE, exc)
         self._event(namespace, name, "DCUAllocationFailed", f"node {self.node}: {why}")
@@ -345,10 +373,21 @@ class PluginCore:
             log.warning("pod %s/%s: could not record event %s: %s", namespace, name, reason, exc)
 
     def _release(self, namespace: str, name: str, known: dict | None = None) -> None:
-        try:
-            self.node_lock.release(self.node, namespace, name, known)
-        except Exception as exc:  # the lock expires anyway; never hide the allocation error
-            log.warning("node %s: could not release the lock of %s/%s: %s", self.node, namespace, name, exc)
+        """Release the pod's lock, retrying a failure: a lock left behind blocks every other
+        pod's bind to this node. If it still fails, the reconcile (and the extender, which
+        watches the pod's bind-phase) release it once they see the pod done with it."""
+        for attempt in range(WRITE_ATTEMPTS):
+            try:
+                self.node_lock.release(self.node, namespace, name, known)
+                return
+            except (LockError, KubeError) as exc:
+                known = None
+                log.warning("node %s: could not release the lock of %s/%s (attempt %d): %s", self.node, namespace,
+                            name, attempt + 1, exc)
+                time.sleep(0.05 * 2**attempt)
+            except Exception as exc:  # never hide the allocation's own outcome behind this
+                log.warning("node %s: could not release the lock of %s/%s: %r", self.node, namespace, name, exc)
+                return
 
     # --- GetPreferredAllocation ------------------------------------------------------------
 
@@ -364,30 +403,42 @@ class PluginCore:
 
     def reconcile(self) -> list[str]:
         """Remove vdev directories (and /etc/vdev files) of pods that are gone or finished, and
-        the node lock of a holder that finished on this node. One pod list scoped to this node
-        per cycle. Returns the removed directory names."""
+        the node lock if its holder no longer needs it. One pod list scoped to this node per
+        cycle. Returns the removed directory names."""
         with self.lock:
             pods = self.kube.list_pods(field_selector=f"spec.nodeName={self.node}").items
             removed = self._reconcile_locked(pods)
-            self._release_lock_of_finished_holder(pods)
+            self._release_needless_lock(pods)
             return removed
 
-    def _release_lock_of_finished_holder(self, pods: list[dict]) -> None:
-        """A holder the kubelet already failed (for example after a refused Allocate) will never
-        call again; without this the node stays locked until the lock expires (5 min)."""
-        holder = self.node_lock.holder(self.node)
-        if holder is None or holder.name is None:
+    def _release_needless_lock(self, pods: list[dict]) -> None:
+        """A holder that is done here (running, allocation done or failed, finished), bound
+        elsewhere, gone, or never bound within the bind window will never call Allocate on
+        this node; without this the node stays locked until the lock expires (5 min)."""
+        node_obj = self.kube.get_node(self.node)
+        value = lock_annotation(node_obj)
+        if not value:
             return
-        for pod in pods:
-            meta = pod["metadata"]
-            if (meta.get("namespace"), meta.get("name")) != (holder.namespace, holder.name):
-                continue
-            phase = (pod.get("status") or {}).get("phase")
-            if phase in FINISHED:
-                log.info("node %s: releasing the lock of %s/%s, which is %s", self.node, holder.namespace,
-                         holder.name, phase)
-                self._release(holder.namespace or "", holder.name)
+        try:
+            lock: LockValue | None = decode_lock(value)
+        except CodecError:
+            lock = None
+        holder = None
+        if lock is not None and lock.name is not None:
+            holder = next((p for p in pods if (p["metadata"].get("namespace"), p["metadata"].get("name"))
+                           == (lock.namespace, lock.name)), None)
+            if holder is None:  # not bound here: unbound, elsewhere, or gone
+                try:
+                    holder = self.kube.get_pod(lock.namespace or "", lock.name)
+                except NotFoundError:
+                    holder = None
+        reason = purpose.release_reason(lock, holder, self.node, datetime.now(UTC), self.node_lock.timeout,
+                                        self.node_lock.bind_window)
+        if reason is None:
             return
+        if self.node_lock.release_value(self.node, value, node_obj):
+            self.metrics.lock_releases.labels(self.node, reason).inc()
+            log.info("node %s: released the lock %r, whose holder no longer needs it (%s)", self.node, value, reason)
 
     def _reconcile_locked(self, pods: list[dict] | None = None) -> list[str]:
         # The list is taken under the lock: a pod allocated between a list and the cleanup
