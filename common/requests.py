@@ -17,12 +17,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kubernetes.utils.quantity import parse_quantity
+
 from hami_dcu.common.keys import DEFAULT_RESOURCES, ResourceNames
 
 INT32_MAX = 2**31 - 1
 _INTEGER = re.compile(r"[0-9]+")
 _MAX_DIGITS = len(str(INT32_MAX))  # more significant digits than this is out of range
 _SHOWN_CHARS = 40
+_QUANTITY_MAX_CHARS = 64  # far more than any quantity of these resources needs
 
 
 class RequestError(ValueError):
@@ -131,9 +134,14 @@ def _integer(raw: object, resource: str, cname: str, section: str) -> int:
         negative = text.startswith("-")
         digits = text[1:] if negative else text
         if not _INTEGER.fullmatch(digits):
-            raise RequestError(
-                f"container {cname}: {resource} in {section} must be a whole number, got {_shown(raw)}"
-            )
+            # The API server canonicalises quantities before admission (a manifest's "2000"
+            # reaches the webhook as "2k"), so any whole-number quantity is what the user wrote.
+            whole = _whole_quantity(text)
+            if whole is None:
+                raise RequestError(
+                    f"container {cname}: {resource} in {section} must be a whole number, got {_shown(raw)}"
+                )
+            digits, negative = str(min(abs(whole), INT32_MAX + 1)), whole < 0
         # Range is decided on the digit count before int(): int() of a long string is slow,
         # and Python refuses one past 4,300 digits with a bare ValueError.
         significant = digits.lstrip("0") or "0"
@@ -146,6 +154,25 @@ def _integer(raw: object, resource: str, cname: str, section: str) -> int:
     if number > INT32_MAX:
         raise RequestError(f"container {cname}: {resource} {_shown(raw)} is out of range (max {INT32_MAX})")
     return number
+
+
+def _whole_quantity(text: str) -> int | None:
+    """A Kubernetes quantity ("2k", "1Ki", "3e3") as an integer, clamped just past int32;
+    None when it is not a quantity or not a whole number ("1.5", "500m")."""
+    if len(text) > _QUANTITY_MAX_CHARS:
+        return None
+    try:
+        value = parse_quantity(text)
+    except (ValueError, ArithmeticError):
+        return None
+    if not value.is_finite():
+        return None
+    # copy_abs() and comparisons never round: abs() of 1E+99999999 overflows the context.
+    if value.copy_abs() > INT32_MAX:
+        return -(INT32_MAX + 1) if value.is_signed() else INT32_MAX + 1
+    if value != value.to_integral_value():
+        return None
+    return int(value)
 
 
 def _shown(raw: object) -> str:

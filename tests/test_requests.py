@@ -40,12 +40,28 @@ def test_parse_table(container, expected):
 
 
 @pytest.mark.parametrize(
+    ("written", "canonical", "mib"),
+    [("2000", "2k", 2000), ("3000", "3k", 3000), ("1024", "1Ki", 1024), ("3000", "3e3", 3000),
+     ("65520", "65520", 65520)],
+)
+def test_quantities_as_the_api_server_canonicalises_them(written, canonical, mib):
+    # A real kube-apiserver stores and admits "2000" as "2k": the webhook and the extender
+    # see the canonical form, and must read the same number the user wrote.
+    for value in (written, canonical):
+        request = parse_container_request(ctr("c", limits={"hygon.com/dcunum": "1", "hygon.com/dcumem": value}))
+        assert request.memory_mib == mib
+
+
+@pytest.mark.parametrize(
     ("limits", "fragment"),
     [
         ({"hygon.com/dcunum": "0"}, "must be at least 1"),
         ({"hygon.com/dcunum": "-1"}, "must not be negative"),
         ({"hygon.com/dcunum": "1.5"}, "whole number"),
-        ({"hygon.com/dcunum": "1", "hygon.com/dcumem": "2Gi"}, "whole number"),
+        # 2Gi MiB is a whole number, but far past any card: refused, never read as 2.
+        ({"hygon.com/dcunum": "1", "hygon.com/dcumem": "2Gi"}, "out of range"),
+        ({"hygon.com/dcunum": "1", "hygon.com/dcumem": "1500m"}, "whole number"),
+        ({"hygon.com/dcunum": "1", "hygon.com/dcumem": "1e99999999"}, "out of range"),
         ({"hygon.com/dcunum": "1", "hygon.com/dcumem": "0"}, "at least 1 MiB"),
         ({"hygon.com/dcunum": "1", "hygon.com/dcucores": "101"}, "0-100"),
         ({"hygon.com/dcunum": "99999999999"}, "out of range"),
