@@ -179,6 +179,7 @@ class PluginCore:
         pod = next((p for p in pending if (p["metadata"].get("namespace"), p["metadata"].get("name")) == holder), None)
         if pod is None:  # not Pending on this node: read it to say exactly why (the slow path)
             pod = self._read_holder(namespace, name)
+        self._refuse_if_not_for_holder(pod, node_obj)
         self._refuse_if_ambiguous(pod, pending)
         responses: list[ContainerResponse] = []
         written: list[tuple[Grant, VdevSpec]] = []
@@ -237,6 +238,42 @@ class PluginCore:
         except KubeError as exc:
             self._mark_failed(namespace, name, f"cannot read the pod: {exc}")
             raise AllocateFailed(f"pod {namespace}/{name}: cannot read the pod: {exc}") from exc
+
+    def _refuse_if_not_for_holder(self, holder: dict, node_obj: dict) -> None:
+        """The lock names a pod that is not waiting for Allocate here, so this call is some
+        other pod's. Refused without marking the holder failed: it may be running, or
+        running elsewhere, or still between its lock and its Binding."""
+        namespace, name = holder["metadata"]["namespace"], holder["metadata"]["name"]
+        reason = purpose.state_reason(holder, self.node)
+        if reason is not None:
+            value = lock_annotation(node_obj)
+            why = (f"the lock of node {self.node} names {namespace}/{name}, which no longer needs it ({reason}): "
+                   "this Allocate is for a pod hami-scheduler did not bind here just now")
+            log.error("node %s: %s", self.node, why)
+            if value and self._release_value(value, node_obj):
+                self.metrics.lock_releases.labels(self.node, reason).inc()
+            self._node_event("DCUAllocationRefused", why)
+            raise AllocateFailed(why)
+        if not (holder.get("spec") or {}).get("nodeName"):
+            why = (f"the lock of node {self.node} names {namespace}/{name}, which is not bound yet (its bind is in "
+                   "flight): this Allocate is for another pod")
+            log.error("node %s: %s", self.node, why)
+            self._node_event("DCUAllocationRefused", why)
+            raise AllocateFailed(why)
+
+    def _release_value(self, value: str, known: dict | None = None) -> bool:
+        try:
+            return self.node_lock.release_value(self.node, value, known)
+        except (LockError, KubeError) as exc:  # the reconcile tries again
+            log.warning("node %s: could not release the lock %r: %s", self.node, value, exc)
+            return False
+
+    def _node_event(self, reason: str, message: str) -> None:
+        try:
+            self.kube.create_event({"kind": "Node", "metadata": {"name": self.node}}, reason, message, "Warning",
+                                   component="hami-dcu-device-plugin")
+        except KubeError as exc:
+            log.warning("node %s: could not record event %s: %s", self.node, reason, exc)
 
     def _refuse_if_ambiguous(self, holder: dict, pending: list[dict]) -> None:
         """Serve the holder only when no other pod on this node may be the one admitted. An
@@ -436,7 +473,7 @@ class PluginCore:
                                         self.node_lock.bind_window)
         if reason is None:
             return
-        if self.node_lock.release_value(self.node, value, node_obj):
+        if self._release_value(value, node_obj):
             self.metrics.lock_releases.labels(self.node, reason).inc()
             log.info("node %s: released the lock %r, whose holder no longer needs it (%s)", self.node, value, reason)
 
