@@ -15,13 +15,14 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from hami_dcu.common import safejson
-from hami_dcu.common.body import BodyTooLarge, read_body
+from hami_dcu.common.body import BODY_DEADLINE, BodyError, read_body
 from hami_dcu.scheduler.extender import WireError, parse_bind_args, parse_filter_args
 from hami_dcu.scheduler.service import SchedulerService
 
 log = logging.getLogger(__name__)
 SERVICE = web.AppKey("scheduler_service", SchedulerService)
 BODY_CAP = web.AppKey("body_cap", int)
+BODY_DEADLINE_KEY = web.AppKey("body_deadline", float)
 # 5,000 full Node objects (nodeCacheCapable: false) run to tens of MiB.
 MAX_BODY = 256 * 1024 * 1024
 
@@ -32,8 +33,8 @@ def _reply(body: dict[str, Any]) -> web.Response:
 
 async def _json(request: web.Request) -> object:
     try:
-        raw = await read_body(request, request.app[BODY_CAP])
-    except BodyTooLarge as exc:
+        raw = await read_body(request, request.app[BODY_CAP], request.app[BODY_DEADLINE_KEY])
+    except BodyError as exc:
         raise WireError(str(exc)) from exc
     try:
         return safejson.loads(raw)
@@ -86,10 +87,12 @@ async def handle_metrics(request: web.Request) -> web.Response:
     return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def build_app(service: SchedulerService, manage_lifecycle: bool = True, max_body: int = MAX_BODY) -> web.Application:
+def build_app(service: SchedulerService, manage_lifecycle: bool = True, max_body: int = MAX_BODY,
+              body_deadline: float = BODY_DEADLINE) -> web.Application:
     app = web.Application(client_max_size=max_body)
     app[SERVICE] = service
     app[BODY_CAP] = max_body
+    app[BODY_DEADLINE_KEY] = body_deadline
     app.router.add_post("/filter", handle_filter)
     app.router.add_post("/bind", handle_bind)
     app.router.add_get("/healthz", handle_healthz)

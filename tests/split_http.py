@@ -35,8 +35,23 @@ def pieces(body: bytes, parts: int) -> list[bytes]:
 
 
 def send_split(url: str, path: str, body: bytes, *, parts: int = 3, pause: float = 0.05,
-               chunked: bool = False, cafile: str | None = None, timeout: float = 10.0) -> Reply:
+               chunked: bool = False, cafile: str | None = None, timeout: float = 10.0,
+               headers: dict[str, str] | None = None) -> Reply:
     """POST `body` to `url + path` in `parts` writes with `pause` seconds between them."""
+    split = urlsplit(url)
+    framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {len(body)}"
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+    head = (f"POST {path} HTTP/1.1\r\nHost: {split.netloc}\r\nContent-Type: application/json\r\n"
+            f"{framing}\r\n{extra}Connection: close\r\n\r\n").encode()
+    writes = [b"%x\r\n%s\r\n" % (len(p), p) if chunked else p for p in pieces(body, parts)]
+    return send_raw(url, [head, *writes, *([b"0\r\n\r\n"] if chunked else [])], pause=pause, cafile=cafile,
+                    timeout=timeout)
+
+
+def send_raw(url: str, writes: list[bytes], *, pause: float = 0.05, cafile: str | None = None,
+             timeout: float = 10.0) -> Reply:
+    """Send `writes` as they are (request line and headers included), `pause` seconds apart,
+    then read the reply until the server closes the connection."""
     split = urlsplit(url)
     assert split.hostname is not None and split.port is not None
     raw = socket.create_connection((split.hostname, split.port), timeout=timeout)
@@ -46,16 +61,11 @@ def send_split(url: str, path: str, body: bytes, *, parts: int = 3, pause: float
         context = ssl.create_default_context(cafile=cafile)
         sock = context.wrap_socket(raw, server_hostname=split.hostname)
     with sock:
-        framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {len(body)}"
-        head = (f"POST {path} HTTP/1.1\r\nHost: {split.netloc}\r\nContent-Type: application/json\r\n"
-                f"{framing}\r\nConnection: close\r\n\r\n").encode()
-        sock.sendall(head)
         try:
-            for piece in pieces(body, parts):
-                time.sleep(pause)
-                sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
-            if chunked:
-                sock.sendall(b"0\r\n\r\n")
+            for index, data in enumerate(writes):
+                if index:
+                    time.sleep(pause)
+                sock.sendall(data)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the server answered early (e.g. 413) and closed: its reply is still readable
         return _read_reply(sock)
@@ -72,7 +82,10 @@ def _read_reply(sock: socket.socket) -> Reply:
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split()[1])
     headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    while True:  # Connection: close, so the body ends at EOF
+    length = int(headers["content-length"]) if "content-length" in headers else None
+    # The body ends at Content-Length, else at EOF (Connection: close). Not waiting for EOF
+    # when the length is known: a server may linger, reading what is left of our request.
+    while length is None or len(rest) < length:
         try:
             chunk = sock.recv(65536)
         except (ssl.SSLError, ConnectionResetError):

@@ -10,7 +10,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from hami_dcu.common.body import BodyTooLarge, read_body
+from hami_dcu.common.body import BODY_DEADLINE, BodyError, read_body
 from hami_dcu.common.podshape import pod_shape_problem
 from hami_dcu.webhook.decision import Settings, review
 from hami_dcu.webhook.schemas import BadReview, build_response, load_review
@@ -70,15 +70,18 @@ def _who(request: dict[str, Any], pod: dict[str, Any]) -> str:
     return f"{namespace}/{meta.get('name') or meta.get('generateName', '?')}"
 
 
-def add_webhook_routes(app: web.Application, settings: Settings, registry: CollectorRegistry) -> None:
+def add_webhook_routes(app: web.Application, settings: Settings, registry: CollectorRegistry,
+                       body_deadline: float = BODY_DEADLINE) -> None:
     """Mount `POST /webhook` on `app` (the scheduler does this with --serve-webhook)."""
     metrics = WebhookMetrics(registry)
 
     async def handle(request: web.Request) -> web.Response:
         try:
-            body = await read_body(request, MAX_BODY)
-        except BodyTooLarge as exc:
-            return web.json_response({"error": str(exc)}, status=413)
+            body = await read_body(request, MAX_BODY, body_deadline)
+        except BodyError as exc:
+            log.warning("unreadable admission review body from %s: %s", request.remote, exc)
+            metrics.reviews.labels("rejected", "bad-body").inc()
+            return web.json_response({"error": str(exc)}, status=exc.status)
         try:
             return web.json_response(answer(body, settings, metrics))
         except BadReview as exc:
@@ -89,10 +92,11 @@ def add_webhook_routes(app: web.Application, settings: Settings, registry: Colle
     app.router.add_post("/webhook", handle)
 
 
-def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> web.Application:
+def build_app(settings: Settings, registry: CollectorRegistry | None = None,
+              body_deadline: float = BODY_DEADLINE) -> web.Application:
     registry = registry or CollectorRegistry()
     app = web.Application(client_max_size=MAX_BODY)
-    add_webhook_routes(app, settings, registry)
+    add_webhook_routes(app, settings, registry, body_deadline)
 
     async def ok(_request: web.Request) -> web.Response:
         return web.Response(text="ok")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from scheduler_helpers import bind_args, create_nodes, dcu_pod, filter_args, until
-from split_http import send_split
+from split_http import send_raw, send_split
 
 from hami_dcu.common import keys
 from hami_dcu.scheduler.app import build_app
@@ -41,4 +41,24 @@ async def test_chunked_body_over_the_cap_gets_an_error_and_changes_nothing(servi
     reply = await asyncio.to_thread(send_split, base_url(client), "/filter", body, parts=6, pause=0.0, chunked=True)
     assert reply.status == 200
     assert "larger than" in reply.json()["Error"]
+    assert service.cache.assumptions == {}
+
+
+async def test_undecodable_content_encoding_gets_an_error(service, client):
+    reply = await asyncio.to_thread(send_split, base_url(client), "/filter", b"not gzip",
+                                    headers={"Content-Encoding": "gzip"})
+    assert reply.status == 200 and "body unreadable" in reply.json()["Error"]
+
+
+@pytest.mark.parametrize("writes", [
+    [b"POST /bind HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\nConnection: close\r\n\r\n", b'{"a"'],
+    [b"POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+     b'5\r\n{"a":\r\n', b"zz\r\n"],
+], ids=["stalled-body", "broken-chunk"])
+async def test_a_body_that_never_arrives_gets_an_error_at_the_deadline(service, aiohttp_client, writes):
+    client = await aiohttp_client(build_app(service, manage_lifecycle=False, body_deadline=0.5))
+    started = asyncio.get_running_loop().time()
+    reply = await asyncio.to_thread(send_raw, base_url(client), writes, pause=0.05, timeout=5)
+    assert reply.status == 200 and "not received within" in reply.json()["Error"]
+    assert asyncio.get_running_loop().time() - started < 3
     assert service.cache.assumptions == {}
