@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from hami_dcu.e2e.realcluster import scenarios as real
 from hami_dcu.e2e.realcluster.cluster import RealCluster, unavailable
 from hami_dcu.e2e.scenarios import SCENARIOS, Scenario, default_cards, phase, wait_until
 
@@ -49,3 +50,43 @@ def _fits(s: Scenario) -> bool:
 def test_scenario_on_a_real_control_plane(real_cluster: RealCluster, scenario: Scenario) -> None:
     _clean(real_cluster)
     scenario.run(real_cluster)
+
+
+# --- what only a real control plane exercises ----------------------------------------------
+
+
+def test_kubectl_apply_goes_through_the_real_admission_chain(real_cluster: RealCluster) -> None:
+    _clean(real_cluster)
+    real.kubectl_apply_goes_through_the_webhook(real_cluster)
+
+
+def test_describe_shows_the_extenders_reasons(real_cluster: RealCluster) -> None:
+    _clean(real_cluster)
+    print(real.describe_shows_the_extenders_reasons(real_cluster))
+
+
+def test_webhook_down_fails_closed_for_dcu_pods_only(real_cluster: RealCluster) -> None:
+    _clean(real_cluster)
+    real.webhook_down_fails_closed_for_dcu_pods_only(real_cluster)
+
+
+@pytest.fixture(scope="module")
+def two_replicas() -> Iterator[RealCluster]:
+    """Two scheduler replicas with leader election, and an extender timeout (5 s, kube-scheduler's
+    default) shorter than the extender's wait for a locked node (8 s), so binds time out."""
+    if _REASON:
+        pytest.skip(_REASON)
+    nodes = {f"node{i}": default_cards(f"node{i}", CARDS_PER_NODE) for i in range(NODES)}
+    values = {"scheduler": {"replicas": 2, "httpTimeoutSeconds": 5, "lockWaitSeconds": 8}}
+    with RealCluster(nodes, values=values) as cluster:
+        yield cluster
+
+
+def test_bind_retried_after_an_extender_timeout(two_replicas: RealCluster) -> None:
+    _clean(two_replicas)
+    real.bind_retried_after_extender_timeout(two_replicas, wait_before_unlock=7)
+
+
+def test_leader_killed_mid_burst(two_replicas: RealCluster) -> None:
+    _clean(two_replicas)
+    real.leader_killed_mid_burst(two_replicas)

@@ -124,7 +124,7 @@ class RealCluster:
         mock = {node: [c.as_mock_entry() for c in cards] for node, cards in self.node_specs.items()}
         values: JSON = {
             "image": {"repository": IMAGE_REPOSITORY, "tag": IMAGE_TAG, "pullPolicy": "Never"},
-            "devicePlugin": {"smi": "mock", "mockDevicesPerNode": mock, "registerIntervalSeconds": 2},
+            "devicePlugin": {"smi": "mock", "mockDevicesPerNode": mock, "registerIntervalSeconds": 5},
         }
         return _merge(values, self.extra_values)
 
@@ -175,6 +175,16 @@ class RealCluster:
                 for process in running.containers.values():
                     lines.append(f"--- {process.name}:\n{process.tail(15)}")
         return "\n".join(lines)
+
+    def container_logs(self, container: str) -> str:
+        """What every running container of that name has logged so far, on every node."""
+        texts = []
+        for kubelet in self.kubelets.values():
+            for running in list(kubelet.running.values()):
+                process = running.containers.get(container)
+                if process is not None:
+                    texts.append(process.log.read_text(errors="replace"))
+        return "\n".join(texts)
 
     def stop(self) -> None:
         for kubelet in self.kubelets.values():

@@ -91,6 +91,9 @@ class ControlPlane:
                                                 "kubernetes.default.svc.cluster.local", "localhost"],
                                   [self.address, "127.0.0.1", "10.96.0.1"])
         sa = self.pki.service_account
+        # The front-proxy identity, as kubeadm sets it up: kube-scheduler's and the controller
+        # manager's authentication read its CA from extension-apiserver-authentication.
+        front_proxy = self.pki.client("front-proxy-client", "front-proxy-client")
         self.apiserver = Process("kube-apiserver", [
             self._bin("kube-apiserver"),
             f"--etcd-servers={self.etcd_url}",
@@ -105,6 +108,10 @@ class ControlPlane:
             "--allow-privileged=true",
             # No kube-proxy: webhook Services are dialled at their endpoints, as aggregated APIs can be.
             "--enable-aggregator-routing=true",
+            f"--requestheader-client-ca-file={self.pki.ca}", "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={front_proxy.cert}", f"--proxy-client-key-file={front_proxy.key}",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             "--profiling=false",
         ], self.workdir / "logs/kube-apiserver.log").start()

@@ -127,8 +127,9 @@ class RealKubelet(LocalKubelet):
                              "containerStatuses": [_container_status(c, ready=True, running=True)
                                                    for c in pod["spec"]["containers"]]})
             return
-        self._to_start[pod["metadata"]["uid"]] = pod
-        self._try_start(pod)
+        # Started by the supervisor thread, the one owner of pod processes.
+        with self._lock:
+            self._to_start[pod["metadata"]["uid"]] = pod
 
     def _try_start(self, pod: JSON) -> None:
         uid = pod["metadata"]["uid"]
@@ -139,18 +140,21 @@ class RealKubelet(LocalKubelet):
             log.info("kubelet %s: pod %s/%s not started yet: %s", self.node, pod["metadata"]["namespace"],
                      pod["metadata"]["name"], exc)
             return
-        self._to_start.pop(uid, None)
         with self._lock:
+            self._to_start.pop(uid, None)
             self.running[uid] = running
             self.specs[uid] = pod
 
     def _supervise(self) -> None:
         """Container restarts, readiness probes and status, twice a second."""
-        last_attempt = 0.0
+        attempted: dict[str, float] = {}
         while not self._stopping.wait(0.5):
-            if self._to_start and time.monotonic() - last_attempt > 2:
-                last_attempt = time.monotonic()
-                for pod in list(self._to_start.values()):
+            with self._lock:
+                waiting = list(self._to_start.values())
+            for pod in waiting:
+                uid = pod["metadata"]["uid"]
+                if time.monotonic() - attempted.get(uid, 0.0) > 2:
+                    attempted[uid] = time.monotonic()
                     self._try_start(pod)
             with self._lock:
                 pods = [(uid, self.running[uid], self.specs[uid]) for uid in list(self.running)]
@@ -222,8 +226,8 @@ class RealKubelet(LocalKubelet):
         meta = pod["metadata"]
         uid = meta["uid"]
         grace = min(float(meta.get("deletionGracePeriodSeconds") or 0), 10.0)
-        self._to_start.pop(uid, None)
         with self._lock:
+            self._to_start.pop(uid, None)
             running = self.running.pop(uid, None)
         if running is not None:
             self.runtime.stop(running, grace=grace)

@@ -20,9 +20,21 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
 
 
+def _free_cidr() -> str:
+    """A /16 in 10.128-254 that no route of this machine covers (several clusters may coexist)."""
+    routes = _ip("-4", "route", "show", "table", "all").stdout
+    taken = [ipaddress.ip_network(r.split()[0], strict=False) for r in routes.splitlines()
+             if r and r.split()[0][0].isdigit()]
+    for second in range(200, 255):
+        candidate = ipaddress.ip_network(f"10.{second}.0.0/16")
+        if not any(candidate.overlaps(t) for t in taken):
+            return str(candidate)
+    raise RuntimeError("no free 10.x.0.0/16 for a pod network")
+
+
 class PodNetwork:
-    def __init__(self, cidr: str = "10.244.0.0/16") -> None:
-        self.net = ipaddress.ip_network(cidr)
+    def __init__(self, cidr: str | None = None) -> None:
+        self.net = ipaddress.ip_network(cidr or _free_cidr())
         hosts = self.net.hosts()
         self.gateway = str(next(hosts))
         self._free = hosts

@@ -199,9 +199,11 @@ class PodRuntime:
                 mounts.append(f"mount -o remount,bind,ro {shlex.quote(target)}")
         user = _run_as_user(pod, container)
         drop = f"setpriv --reuid={user} --regid={user} --clear-groups " if user else ""
-        script = " && ".join([*mounts, f'exec {drop}"$@"'])
-        wrapper = ["ip", "netns", "exec", running.netns, "unshare", "--mount", "--propagation", "private", "--",
-                   "sh", "-c", script, "sh", *argv]
+        # The pod's own hostname, as in a real pod (kube-scheduler names its leader lease holder by it).
+        hostname = f"hostname {shlex.quote(running.name[:63])}"
+        script = " && ".join([hostname, *mounts, f'exec {drop}"$@"'])
+        wrapper = ["ip", "netns", "exec", running.netns, "unshare", "--mount", "--uts", "--propagation", "private",
+                   "--", "sh", "-c", script, "sh", *argv]
         log_file = running.root / "logs" / f"{container['name']}.log"
         process = Process(f"{running.namespace}/{running.name}/{container['name']}", wrapper, log_file,
                           env=self._env(pod, running, container), cwd=Path("/"))

@@ -1,0 +1,169 @@
+"""Scenarios only a real control plane exercises: kubectl through the real admission chain,
+the webhook's failurePolicy with the webhook down, what `kubectl describe` shows for a Pending
+pod, kube-scheduler retrying a bind after its extender timeout, and two kube-scheduler replicas
+losing their leader in the middle of a burst."""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+import subprocess
+import time
+
+import yaml
+
+from hami_dcu.common import keys
+from hami_dcu.common.codec import LockValue, encode_lock
+from hami_dcu.e2e.realcluster.cluster import SYSTEM_NAMESPACE, RealCluster
+from hami_dcu.e2e.scenarios import (
+    Ctr,
+    allocation,
+    assert_no_card_over_capacity,
+    assert_no_lock_left,
+    events_for,
+    phase,
+    pod_manifest,
+    wait_running,
+    wait_until,
+)
+
+SCHEDULER_DEPLOYMENT = "hami-dcu-scheduler"
+
+
+def _apply(cluster: RealCluster, manifest: dict, check: bool = True) -> subprocess.CompletedProcess[str]:
+    path = cluster.workdir / f"{manifest['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    return cluster.kubectl("apply", "-n", cluster.namespace, "-f", str(path), check=check)
+
+
+def kubectl_apply_goes_through_the_webhook(cluster: RealCluster) -> None:
+    _apply(cluster, pod_manifest("applied", [Ctr("main", 1, 3000, 25)]))
+    pod = wait_running(cluster, "applied")
+    assert pod["spec"]["schedulerName"] == keys.DEFAULT_SCHEDULER_NAME
+    (dev,) = allocation(pod)[0]
+    assert (dev.usedmem, dev.usedcores) == (3000, 25)
+    out = cluster.kubectl("get", "pod", "applied", "-n", cluster.namespace, "-o", "wide").stdout
+    assert "Running" in out and pod["spec"]["nodeName"] in out, out
+
+
+def describe_shows_the_extenders_reasons(cluster: RealCluster) -> str:
+    """Returns the Events part of `kubectl describe pod`, which the README quotes."""
+    _apply(cluster, pod_manifest("too-big", [Ctr("main", 1, 70000, 10)]))
+
+    def failed_scheduling() -> str | None:
+        for event in events_for(cluster.kube, cluster.namespace, "too-big"):
+            if event.get("reason") == "FailedScheduling":
+                return event.get("message")
+        return None
+
+    message = wait_until("a FailedScheduling event", failed_scheduling, timeout=60)
+    assert "70000 MiB requested" in message, message
+    described = cluster.kubectl("describe", "pod", "too-big", "-n", cluster.namespace).stdout
+    events = described[described.index("Events:"):]
+    assert "FailedScheduling" in events and "MiB free < 70000 MiB requested" in events, events
+    assert phase(cluster.kube, cluster.namespace, "too-big") == "Pending"
+    return events
+
+
+def _scale_scheduler(cluster: RealCluster, replicas: int) -> None:
+    cluster.kubectl("scale", "deployment", SCHEDULER_DEPLOYMENT, "-n", SYSTEM_NAMESPACE, f"--replicas={replicas}")
+    if replicas:
+        cluster.wait_scheduler_ready()
+    else:
+        wait_until("scheduler pods gone", lambda: not cluster.kube.list_pods(
+            namespace=SYSTEM_NAMESPACE, label_selector="app.kubernetes.io/component=scheduler").items, timeout=60)
+
+
+def webhook_down_fails_closed_for_dcu_pods_only(cluster: RealCluster) -> None:
+    _scale_scheduler(cluster, 0)
+    try:
+        refused = _apply(cluster, pod_manifest("while-down", [Ctr("main", 1, 1000, 10)]), check=False)
+        assert refused.returncode != 0, "a DCU pod was admitted with the webhook down and failurePolicy Fail"
+        assert "failed calling webhook" in refused.stderr and "dcu.hami.io" in refused.stderr, refused.stderr
+        assert phase(cluster.kube, cluster.namespace, "while-down") == "Gone"
+        plain = _apply(cluster, pod_manifest("plain", [Ctr("main")]), check=False)
+        assert plain.returncode == 0, f"a pod without DCUs was refused with the webhook down: {plain.stderr}"
+        assert cluster.kube.get_pod(cluster.namespace, "plain")["spec"]["schedulerName"] == "default-scheduler"
+    finally:
+        _scale_scheduler(cluster, 1)
+    _apply(cluster, pod_manifest("after-up", [Ctr("main", 1, 1000, 10)]))
+    wait_running(cluster, "after-up")
+
+
+def _lock_every_node(cluster: RealCluster, holder: str) -> None:
+    value = encode_lock(LockValue(dt.datetime.now(dt.UTC), cluster.namespace, holder))
+    for node in cluster.cards:
+        cluster.kube.patch_node_metadata(node, annotations={keys.NODE_LOCK: value})
+
+
+def _unlock_every_node(cluster: RealCluster) -> None:
+    for node in cluster.cards:
+        cluster.kube.patch_node_metadata(node, annotations={keys.NODE_LOCK: None})
+
+
+def bind_retried_after_extender_timeout(cluster: RealCluster, wait_before_unlock: float) -> None:
+    """Every node is locked by a pod still being admitted, longer than kube-scheduler's extender
+    timeout: kube-scheduler gives up on the first /bind and sends another for the same pod while
+    the first is still waiting. Once the holder lets go, the pod is bound once, runs, and no lock
+    is left behind by either attempt."""
+    holder = pod_manifest("lock-holder", [Ctr("main")])
+    holder["spec"]["schedulerName"] = "nobody"  # stays Pending and unbound, a live holder
+    cluster.kube.create_pod(cluster.namespace, holder)
+    _lock_every_node(cluster, "lock-holder")
+    cluster.kube.create_pod(cluster.namespace, pod_manifest("retried", [Ctr("main", 1, 2000, 20)]))
+    time.sleep(wait_before_unlock)
+    _unlock_every_node(cluster)
+    pod = wait_running(cluster, "retried", timeout=90)
+    assert len(allocation(pod)[0]) == 1
+    timeouts = [line for line in cluster.container_logs("kube-scheduler").splitlines()
+                if f"{cluster.namespace}/retried" in line and "Client.Timeout exceeded" in line and "/bind" in line]
+    assert timeouts, "kube-scheduler never timed out a /bind: the scenario did not exercise a retry"
+    wait_until("no node lock left after the duplicate binds", lambda: _no_lock(cluster), timeout=30)
+    assert_no_card_over_capacity(cluster)
+
+
+def _no_lock(cluster: RealCluster) -> bool:
+    try:
+        assert_no_lock_left(cluster)
+    except AssertionError:
+        return False
+    return True
+
+
+def _leader_pod(cluster: RealCluster, lease: str) -> str:
+    obj = cluster.kube.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{SYSTEM_NAMESPACE}/leases/{lease}")
+    holder = obj["spec"]["holderIdentity"]
+    return holder.split("_")[0]  # <hostname>_<uuid>; the hostname is the pod's name
+
+
+def leader_killed_mid_burst(cluster: RealCluster, lease: str = keys.DEFAULT_SCHEDULER_NAME) -> None:
+    """Two scheduler replicas; the leader's kube-scheduler dies (SIGKILL) halfway through a burst.
+    The other replica takes the lease and every pod is placed, none over capacity, no lock left."""
+    cluster.wait_scheduler_ready()
+    names = [f"burst{i:02d}" for i in range(12)]
+    for name in names[:6]:
+        cluster.kube.create_pod(cluster.namespace, pod_manifest(name, [Ctr("c", 1, 2000, 10)]))
+    leader = _leader_pod(cluster, lease)
+    killed = False
+    for kubelet in cluster.kubelets.values():
+        for running in kubelet.running.values():
+            if running.name == leader and "kube-scheduler" in running.containers:
+                running.containers["kube-scheduler"].signal(signal.SIGKILL)
+                killed = True
+    assert killed, f"leader {leader} not found among the running scheduler pods"
+    for name in names[6:]:
+        cluster.kube.create_pod(cluster.namespace, pod_manifest(name, [Ctr("c", 1, 2000, 10)]))
+    wait_until("all 12 pods Running after the leader died",
+               lambda: sum(phase(cluster.kube, cluster.namespace, n) == "Running" for n in names) == len(names),
+               timeout=120, interval=0.5)
+    assert_no_card_over_capacity(cluster)
+    wait_until("no node lock left", lambda: _no_lock(cluster), timeout=30)
+
+
+__all__ = [
+    "bind_retried_after_extender_timeout",
+    "describe_shows_the_extenders_reasons",
+    "kubectl_apply_goes_through_the_webhook",
+    "leader_killed_mid_burst",
+    "webhook_down_fails_closed_for_dcu_pods_only",
+]
