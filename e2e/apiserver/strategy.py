@@ -18,6 +18,24 @@ def _metadata(obj: JSON) -> JSON:
     return meta
 
 
+_DECIMAL_SUFFIXES = ("", "k", "M", "G", "T", "P", "E")
+
+
+def canonical_quantity(value: object) -> object:
+    """A whole decimal quantity as kube-apiserver stores it: "2000" and 2000 become "2k",
+    "1500" stays. Webhooks and the extender see pods in this form, never as written."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return value
+    text = str(value)
+    if not text.isdigit() or len(text) > 30:
+        return value  # suffixed, fractional, negative: left as written (we never send those)
+    number, exponent = int(text), 0
+    while number and number % 1000 == 0 and exponent < len(_DECIMAL_SUFFIXES) - 1:
+        number //= 1000
+        exponent += 1
+    return f"{number}{_DECIMAL_SUFFIXES[exponent]}"
+
+
 def default_pod(pod: JSON) -> None:
     """API-server defaulting, for the fields we read. Runs before admission and again after
     it, like the decode of a webhook-patched object. An explicit status is kept, unlike
@@ -29,6 +47,13 @@ def default_pod(pod: JSON) -> None:
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("terminationGracePeriodSeconds", 30)
+    for container in list(spec.get("initContainers") or []) + list(spec.get("containers") or []):
+        resources = container.get("resources") if isinstance(container, dict) else None
+        for section in ("limits", "requests"):
+            values = resources.get(section) if isinstance(resources, dict) else None
+            if isinstance(values, dict):
+                for name, value in values.items():
+                    values[name] = canonical_quantity(value)
     status = pod.get("status")
     if not isinstance(status, dict):
         status = pod["status"] = {}

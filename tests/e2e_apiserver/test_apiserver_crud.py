@@ -237,3 +237,18 @@ def test_version_and_health(api_server, client):
     assert k8s.VersionApi(client).get_code().git_version.startswith("v1.")
     with urllib.request.urlopen(api_server.url + "/healthz", timeout=5) as response:
         assert response.read() == b"ok"
+
+
+def test_resource_quantities_are_stored_canonical_like_kube_apiserver(api_server):
+    # kube-apiserver stores "2000" as "2k" and admission webhooks see that form (the real
+    # control plane showed it: our webhook denied every shared pod until it read "2k").
+    body = pod("q")
+    body["spec"]["containers"][0]["resources"] = {
+        "limits": {"hygon.com/dcunum": 1, "hygon.com/dcumem": "2000", "hygon.com/dcucores": "15"},
+        "requests": {"memory": "3000000", "cpu": "500m"},
+    }
+    status, created = raw(api_server, "POST", "/api/v1/namespaces/default/pods", body, "application/json")
+    assert status == 201
+    resources = created["spec"]["containers"][0]["resources"]
+    assert resources["limits"] == {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2k", "hygon.com/dcucores": "15"}
+    assert resources["requests"] == {"memory": "3M", "cpu": "500m"}

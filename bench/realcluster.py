@@ -1,0 +1,122 @@
+"""End-to-end scheduling through the real kube-scheduler and our extender, on an upstream
+control plane (e2e/realcluster: kube-apiserver, kube-controller-manager, kube-scheduler and
+etcd built from Go modules; the chart installed with helm; kubelet stand-ins per node).
+
+    python bench/realcluster.py [--nodes 20] [--cards 4] [--pods 200] [--job 40]
+
+Two measurements, each against its baseline from the same run and the same cluster:
+* a burst of `--pods` shared-DCU pods (1 card, 1000-4000 MiB, 5-20 % cores) created as fast as
+  the API takes them: time until every pod is bound, and until every pod is Running (after the
+  device plugin's Allocate); the baseline is the same number of plain pods (no DCU) scheduled by
+  the cluster's default kube-scheduler, which is the same binary without the extender round
+  trips, node lock and Allocate;
+* a Job of `--job` pods (1 card, 2000 MiB, 10 % cores each; the real Job controller creates the
+  pods) onto as few nodes as fit them (binpack): time until all are Running, and how many nodes
+  they used against the fewest that could hold them (slots per node = cards x 4).
+
+Needs what the real-cluster suite needs (root, Go and the module proxy on the first run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import time
+
+from hami_dcu.common.kube import Kube
+from hami_dcu.e2e.realcluster.cluster import RealCluster, unavailable
+from hami_dcu.e2e.scenarios import Ctr, default_cards, pod_manifest
+
+
+def _count(kube: Kube, namespace: str, selector: str, what: str) -> int:
+    pods = kube.list_pods(namespace=namespace, label_selector=selector).items
+    if what == "bound":
+        return sum(1 for p in pods if p["spec"].get("nodeName"))
+    return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+
+
+def _burst(cluster: RealCluster, label: str, pods: int, dcu: bool) -> tuple[float, float]:
+    """Seconds until all `pods` are bound, and until all are Running."""
+    kube, ns = cluster.kube, cluster.namespace
+    start = time.monotonic()
+    for i in range(pods):
+        containers = [Ctr("c", 1, 1000 + (i % 4) * 1000, 5 + (i % 4) * 5)] if dcu else [Ctr("c")]
+        manifest = pod_manifest(f"{label}-{i:03d}", containers)
+        manifest["metadata"]["labels"] = {"bench": label}
+        kube.create_pod(ns, manifest)
+    bound_at = running_at = 0.0
+    deadline = start + 600
+    while time.monotonic() < deadline:
+        if not bound_at and _count(kube, ns, f"bench={label}", "bound") == pods:
+            bound_at = time.monotonic() - start
+        if _count(kube, ns, f"bench={label}", "Running") == pods:
+            running_at = time.monotonic() - start
+            break
+        time.sleep(0.2)
+    else:
+        raise SystemExit(f"{label}: not all {pods} pods Running after 600 s")
+    return bound_at or running_at, running_at
+
+
+def _delete_all(cluster: RealCluster) -> None:
+    kube, ns = cluster.kube, cluster.namespace
+    kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods")
+    while kube.list_pods(namespace=ns).items:
+        time.sleep(0.5)
+
+
+def _job(cluster: RealCluster, pods: int) -> tuple[float, int]:
+    kube, ns = cluster.kube, cluster.namespace
+    template = pod_manifest("x", [Ctr("c", 1, 2000, 10)])
+    template["spec"]["restartPolicy"] = "Never"
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "bench-job"},
+           "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0,
+                    "template": {"metadata": {"labels": {"bench": "job"}}, "spec": template["spec"]}}}
+    start = time.monotonic()
+    kube.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body=job)
+    while _count(kube, ns, "bench=job", "Running") < pods:
+        if time.monotonic() - start > 600:
+            raise SystemExit(f"job: not all {pods} pods Running after 600 s")
+        time.sleep(0.2)
+    elapsed = time.monotonic() - start
+    nodes = {p["spec"]["nodeName"] for p in kube.list_pods(namespace=ns, label_selector="bench=job").items}
+    return elapsed, len(nodes)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=20)
+    parser.add_argument("--cards", type=int, default=4, help="cards per node (4 vDCU slots each)")
+    parser.add_argument("--pods", type=int, default=200)
+    parser.add_argument("--job", type=int, default=40)
+    args = parser.parse_args()
+    reason = unavailable()
+    if reason:
+        raise SystemExit(reason)
+    logging.basicConfig(level=logging.WARNING)
+    nodes = {f"node{i:02d}": default_cards(f"node{i:02d}", args.cards) for i in range(args.nodes)}
+    print(f"starting a real control plane with {args.nodes} nodes x {args.cards} cards ...", flush=True)
+    started = time.monotonic()
+    with RealCluster(nodes) as cluster:
+        print(f"cluster up and chart installed in {time.monotonic() - started:.1f} s "
+              f"(Kubernetes {cluster.kube_version})", flush=True)
+        base_bound, base_running = _burst(cluster, "plain", args.pods, dcu=False)
+        _delete_all(cluster)
+        bound, running = _burst(cluster, "dcu", args.pods, dcu=True)
+        _delete_all(cluster)
+        print(f"\nburst of {args.pods} pods over {args.nodes} nodes")
+        print(f"  baseline (default kube-scheduler, no DCU): bound in {base_bound:6.2f} s "
+              f"({args.pods / base_bound:6.1f} pods/s), Running in {base_running:6.2f} s")
+        print(f"  shared DCU (kube-scheduler + extender):    bound in {bound:6.2f} s "
+              f"({args.pods / bound:6.1f} pods/s), Running in {running:6.2f} s "
+              f"({args.pods / running:6.1f} pods/s)")
+        print(f"  ratio to baseline: bound {bound / base_bound:.2f}x, Running {running / base_running:.2f}x")
+        job_time, used = _job(cluster, args.job)
+        fewest = math.ceil(args.job / (args.cards * 4))
+        print(f"\nJob of {args.job} pods (binpack): all Running in {job_time:.2f} s on {used} nodes "
+              f"(fewest possible: {fewest})")
+
+
+if __name__ == "__main__":
+    main()
