@@ -1,9 +1,16 @@
 """Webhook certificates: a private CA and a serving certificate for the webhook Service.
 
 `issue` is pure (cryptography only) and is what the local cluster reuses. `ensure` is the
-idempotent cluster-side job behind `hami-dcu certs`: keep what is in the Secret while it is
+idempotent cluster-side job behind `hami-dcu certs`: keep what is in the Secrets while it is
 valid for the Service name and has more than 30 days left, otherwise issue anew, then make
 sure the MutatingWebhookConfiguration's caBundle is that CA.
+
+Two Secrets, so the CA key never reaches a serving pod: the serving Secret (`tls.crt`,
+`tls.key`, `ca.crt`) is what the webhook mounts; the CA Secret (`ca.crt`, `ca.key`) is read
+and written by this job only and mounted nowhere. Whoever holds the CA key can mint a
+certificate the API server trusts for the webhook, so it must not sit beside a network-facing
+process. A serving Secret of the old layout (with `ca.key`) is migrated: its CA moves to the
+CA Secret and the key is dropped from the serving Secret.
 """
 
 from __future__ import annotations
@@ -42,21 +49,34 @@ class CertBundle:
     key: bytes
 
     def secret_data(self) -> dict[str, str]:
-        encode = lambda b: base64.b64encode(b).decode()  # noqa: E731
-        return {
-            "tls.crt": encode(self.cert),
-            "tls.key": encode(self.key),
-            "ca.crt": encode(self.ca_cert),
-            "ca.key": encode(self.ca_key),
-        }
+        """The serving Secret: what the webhook mounts. Never the CA key."""
+        return {"tls.crt": _b64(self.cert), "tls.key": _b64(self.key), "ca.crt": _b64(self.ca_cert)}
+
+    def ca_secret_data(self) -> dict[str, str]:
+        """The CA Secret: read by the certs job only, to sign renewals."""
+        return {"ca.crt": _b64(self.ca_cert), "ca.key": _b64(self.ca_key)}
 
     @classmethod
-    def from_secret(cls, secret: dict[str, Any]) -> CertBundle | None:
-        data = secret.get("data") or {}
+    def from_secrets(cls, serving: dict[str, Any] | None, ca: dict[str, Any] | None) -> CertBundle | None:
+        """The bundle the two Secrets hold, or None when either part is missing. The CA comes
+        from the CA Secret, else (old layout) from the serving Secret's `ca.key`."""
+        data = (serving or {}).get("data") or {}
+        ca_data = (ca or {}).get("data") or {}
+        source = ca_data if "ca.key" in ca_data else data
         try:
-            return cls(*(base64.b64decode(data[k]) for k in ("ca.crt", "ca.key", "tls.crt", "tls.key")))
+            return cls(*(base64.b64decode(d[k]) for d, k in ((source, "ca.crt"), (source, "ca.key"),
+                                                            (data, "tls.crt"), (data, "tls.key"))))
         except (KeyError, ValueError):
             return None
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def ca_secret_name(serving_secret: str) -> str:
+    """The default name of the CA Secret beside a serving Secret."""
+    return f"{serving_secret}-ca"
 
 
 KEY_MODE = 0o400  # only the owner reads a private key; nobody, the owner included, rewrites it in place
@@ -195,17 +215,16 @@ WEBHOOK_CONFIG_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconf
 
 
 def ensure(
-    kube: Kube, namespace: str, service: str, secret: str, webhook_config: str | None, now: dt.datetime | None = None
+    kube: Kube, namespace: str, service: str, secret: str, webhook_config: str | None, now: dt.datetime | None = None,
+    ca_secret: str | None = None,
 ) -> tuple[CertBundle, str]:
-    """Make the Secret hold a valid bundle and the webhook trust its CA. Returns the bundle
-    and what was done ("kept", or why it was issued)."""
+    """Make the Secrets hold a valid bundle and the webhook trust its CA. Returns the bundle
+    and what was done ("kept", "moved the CA key", or why it was issued)."""
+    ca_secret = ca_secret or ca_secret_name(secret)
     dns_names = service_dns_names(service, namespace)
-    secret_path = f"/api/v1/namespaces/{namespace}/secrets/{secret}"
-    try:
-        existing = kube.request("GET", secret_path)
-    except NotFoundError:
-        existing = None
-    bundle = CertBundle.from_secret(existing) if existing else None
+    existing = _get_secret(kube, namespace, secret)
+    existing_ca = _get_secret(kube, namespace, ca_secret)
+    bundle = CertBundle.from_secrets(existing, existing_ca)
     reason = (
         "no secret"
         if existing is None
@@ -220,26 +239,48 @@ def ensure(
             if ca_cert.not_valid_after_utc - (now or dt.datetime.now(dt.UTC)) > RENEW_BEFORE:
                 ca = (bundle.ca_cert, bundle.ca_key)  # keep the CA: API servers keep trusting it
         bundle = issue(dns_names, now=now, ca=ca)
-        body = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "type": "kubernetes.io/tls",
-            "metadata": {"name": secret, "namespace": namespace},
-            "data": bundle.secret_data(),
-        }
-        if existing is None:
-            try:
-                kube.request("POST", f"/api/v1/namespaces/{namespace}/secrets", body=body)
-            except ConflictError:  # another replica of this job won the race: use its bundle
-                return ensure(kube, namespace, service, secret, webhook_config, now)
-        else:
-            body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
-            kube.request("PUT", secret_path, body=body)
         action = f"issued ({reason})"
-        log.info("secret %s/%s: certificate %s", namespace, secret, action)
+    # The CA Secret first: a crash between the two writes must never lose the only CA key.
+    _put_secret(kube, namespace, ca_secret, existing_ca, bundle.ca_secret_data(), "Opaque")
+    legacy = "ca.key" in ((existing or {}).get("data") or {})
+    if action != "kept" or legacy:
+        if not _put_secret(kube, namespace, secret, existing, bundle.secret_data(), "kubernetes.io/tls"):
+            # Another replica of this job created it meanwhile: use what it stored.
+            return ensure(kube, namespace, service, secret, webhook_config, now, ca_secret)
+        if action == "kept":
+            action = "kept (moved the CA key out of the serving secret)"
+    if action != "kept":
+        log.info("secret %s/%s: certificate %s; CA in secret %s", namespace, secret, action, ca_secret)
     if webhook_config:
         inject_ca_bundle(kube, webhook_config, bundle.ca_cert)
     return bundle, action
+
+
+def _get_secret(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return kube.request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+    except NotFoundError:
+        return None
+
+
+def _put_secret(kube: Kube, namespace: str, name: str, existing: dict[str, Any] | None, data: dict[str, str],
+                secret_type: str) -> bool:
+    """Create or replace the Secret with `data` unless it already holds exactly that. False
+    when a create lost a race (the caller re-reads); True when written or already so."""
+    if existing is not None and (existing.get("data") or {}) == data:
+        return True
+    body: dict[str, Any] = {"apiVersion": "v1", "kind": "Secret", "type": secret_type,
+                            "metadata": {"name": name, "namespace": namespace}, "data": data}
+    if existing is None:
+        try:
+            kube.request("POST", f"/api/v1/namespaces/{namespace}/secrets", body=body)
+        except ConflictError:
+            return False
+        return True
+    body["type"] = existing.get("type") or secret_type  # a Secret's type is immutable
+    body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+    kube.request("PUT", f"/api/v1/namespaces/{namespace}/secrets/{name}", body=body)
+    return True
 
 
 def inject_ca_bundle(kube: Kube, name: str, ca_pem: bytes) -> bool:

@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from hami_dcu.common.kube import Kube, KubeConfigError, KubeError
-from hami_dcu.webhook.certs import ensure
+from hami_dcu.webhook.certs import ca_secret_name, ensure
 
 log = logging.getLogger(__name__)
 
@@ -14,7 +14,11 @@ log = logging.getLogger(__name__)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", required=True, help="namespace of the webhook Service and the Secret")
     parser.add_argument("--service", required=True, help="webhook Service name (the certificate is for S.NS.svc)")
-    parser.add_argument("--secret", required=True, help="Secret that holds tls.crt, tls.key, ca.crt")
+    parser.add_argument("--secret", required=True,
+                        help="Secret that holds tls.crt, tls.key, ca.crt (the webhook mounts it)")
+    parser.add_argument("--ca-secret", default=None,
+                        help="Secret that holds the CA's ca.crt and ca.key, read by this job only and mounted "
+                             "nowhere (default: <secret>-ca)")
     parser.add_argument("--webhook-config", default=None,
                         help="MutatingWebhookConfiguration whose caBundle is set (omit to only write the Secret)")
 
@@ -22,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         kube = Kube.from_kubeconfig(args.kubeconfig)
-        _, action = ensure(kube, args.namespace, args.service, args.secret, args.webhook_config)
+        _, action = ensure(kube, args.namespace, args.service, args.secret, args.webhook_config,
+                           ca_secret=args.ca_secret or ca_secret_name(args.secret))
     except (KubeConfigError, KubeError) as exc:
         log.error("certs: %s", exc)
         return 1

@@ -31,6 +31,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{ include "hami-dcu.fullname" . }}-webhook-tls
 {{- end -}}
 
+{{- define "hami-dcu.caSecret" -}}
+{{ include "hami-dcu.fullname" . }}-webhook-ca
+{{- end -}}
+
 {{- define "hami-dcu.webhookConfig" -}}
 {{ include "hami-dcu.fullname" . }}-webhook
 {{- end -}}

@@ -43,7 +43,11 @@ def test_ensure_creates_then_keeps_then_renews(kube):
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
     assert f"{SERVICE}.{NS}.svc" in sans and f"{SERVICE}.{NS}.svc.cluster.local" in sans
     secret = kube.request("GET", f"/api/v1/namespaces/{NS}/secrets/{SECRET}")
-    assert set(secret["data"]) >= {"tls.crt", "tls.key", "ca.crt"}
+    # The serving Secret (mounted by the webhook) never holds the CA key; the CA Secret does.
+    assert set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    ca_secret = kube.request("GET", f"/api/v1/namespaces/{NS}/secrets/{SECRET}-ca")
+    assert base64.b64decode(ca_secret["data"]["ca.key"]) == bundle.ca_key
+    assert base64.b64decode(ca_secret["data"]["ca.crt"]) == bundle.ca_cert
     stored = kube.request("GET", f"{WEBHOOK_CONFIG_PATH}/{CONFIG}")
     assert base64.b64decode(stored["webhooks"][0]["clientConfig"]["caBundle"]) == bundle.ca_cert
 
@@ -54,6 +58,32 @@ def test_ensure_creates_then_keeps_then_renews(kube):
     renewed, action = ensure(kube, NS, SERVICE, SECRET, CONFIG, now=later)
     assert action.startswith("issued (serving certificate expires")
     assert renewed.cert != bundle.cert and renewed.ca_cert == bundle.ca_cert  # the CA is kept
+
+
+def test_ca_key_is_moved_out_of_an_old_layout_serving_secret(kube):
+    """Finding 7 (issue 11): ca.key sat in the serving Secret mounted into the extender.
+    A Secret of that layout is migrated: same CA and serving pair, the key moved away."""
+    old = issue(service_dns_names(SERVICE, NS))
+    data = {**old.secret_data(), "ca.key": base64.b64encode(old.ca_key).decode()}
+    kube.request("POST", f"/api/v1/namespaces/{NS}/secrets",
+                 body={"metadata": {"name": SECRET}, "type": "kubernetes.io/tls", "data": data})
+    bundle, action = ensure(kube, NS, SERVICE, SECRET, None)
+    assert action == "kept (moved the CA key out of the serving secret)"
+    assert bundle == old
+    serving = kube.request("GET", f"/api/v1/namespaces/{NS}/secrets/{SECRET}")["data"]
+    assert "ca.key" not in serving and base64.b64decode(serving["tls.crt"]) == old.cert
+    ca_secret = kube.request("GET", f"/api/v1/namespaces/{NS}/secrets/{SECRET}-ca")["data"]
+    assert base64.b64decode(ca_secret["ca.key"]) == old.ca_key
+    assert ensure(kube, NS, SERVICE, SECRET, None) == (old, "kept")
+
+
+def test_a_lost_ca_secret_issues_a_new_ca(kube):
+    first, _ = ensure(kube, NS, SERVICE, SECRET, None)
+    kube.request("DELETE", f"/api/v1/namespaces/{NS}/secrets/{SECRET}-ca")
+    again, action = ensure(kube, NS, SERVICE, SECRET, None)
+    assert action == "issued (secret incomplete)" and again.ca_cert != first.ca_cert
+    serving = kube.request("GET", f"/api/v1/namespaces/{NS}/secrets/{SECRET}")["data"]
+    assert base64.b64decode(serving["ca.crt"]) == again.ca_cert and "ca.key" not in serving
 
 
 def test_renewal_reasons():
