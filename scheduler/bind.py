@@ -66,6 +66,10 @@ from hami_dcu.scheduler.reasons import NodeRejection
 log = logging.getLogger(__name__)
 JSON = dict
 PodKey = tuple[str, str]
+_BINDING_ATTEMPTS = 3  # Binding calls per bind while the pod stays unbound and the server is busy
+# How soon a waiting bind asks the API about a lock whose holder the watch shows done with it
+# (its own release and the janitor's are normally faster; this covers both being slow).
+_NEEDLESS_RECHECK = 0.2
 
 
 class BindError(RuntimeError):
@@ -284,6 +288,10 @@ class Binder:
                     raise _AlreadyBound(await self._read_pod(attempt))  # another attempt finished first
                 self._check_current(attempt)
                 entry = self.cache.nodes.get(args.node)
+                if entry is not None and entry.lock_value and self.cache.lock_needless(args.node):
+                    # The watch shows the holder done with the lock, its release is slow (or
+                    # lost): ask the API soon, NodeLock takes such a lock over.
+                    next_api_check = min(next_api_check, self.monotonic() + _NEEDLESS_RECHECK)
                 if entry is not None and entry.lock_value and self.monotonic() < next_api_check:
                     # Locked: wait for the watch to show the release, asking the API once a
                     # second whether the holder still needs it (NodeLock takes it over if not).
@@ -402,32 +410,42 @@ class Binder:
     async def _create_binding(self, attempt: _Attempt, fit: PodFit | None) -> None:
         args = attempt.args
         annotations = self.allocation_annotations(fit, args.node) if fit is not None else None
-        attempt.api_calls += 1
-        try:
-            await self.kube.create_binding(args.namespace, args.pod_name, args.node, args.uid or None, annotations)
-        except (UnreachableError, ConflictError) as exc:
-            # A lost answer, or a pod already bound (by us or by another attempt): ask the pod.
-            await self._check_binding(attempt, annotations, exc)
-        except KubeError as exc:
-            if exc.status < 500:
-                raise BindError(f"binding rejected: {exc}") from exc
-            await self._check_binding(attempt, annotations, exc)
+        for round_ in range(1, _BINDING_ATTEMPTS + 1):
+            attempt.api_calls += 1
+            try:
+                await self.kube.create_binding(args.namespace, args.pod_name, args.node, args.uid or None,
+                                               annotations)
+                return
+            except KubeError as exc:
+                if not isinstance(exc, UnreachableError | ConflictError) and exc.status < 500:
+                    raise BindError(f"binding rejected: {exc}") from exc
+                # A lost answer, a pod already bound (by us or by another attempt), or a busy
+                # server: the pod says which.
+                if await self._binding_landed(attempt, annotations):
+                    return
+                if round_ == _BINDING_ATTEMPTS:
+                    raise BindError(f"binding rejected: {exc}") from exc
+                # Not bound, and we still hold the lock on a verified placement: try again
+                # rather than send the pod through kube-scheduler's backoff.
+                log.info("bind %s to node %s: Binding failed (%s), pod still unbound: retrying", args.pod, args.node,
+                         exc)
+                await asyncio.sleep(0.02 * round_)
 
-    async def _check_binding(self, attempt: _Attempt, annotations: dict[str, str] | None,
-                             exc: KubeError) -> None:
-        """After a Binding without a clear answer: return when it is ours and in place, raise
-        _AlreadyBound when another attempt bound the pod, BindError when nothing is bound."""
+    async def _binding_landed(self, attempt: _Attempt, annotations: dict[str, str] | None) -> bool:
+        """After a Binding without a clear answer: True when it is ours and in place, False
+        when the pod is still unbound; raises _AlreadyBound when another attempt bound it."""
         pod = await self._read_pod(attempt)
         meta = pod.get("metadata") or {}
         bound_to = (pod.get("spec") or {}).get("nodeName")
         if not bound_to:
-            raise BindError(f"binding rejected: {exc}")
+            return False
         found = meta.get("annotations") or {}
         ours = bound_to == attempt.args.node and (annotations is None or all(
             found.get(key) == annotations[key] for key in (keys.POD_DEVICES_ALLOCATED, keys.POD_BIND_TIME)))
         if not ours:
             raise _AlreadyBound(pod)
         self.cache.apply_pod(pod)  # our Binding landed although its answer was lost
+        return True
 
     # --- undo --------------------------------------------------------------------------
 

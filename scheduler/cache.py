@@ -295,6 +295,16 @@ class ClusterCache:
             if reason is not None:
                 self.needless_locks.append(NeedlessLock(node, entry.lock_value, f"{key[0]}/{key[1]}", reason))
 
+    def lock_needless(self, node: str) -> str | None:
+        """Why the current lock of `node` is no longer needed, as far as the watch has shown
+        its holder (None: needed, or the holder is not known here)."""
+        entry = self.nodes.get(node)
+        lock = entry.lock() if entry is not None else None
+        if lock is None or lock.name is None:
+            return None
+        uid = self.pod_uids.get((lock.namespace or "", lock.name))
+        return purpose.state_reason(self.pods[uid].state, node) if uid is not None else None
+
     def take_needless_locks(self) -> list[NeedlessLock]:
         found, self.needless_locks = self.needless_locks, []
         return list({(lock.node, lock.value): lock for lock in found}.values())

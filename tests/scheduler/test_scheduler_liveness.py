@@ -197,7 +197,7 @@ async def test_a_lock_write_applied_despite_a_500_is_undone_when_the_bind_fails(
     async with replica(kube_factory, aiohttp_client) as (service, client, own):
         await until(lambda: "n1" in service.cache.nodes)
         await client.post("/filter", json=filter_args(pod, ["n1"]))
-        own.fail_bindings = 1
+        own.fail_bindings = 3  # every Binding attempt of this bind fails before commit
         api_server.faults.configure(post_commit_rate=1.0, post_commit_lost_share=0.0,
                                     match=lambda method, path: method == "PATCH" and "/nodes/" in path)
         error = await bind(client, pod, "n1")
@@ -206,6 +206,19 @@ async def test_a_lock_write_applied_despite_a_500_is_undone_when_the_bind_fails(
         assert lock_of(kube, "n1") is None  # no orphan held by an unbound Pending pod
         assert not pod_of(kube, "p")["spec"].get("nodeName")
         assert service.cache.assumptions == {}
+
+
+async def test_a_binding_refused_by_a_busy_server_is_retried_under_the_same_lock(kube_factory, aiohttp_client):
+    kube = kube_factory()
+    create_nodes(kube, ["n1"])
+    pod = kube.create_pod("default", dcu_pod("p"))
+    async with replica(kube_factory, aiohttp_client) as (service, client, own):
+        await until(lambda: "n1" in service.cache.nodes)
+        await client.post("/filter", json=filter_args(pod, ["n1"]))
+        own.fail_bindings = 2
+        assert await bind(client, pod, "n1") == ""
+        assert pod_of(kube, "p")["spec"]["nodeName"] == "n1"
+        assert len(own.lock_writes) == 1 and lock_of(kube, "n1") == own.lock_writes[0]
 
 
 async def test_a_lock_write_whose_answer_was_lost_counts_as_taken(kube_factory, aiohttp_client, api_server):
