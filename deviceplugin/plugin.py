@@ -44,7 +44,7 @@ from hami_dcu.deviceplugin.vdev import (
 log = logging.getLogger(__name__)
 FINISHED = ("Succeeded", "Failed")
 NODE_READ_ATTEMPTS = 3
-WRITE_ATTEMPTS = 3  # a pod write or lock release that failed transiently is tried this often
+WRITE_ATTEMPTS = 5  # a pod write, event or lock release that failed transiently is tried this often
 UNSERVED_CARD = -1  # card index of a restored grant whose card this plugin no longer serves
 
 
@@ -269,11 +269,7 @@ class PluginCore:
             return False
 
     def _node_event(self, reason: str, message: str) -> None:
-        try:
-            self.kube.create_event({"kind": "Node", "metadata": {"name": self.node}}, reason, message, "Warning",
-                                   component="hami-dcu-device-plugin")
-        except KubeError as exc:
-            log.warning("node %s: could not record event %s: %s", self.node, reason, exc)
+        self._post_event({"kind": "Node", "metadata": {"name": self.node}}, reason, message)
 
     def _refuse_if_ambiguous(self, holder: dict, pending: list[dict]) -> None:
         """Serve the holder only when no other pod on this node may be the one admitted. An
@@ -398,16 +394,21 @@ class PluginCore:
         self._release(namespace, name)
 
     def _event(self, namespace: str, name: str, reason: str, message: str) -> None:
-        try:
-            self.kube.create_event(
-                {"kind": "Pod", "metadata": {"namespace": namespace, "name": name}},
-                reason,
-                message,
-                "Warning",
-                component="hami-dcu-device-plugin",
-            )
-        except KubeError as exc:
-            log.warning("pod %s/%s: could not record event %s: %s", namespace, name, reason, exc)
+        self._post_event({"kind": "Pod", "metadata": {"namespace": namespace, "name": name}}, reason, message)
+
+    def _post_event(self, regarding: dict, reason: str, message: str) -> None:
+        """A Warning event, retried a little: it is what tells the user why a pod failed."""
+        meta = regarding["metadata"]
+        for attempt in range(WRITE_ATTEMPTS):
+            try:
+                self.kube.create_event(regarding, reason, message, "Warning", component="hami-dcu-device-plugin")
+                return
+            except KubeError as exc:
+                if not _transient(exc) or attempt + 1 == WRITE_ATTEMPTS:
+                    log.warning("%s %s on node %s: could not record event %s: %s", regarding["kind"],
+                                meta.get("name"), self.node, reason, exc)
+                    return
+                time.sleep(0.05 * 2**attempt)
 
     def _release(self, namespace: str, name: str, known: dict | None = None) -> None:
         """Release the pod's lock, retrying a failure: a lock left behind blocks every other
