@@ -4,8 +4,12 @@ It does what kube-scheduler does for pods whose `spec.schedulerName` is ours and
 no node: call the extender's `/filter` over HTTP with nodeCacheCapable arguments (pod +
 node names), then `/bind` with the node it returned. Failures back the pod off (1 s
 doubling to 10 s by default, like kube-scheduler's pod backoff) and leave a
-`FailedScheduling` event on the pod. Filters run one at a time (kube-scheduler's
-scheduling cycle), binds run concurrently (its binding cycle).
+`FailedScheduling` event on the pod (at most one per pod and message a minute, as
+kube-scheduler's event correlator does, so a pod that keeps not fitting does not flood the
+API server). Filters run one at a time (kube-scheduler's scheduling cycle), binds run
+concurrently (its binding cycle). A bind that outlives `http_timeout` is abandoned, not
+cancelled on the extender's side: the pod goes back to the queue and is filtered and bound
+again while the first call may still be running, as with kube-scheduler.
 
 Use it from asyncio (`await loop.run()`) or from plain code (`start()` / `stop()` run it
 on a background thread).
@@ -24,6 +28,7 @@ import aiohttp
 
 from hami_dcu.common import keys
 from hami_dcu.common.kube import AsyncKube, Kube, KubeError
+from hami_dcu.scheduler.events import EventLimiter
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -61,6 +66,7 @@ class SchedulerLoop:
         self.max_backoff = max_backoff
         self.http_timeout = http_timeout
         self.stats = LoopStats()
+        self._events = EventLimiter(interval=60.0, min_interval=10.0)
         self._backoff: dict[str, _Backoff] = {}
         self._binding: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -174,6 +180,8 @@ class SchedulerLoop:
         delay = min(previous.delay * 2, self.max_backoff) if previous else self.initial_backoff
         self._backoff[key] = _Backoff(delay, now + delay)
         log.info("pod %s not scheduled (retry in %.1fs): %s", key, delay, message)
+        if not self._events.allow(key, "FailedScheduling", message):
+            return
         try:
             await self.kube.create_event(pod, "FailedScheduling", message, "Warning", component=self.scheduler_name)
         except KubeError as exc:
