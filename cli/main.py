@@ -2,19 +2,25 @@
 
 Each component owns its flags and its run function in `hami_dcu.<component>.command`
 (`add_arguments(parser)` and `run(args) -> int`); this module only dispatches. A component
-whose module is not there yet says so and exits 2.
+whose module is not there yet says so and exits 2. Flag values that can be checked before
+starting are (cli/startup.py); what goes wrong after is one line on stderr with an exit code
+that means the same for every subcommand (cli/errors.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import os
 import sys
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
+from hami_dcu.cli.errors import EXIT_USAGE, run_reporting, say
+from hami_dcu.cli.startup import startup_problems
 from hami_dcu.common.logs import setup_logging
 
 # gRPC's C core logs connection teardown at INFO on stderr; our own logs say what matters.
@@ -39,7 +45,35 @@ SUBCOMMANDS = (
                "create or renew the webhook CA and serving certificate, inject the caBundle"),
     Subcommand("demo", "hami_dcu.e2e.demo",
                "run the local demo cluster with mock DCUs, schedule example pods, print the result"),
+    Subcommand("status", "hami_dcu.cli.status",
+               "show what is used where: per node and card, slots, memory, cores, pods, locks"),
 )
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage mistakes in one line that names the problem and where help is, exit 2 (argparse
+    prints the whole usage block first, which buries the message)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        say(self.prog, f"{message} (see {self.prog} --help)")
+        raise SystemExit(EXIT_USAGE)
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Shows each flag's default, unless its help already says it or there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, "", argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
+def version() -> str:
+    try:
+        return importlib.metadata.version("hami-dcu")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _load(sub: Subcommand) -> ModuleType | None:
@@ -51,37 +85,47 @@ def _load(sub: Subcommand) -> ModuleType | None:
         raise
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType | None]]:
-    parser = argparse.ArgumentParser(
-        prog="hami-dcu",
+def build_parser(prog: str = "hami-dcu") -> tuple[argparse.ArgumentParser, dict[str, ModuleType | None]]:
+    parser = OneLineParser(
+        prog=prog,
         description="Fractional sharing of Hygon DCUs on Kubernetes (HAMi-compatible).",
+        formatter_class=DefaultsHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules: dict[str, ModuleType | None] = {}
     for sub in SUBCOMMANDS:
         module = _load(sub)
         modules[sub.name] = module
         summary = sub.summary if module else f"{sub.summary} [not available yet]"
-        sp = subparsers.add_parser(sub.name, help=summary, description=summary)
+        sp = subparsers.add_parser(sub.name, help=summary, description=summary,
+                                   formatter_class=DefaultsHelpFormatter)
         sp.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else in-cluster config)")
-        sp.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+        sp.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                        help="log verbosity; debug also shows the traceback of an unexpected error")
         if module is not None:
             module.add_arguments(sp)
     return parser, modules
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser, modules = build_parser()
+def main(argv: Sequence[str] | None = None, prog: str = "hami-dcu") -> int:
+    parser, modules = build_parser(prog)
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
-        return 2
+        return EXIT_USAGE
+    where = f"{prog} {args.command}"
     module = modules[args.command]
     if module is None:
-        print(f"hami-dcu {args.command}: not available in this build yet", file=sys.stderr)
-        return 2
+        say(where, "not available in this build yet")
+        return EXIT_USAGE
+    problems = startup_problems(args)
+    if problems:
+        for problem in problems:
+            say(where, problem)
+        return EXIT_USAGE
     setup_logging(args.log_level)
-    return int(module.run(args) or 0)
+    return run_reporting(where, lambda: int(module.run(args) or 0), debug=args.log_level == "debug")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import urllib3
+import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
@@ -76,26 +77,41 @@ class ObjectList:
     resource_version: str
 
 
-def load_api_client(kubeconfig: str | None = None) -> k8s_client.ApiClient:
-    """`--kubeconfig`, else `$KUBECONFIG`, else the in-cluster service account."""
+def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s_client.ApiClient:
+    """`--kubeconfig`, else `$KUBECONFIG` (a path list, as kubectl reads it), else the
+    in-cluster service account. `context` picks a kubeconfig context, as kubectl's --context."""
     configuration = k8s_client.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
     try:
         if path:
-            if not os.path.exists(path):
+            # kubectl skips the missing files of a list and fails only when none exists.
+            if not any(os.path.exists(p) for p in path.split(os.pathsep) if p):
                 raise KubeConfigError(f"kubeconfig {path} does not exist")
-            k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
+            k8s_config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
         else:
             k8s_config.load_incluster_config(client_configuration=configuration)
     except ConfigException as exc:
         where = path or "in-cluster service account (no --kubeconfig or KUBECONFIG given)"
         raise KubeConfigError(f"cannot load Kubernetes configuration from {where}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise KubeConfigError(f"kubeconfig {path} is not valid YAML: {_yaml_problem(exc)}") from exc
+    except (TypeError, AttributeError) as exc:
+        # Valid YAML of the wrong shape (a list, a string): the client trips over it.
+        raise KubeConfigError(f"kubeconfig {path} is not a kubeconfig (expected a mapping with clusters, "
+                              f"contexts and users): {exc}") from exc
     # Fail fast when the API server is down: callers have their own retry and backoff.
     configuration.retries = 1
     # Watches and the thread pool of AsyncKube share the pool: keep connections instead of
     # opening (and discarding) new ones under load.
     configuration.connection_pool_maxsize = 32
     return k8s_client.ApiClient(configuration)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line: what the parser expected and where (PyYAML's own text spans several lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem
 
 
 def _quote(name: str) -> str:
@@ -112,8 +128,8 @@ class Kube:
         self.timeout = timeout
 
     @classmethod
-    def from_kubeconfig(cls, kubeconfig: str | None = None, timeout: float = 10.0) -> Kube:
-        return cls(load_api_client(kubeconfig), timeout=timeout)
+    def from_kubeconfig(cls, kubeconfig: str | None = None, timeout: float = 10.0, context: str | None = None) -> Kube:
+        return cls(load_api_client(kubeconfig, context), timeout=timeout)
 
     # --- the seam ------------------------------------------------------------------------
 

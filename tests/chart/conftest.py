@@ -5,11 +5,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from chart_paths import CHART
 
 from hami_dcu.e2e.tools import helm_and_kubectl
-
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "chart"
 
 
 def _extract() -> Path | None:

@@ -5,7 +5,7 @@ import shlex
 
 import pytest
 import yaml
-from conftest import CHART
+from chart_paths import CHART
 
 from hami_dcu.cli.main import build_parser
 from hami_dcu.common import keys

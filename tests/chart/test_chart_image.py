@@ -6,7 +6,7 @@ import re
 import tomllib
 from importlib.metadata import PackageNotFoundError, distribution
 
-from conftest import ROOT
+from chart_paths import ROOT
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 

@@ -7,7 +7,7 @@ import subprocess
 import kubernetes_validate
 import pytest
 import yaml
-from conftest import CHART
+from chart_paths import CHART
 
 MOCK_VALUES = ["--set", "devicePlugin.smi=mock", "--set", "image.tag=e2e"]
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from dp_helpers import CARDS
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
@@ -18,10 +19,6 @@ from hami_dcu.deviceplugin.smi import MockBackend
 from hami_dcu.e2e.kubelet import short_socket_dir
 
 NODE = "n1"
-CARDS = [
-    {"serial": "S1", "model": "K100_AI", "memory_mib": 65520, "compute_units": 120, "pci_bus_id": "0000:3d:00.0"},
-    {"serial": "S2", "model": "K100_AI", "memory_mib": 65520, "compute_units": 120, "pci_bus_id": "0000:9f:00.0"},
-]
 
 
 @dataclass

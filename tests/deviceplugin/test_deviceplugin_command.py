@@ -7,7 +7,7 @@ import time
 import urllib.request
 
 import yaml
-from conftest import CARDS
+from dp_helpers import CARDS
 
 from hami_dcu.common import keys
 from hami_dcu.deviceplugin import command

@@ -1,0 +1,243 @@
+"""What is used where: per node and per card, from the API objects alone (pure, no I/O).
+
+The inputs are what `hami-dcu status` lists from the API server: Node objects (the plugin's
+`hami.io/node-dcu-register` capacity, its `hami.io/node-handshake-dcu` report, the
+`hami.io/mutex.lock`) and Pod objects (`hami.io/dcu-devices-allocated`). Every wire value is
+read with the decoders of `hami_dcu.common.codec`, and a card's totals use the scheduler's
+own accounting rule (`hami_dcu.scheduler.usage.collapse`), so what status shows is what the
+extender counts: a pod holds its share while it is not Succeeded/Failed, terminating pods
+included, and init containers count by their peak, not their sum.
+
+Anything that cannot be read (an undecodable annotation, a pod holding a card its node does
+not report) becomes a `problem` on the node, never a silently free card.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from hami_dcu.common import keys
+from hami_dcu.common.codec import CodecError, decode_handshake, decode_lock, decode_node_devices, decode_pod_devices
+from hami_dcu.scheduler.usage import Usage, collapse
+
+JSON = dict[str, Any]
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class Share:
+    """One container's share of one card."""
+
+    namespace: str
+    pod: str
+    container: str
+    memory_mib: int
+    cores_percent: int
+    bind_phase: str  # hami.io/bind-phase, "" when absent
+
+    @property
+    def owner(self) -> str:
+        return f"{self.namespace}/{self.pod}/{self.container}"
+
+
+@dataclass
+class CardUsage:
+    id: str
+    model: str
+    index: int
+    numa: int
+    healthy: bool
+    slots_total: int
+    memory_total_mib: int
+    cores_total_percent: int
+    slots_used: int = 0
+    memory_used_mib: int = 0
+    cores_used_percent: int = 0
+    shares: list[Share] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    holder: str  # namespace/name, or a description for a legacy or unreadable lock
+    since: datetime | None
+    age_seconds: float | None
+
+
+@dataclass(frozen=True)
+class PluginReport:
+    state: str  # Reported, Requesting, Deleted or "" (unknown)
+    at: datetime | None
+    age_seconds: float | None
+
+
+@dataclass
+class NodeUsage:
+    name: str
+    cards: list[CardUsage] = field(default_factory=list)
+    lock: LockInfo | None = None
+    report: PluginReport | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Summary:
+    nodes: int
+    cards: int
+    healthy_cards: int
+    slots_used: int
+    slots_total: int
+    memory_used_mib: int
+    memory_total_mib: int
+    cores_used_percent: int
+    cores_total_percent: int
+    pods: int
+
+
+@dataclass
+class ClusterUsage:
+    nodes: list[NodeUsage]
+    summary: Summary
+
+
+def cluster_usage(
+    nodes: Iterable[JSON],
+    pods: Iterable[JSON],
+    now: datetime,
+    node_name: str | None = None,
+    namespace: str | None = None,
+) -> ClusterUsage:
+    """Usage per node and card. `node_name` keeps one node; `namespace` keeps the shares of
+    that namespace's pods in the listing, while the card totals still count every pod (they
+    are what the scheduler sees, whoever asks)."""
+    by_name = {
+        n["metadata"]["name"]: _node_usage(n, now)
+        for n in nodes
+        if (n.get("metadata") or {}).get("name") and _is_dcu_node(n)
+    }
+    pods_on: set[tuple[str, str]] = set()
+    for pod in pods:
+        _add_pod(by_name, pod, pods_on)
+    selected = [by_name[name] for name in sorted(by_name) if node_name is None or name == node_name]
+    counted_pods = {key for key in pods_on if any(_holds(n, key) for n in selected)}
+    if namespace is not None:
+        for node in selected:
+            for card in node.cards:
+                card.shares = [s for s in card.shares if s.namespace == namespace]
+        counted_pods = {key for key in counted_pods if key[0] == namespace}
+    return ClusterUsage(nodes=selected, summary=_summary(selected, len(counted_pods)))
+
+
+def _is_dcu_node(node: JSON) -> bool:
+    """A node a DCU plugin runs on: it registered cards, or at least reported."""
+    annotations = node["metadata"].get("annotations") or {}
+    return keys.NODE_REGISTER in annotations or keys.NODE_HANDSHAKE in annotations
+
+
+def _holds(node: NodeUsage, key: tuple[str, str]) -> bool:
+    return any((s.namespace, s.pod) == key for card in node.cards for s in card.shares)
+
+
+def _node_usage(node: JSON, now: datetime) -> NodeUsage:
+    meta = node["metadata"]
+    annotations = meta.get("annotations") or {}
+    usage = NodeUsage(name=meta["name"])
+    register = annotations.get(keys.NODE_REGISTER)
+    devices = []
+    if not register:
+        usage.problems.append(f"no {keys.NODE_REGISTER} annotation: the device plugin registered no card")
+    else:
+        try:
+            devices = decode_node_devices(register)
+        except CodecError as exc:
+            usage.problems.append(f"cannot read {keys.NODE_REGISTER}: {exc.problem}")
+    usage.cards = [
+        CardUsage(id=d.id, model=d.type, index=d.index, numa=d.numa, healthy=d.health, slots_total=d.count,
+                  memory_total_mib=d.devmem, cores_total_percent=d.devcore)
+        for d in devices
+    ]
+    lock_value = annotations.get(keys.NODE_LOCK)
+    if lock_value:
+        try:
+            lock = decode_lock(lock_value)
+        except CodecError as exc:
+            usage.lock = LockInfo(holder=f"unreadable lock {lock_value!r}", since=None, age_seconds=None)
+            usage.problems.append(str(exc))
+        else:
+            usage.lock = LockInfo(holder=lock.holder, since=lock.since,
+                                  age_seconds=(now - lock.since).total_seconds())
+    handshake = annotations.get(keys.NODE_HANDSHAKE)
+    if handshake:
+        seen = decode_handshake(handshake)
+        usage.report = PluginReport(state=seen.state, at=seen.at,
+                                    age_seconds=(now - seen.at).total_seconds() if seen.at else None)
+    else:
+        usage.problems.append(f"no {keys.NODE_HANDSHAKE} annotation: the device plugin never reported")
+    return usage
+
+
+def _container_names(pod: JSON) -> list[str]:
+    """Container names in codec order: init containers first (the position of an entry in
+    the pod device list is its container)."""
+    spec = pod.get("spec") or {}
+    return [c.get("name") or "?" for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])]
+
+
+def _add_pod(by_name: dict[str, NodeUsage], pod: JSON, pods_on: set[tuple[str, str]]) -> None:
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    allocated = annotations.get(keys.POD_DEVICES_ALLOCATED)
+    spec = pod.get("spec") or {}
+    node_name = spec.get("nodeName") or annotations.get(keys.POD_NODE)
+    if not allocated or not node_name or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        return
+    node = by_name.get(node_name)
+    if node is None:
+        return  # a node that is gone or never registered cards: nothing to show it on
+    namespace, name = meta.get("namespace") or "default", meta.get("name") or "?"
+    try:
+        devices = decode_pod_devices(allocated)
+    except CodecError as exc:
+        node.problems.append(f"pod {namespace}/{name}: cannot read {keys.POD_DEVICES_ALLOCATED}: {exc.problem}")
+        return
+    cards = {card.id: card for card in node.cards}
+    held = collapse(devices, len(spec.get("initContainers") or []))
+    unknown = sorted(card_id for card_id in held if card_id not in cards)
+    if unknown:
+        node.problems.append(f"pod {namespace}/{name} holds {', '.join(unknown)}, which the node does not report")
+    for card_id, usage in held.items():
+        if card_id in cards:
+            _count(cards[card_id], usage)
+    names = _container_names(pod)
+    bind_phase = annotations.get(keys.POD_BIND_PHASE, "")
+    for position, container_devices in enumerate(devices):
+        container = names[position] if position < len(names) else f"#{position}"
+        for device in container_devices:
+            card = cards.get(device.uuid)
+            if card is not None:
+                card.shares.append(Share(namespace, name, container, device.usedmem, device.usedcores, bind_phase))
+    pods_on.add((namespace, name))
+
+
+def _count(card: CardUsage, usage: Usage) -> None:
+    card.slots_used += usage.slots
+    card.memory_used_mib += usage.memory
+    card.cores_used_percent += usage.cores
+
+
+def _summary(nodes: list[NodeUsage], pods: int) -> Summary:
+    cards = [card for node in nodes for card in node.cards]
+    return Summary(
+        nodes=len(nodes),
+        cards=len(cards),
+        healthy_cards=sum(1 for c in cards if c.healthy),
+        slots_used=sum(c.slots_used for c in cards),
+        slots_total=sum(c.slots_total for c in cards),
+        memory_used_mib=sum(c.memory_used_mib for c in cards),
+        memory_total_mib=sum(c.memory_total_mib for c in cards),
+        cores_used_percent=sum(c.cores_used_percent for c in cards),
+        cores_total_percent=sum(c.cores_total_percent for c in cards),
+        pods=pods,
+    )

@@ -1,0 +1,91 @@
+"""Checks every subcommand gets before it starts, so a mistake is one line, not a traceback
+from deep inside a server (a port past 65535, a kubelet directory that is not there).
+
+They key on the flag names the components use (`--bind`, `--metrics-bind`, `--plugin-dir`,
+...), so a component gets them by naming its flags that way, without importing this module.
+`bind_problem` is pure; `startup_problems` looks at the file system.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+# Directories that must exist and that we read and write (the kubelet creates the plugin
+# dir; if it is missing, the plugin is on the wrong path or the kubelet is not running).
+EXISTING_DIRS = {"plugin_dir": "--plugin-dir"}
+# Directories we create when missing: they, or their nearest existing parent, must be writable.
+WRITABLE_DIRS = {"vdev_dir": "--vdev-dir", "etc_vdev": "--etc-vdev"}
+READABLE_FILES = {"tls_cert": "--tls-cert", "tls_key": "--tls-key", "mock_devices": "--mock-devices"}
+
+
+def bind_problem(flag: str, value: str) -> str | None:
+    """Why `value` is not a usable HOST:PORT for `flag`, or None."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port:
+        return f"{flag} {value!r}: expected HOST:PORT, e.g. 0.0.0.0:9443"
+    if not port.isdigit():
+        return f"{flag} {value!r}: port {port!r} is not a number"
+    if not 0 <= int(port) <= 65535:
+        return f"{flag} {value!r}: port {port} is out of range (0-65535)"
+    if host.startswith("[") != host.endswith("]"):
+        return f"{flag} {value!r}: unbalanced brackets around the IPv6 address"
+    return None
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def startup_problems(args: argparse.Namespace) -> list[str]:
+    """Every problem with the flags' values that can be seen before starting."""
+    values = vars(args)
+    problems = []
+    for dest, value in values.items():
+        if dest.endswith("bind") and isinstance(value, str) and value:
+            problem = bind_problem(_flag(dest), value)
+            if problem:
+                problems.append(problem)
+    for dest, flag in EXISTING_DIRS.items():
+        if values.get(dest):
+            problems.extend(_existing_dir_problem(flag, Path(values[dest])))
+    for dest, flag in WRITABLE_DIRS.items():
+        if values.get(dest):
+            problems.extend(_writable_dir_problem(flag, Path(values[dest])))
+    for dest, flag in READABLE_FILES.items():
+        if values.get(dest):
+            problems.extend(_readable_file_problem(flag, Path(values[dest])))
+    return problems
+
+
+def _existing_dir_problem(flag: str, path: Path) -> list[str]:
+    if not path.exists():
+        return [f"{flag} {path}: no such directory (is the kubelet running on this node, with this root dir?)"]
+    if not path.is_dir():
+        return [f"{flag} {path}: not a directory"]
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        return [f"{flag} {path}: not readable and writable by this process (uid {os.geteuid()})"]
+    return []
+
+
+def _writable_dir_problem(flag: str, path: Path) -> list[str]:
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return [f"{flag} {path}: {existing} is not a directory"]
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "" if existing == path else f" (its parent {existing}, where it would be created)"
+        return [f"{flag} {path}: not writable by this process (uid {os.geteuid()}){what}"]
+    return []
+
+
+def _readable_file_problem(flag: str, path: Path) -> list[str]:
+    if not path.exists():
+        return [f"{flag} {path}: no such file"]
+    if not path.is_file():
+        return [f"{flag} {path}: not a file"]
+    if not os.access(path, os.R_OK):
+        return [f"{flag} {path}: not readable by this process (uid {os.geteuid()})"]
+    return []
