@@ -1,4 +1,9 @@
-"""The extender's HTTP server (aiohttp): /filter, /bind, /healthz, /readyz, /metrics.
+"""The extender's HTTP servers (aiohttp): /filter, /bind, /healthz, /readyz, /metrics.
+
+`build_app` is the extender listener kube-scheduler calls (loopback in the chart: only its
+neighbour container reaches it); `build_side_app` is a listener for the other audiences (the
+API server's webhook calls and the kubelet's probes, or Prometheus), which never serves
+/filter or /bind.
 
 Every answer to /filter and /bind is HTTP 200 with the error, if any, in `Error`
 (kube-scheduler treats any other status as a transport failure). One bad request never
@@ -88,7 +93,7 @@ async def handle_metrics(request: web.Request) -> web.Response:
 
 
 def build_app(service: SchedulerService, manage_lifecycle: bool = True, max_body: int = MAX_BODY,
-              body_deadline: float = BODY_DEADLINE) -> web.Application:
+              body_deadline: float = BODY_DEADLINE, metrics: bool = True) -> web.Application:
     app = web.Application(client_max_size=max_body)
     app[SERVICE] = service
     app[BODY_CAP] = max_body
@@ -97,7 +102,8 @@ def build_app(service: SchedulerService, manage_lifecycle: bool = True, max_body
     app.router.add_post("/bind", handle_bind)
     app.router.add_get("/healthz", handle_healthz)
     app.router.add_get("/readyz", handle_readyz)
-    app.router.add_get("/metrics", handle_metrics)
+    if metrics:
+        app.router.add_get("/metrics", handle_metrics)
     if manage_lifecycle:
         async def lifecycle(_app: web.Application) -> Any:
             service.start()
@@ -105,4 +111,17 @@ def build_app(service: SchedulerService, manage_lifecycle: bool = True, max_body
             await service.stop()
 
         app.cleanup_ctx.append(lifecycle)
+    return app
+
+
+def build_side_app(service: SchedulerService, probes: bool = True, metrics: bool = False) -> web.Application:
+    """A listener without /filter and /bind: the probes (/healthz, /readyz) and/or /metrics.
+    The service's lifecycle belongs to the extender listener's app."""
+    app = web.Application()
+    app[SERVICE] = service
+    if probes:
+        app.router.add_get("/healthz", handle_healthz)
+        app.router.add_get("/readyz", handle_readyz)
+    if metrics:
+        app.router.add_get("/metrics", handle_metrics)
     return app

@@ -1,4 +1,14 @@
-"""`hami-dcu scheduler`: the kube-scheduler extender server (DESIGN.md, public interface)."""
+"""`hami-dcu scheduler`: the kube-scheduler extender server (DESIGN.md, public interface).
+
+Three listeners, one per audience:
+* `--bind` (default loopback): /filter and /bind, for kube-scheduler, its neighbour container
+  in the chart's pod; nothing else in the cluster can reach them there (issue 11, finding 6);
+* `--webhook-bind`: POST /webhook for the API server (TLS), with /healthz and /readyz for
+  the kubelet's probes; the chart's Service points here and nowhere else;
+* `--metrics-bind`: GET /metrics for Prometheus (plain HTTP).
+Without `--metrics-bind`, /metrics is served on `--bind`; `--serve-webhook` (HAMi's layout)
+serves /webhook on `--bind` too.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +24,9 @@ from aiohttp import web
 from hami_dcu.common import keys
 from hami_dcu.common.kube import AsyncKube, Kube, KubeConfigError
 from hami_dcu.common.tls import ReloadingTLS
+from hami_dcu.common.writer_flags import add_identity_arguments
 from hami_dcu.scheduler import policy
-from hami_dcu.scheduler.app import build_app
+from hami_dcu.scheduler.app import build_app, build_side_app
 from hami_dcu.scheduler.bind import BindSettings
 from hami_dcu.scheduler.filtering import FilterSettings
 from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
@@ -24,7 +35,12 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bind", default="0.0.0.0:8443", help="host:port to serve on")
+    parser.add_argument("--bind", default="127.0.0.1:8443",
+                        help="host:port for /filter and /bind, kube-scheduler's only (default %(default)s)")
+    parser.add_argument("--webhook-bind", default="",
+                        help="host:port for POST /webhook and the probes, over TLS (default: no such listener)")
+    parser.add_argument("--metrics-bind", default="",
+                        help="host:port for GET /metrics, plain HTTP (default: /metrics on --bind)")
     parser.add_argument("--tls-cert", help="serving certificate (PEM); plain HTTP without it")
     parser.add_argument("--tls-key", help="serving key (PEM)")
     parser.add_argument("--scheduler-name", default=keys.DEFAULT_SCHEDULER_NAME)
@@ -34,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lock-wait", type=float, default=20,
                         help="seconds /bind waits for a locked node (keep below the extender httpTimeout)")
     parser.add_argument("--resync", type=float, default=300, help="seconds between full relists")
-    parser.add_argument("--serve-webhook", action="store_true", help="also serve POST /webhook on this port")
+    parser.add_argument("--serve-webhook", action="store_true", help="also serve POST /webhook on --bind")
+    add_identity_arguments(parser)
 
 
 def settings_from(args: argparse.Namespace) -> ServiceSettings:
@@ -55,8 +72,8 @@ def _tls(args: argparse.Namespace) -> ReloadingTLS | None:
 
 
 def _mount_webhook(app: web.Application, args: argparse.Namespace, service: SchedulerService) -> None:
-    """Serve the webhook's POST /webhook on this port too (one Service, as HAMi does).
-    Imported only here, so the scheduler runs even in a build without the webhook."""
+    """Serve the webhook's POST /webhook on `app`. Imported only here, so the scheduler runs
+    even in a build without the webhook."""
     try:
         from hami_dcu.webhook.command import settings_from as webhook_settings
         from hami_dcu.webhook.server import add_webhook_routes
@@ -64,31 +81,64 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
         raise ValueError(f"--serve-webhook: the webhook is not available in this build ({exc})") from exc
     defaults = argparse.Namespace(
         scheduler_name=args.scheduler_name, overwrite_scheduler=None, resource_count=keys.DEFAULT_COUNT_RESOURCE,
-        resource_memory=keys.DEFAULT_MEMORY_RESOURCE, resource_cores=keys.DEFAULT_CORES_RESOURCE)
+        resource_memory=keys.DEFAULT_MEMORY_RESOURCE, resource_cores=keys.DEFAULT_CORES_RESOURCE,
+        scheduler_identity=args.scheduler_identity, device_plugin_identity=args.device_plugin_identity)
     add_webhook_routes(app, webhook_settings(defaults), service.metrics.registry)
 
 
-async def serve(args: argparse.Namespace) -> None:
-    host, _, port = args.bind.rpartition(":")
-    kube = AsyncKube(Kube.from_kubeconfig(args.kubeconfig))
-    service = SchedulerService(kube, settings_from(args))
-    app = build_app(service)
-    if args.serve_webhook:
-        _mount_webhook(app, args, service)
+def _address(flag: str, value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"{flag} {value!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+async def _listen(app: web.Application, flag: str, address: str, tls: ReloadingTLS | None) -> web.AppRunner:
+    host, port = _address(flag, address)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    tls = _tls(args)
-    site = web.TCPSite(runner, host or "0.0.0.0", int(port), ssl_context=tls.context if tls else None)
-    await site.start()
-    reloader = asyncio.ensure_future(tls.watch()) if tls else None
-    log.info("scheduler extender %s serving on %s (%s), node policy %s, device policy %s", args.scheduler_name,
-             args.bind, "TLS" if args.tls_cert else "plain HTTP", args.node_policy, args.device_policy)
     try:
+        await web.TCPSite(runner, host, port, ssl_context=tls.context if tls else None).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner
+
+
+async def serve(args: argparse.Namespace) -> None:
+    tls = _tls(args)
+    if args.webhook_bind and tls is None:
+        raise ValueError("--webhook-bind needs --tls-cert and --tls-key (the API server calls webhooks over TLS)")
+    for flag, value in (("--bind", args.bind), ("--webhook-bind", args.webhook_bind),
+                        ("--metrics-bind", args.metrics_bind)):
+        if value:
+            _address(flag, value)  # a bad address fails before anything starts
+    kube = AsyncKube(Kube.from_kubeconfig(args.kubeconfig))
+    service = SchedulerService(kube, settings_from(args))
+    app = build_app(service, metrics=not args.metrics_bind)
+    if args.serve_webhook:
+        _mount_webhook(app, args, service)
+    runners = [await _listen(app, "--bind", args.bind, tls)]
+    reloader = asyncio.ensure_future(tls.watch()) if tls else None
+    try:
+        if args.webhook_bind:
+            webhook_app = build_side_app(service)
+            _mount_webhook(webhook_app, args, service)
+            runners.append(await _listen(webhook_app, "--webhook-bind", args.webhook_bind, tls))
+        if args.metrics_bind:
+            runners.append(await _listen(build_side_app(service, probes=False, metrics=True), "--metrics-bind",
+                                         args.metrics_bind, None))
+        log.info("scheduler extender %s: /filter and /bind on %s (%s)%s%s, node policy %s, device policy %s",
+                 args.scheduler_name, args.bind, "TLS" if tls else "plain HTTP",
+                 f", /webhook on {args.webhook_bind}" if args.webhook_bind else "",
+                 f", /metrics on {args.metrics_bind}" if args.metrics_bind else "",
+                 args.node_policy, args.device_policy)
         await asyncio.Event().wait()
     finally:
         if reloader is not None:
             reloader.cancel()
-        await runner.cleanup()
+        for runner in reversed(runners):
+            await runner.cleanup()
         kube.close()
 
 

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from hami_dcu.common import keys
 from hami_dcu.common.tls import ReloadingTLS
+from hami_dcu.common.writer_flags import add_identity_arguments, identities_from
 from hami_dcu.webhook.decision import Settings
 from hami_dcu.webhook.server import build_app
 
@@ -32,6 +33,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resource-count", default=keys.DEFAULT_COUNT_RESOURCE, help="count resource name")
     parser.add_argument("--resource-memory", default=keys.DEFAULT_MEMORY_RESOURCE, help="memory (MiB) resource name")
     parser.add_argument("--resource-cores", default=keys.DEFAULT_CORES_RESOURCE, help="cores (%%) resource name")
+    add_identity_arguments(parser)
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -39,6 +41,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         scheduler_name=args.scheduler_name,
         overwritable_schedulers=tuple(args.overwrite_scheduler or [keys.KUBE_DEFAULT_SCHEDULER]),
         resources=keys.ResourceNames(args.resource_count, args.resource_memory, args.resource_cores),
+        identities=identities_from(args),
     )
 
 

@@ -14,6 +14,7 @@ import jsonpatch
 
 from hami_dcu.common import keys
 from hami_dcu.common.requests import RequestError, names_dcu, parse_container_request
+from hami_dcu.common.writers import Identities
 
 JSON = dict[str, Any]
 
@@ -24,6 +25,8 @@ class Settings:
     # schedulerName values we may replace; anything else is the user's explicit choice.
     overwritable_schedulers: tuple[str, ...] = (keys.KUBE_DEFAULT_SCHEDULER,)
     resources: keys.ResourceNames = keys.DEFAULT_RESOURCES
+    # Who may write allocation state (common/writers.py); nobody when not configured.
+    identities: Identities = field(default_factory=Identities)
 
 
 @dataclass(frozen=True)

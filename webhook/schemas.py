@@ -24,6 +24,15 @@ class KindSchema(Schema):
     kind = fields.String(required=True)
 
 
+class ResourceSchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    group = fields.String(load_default="")
+    version = fields.String(load_default="")
+    resource = fields.String(required=True)
+
+
 class RequestSchema(Schema):
     class Meta:
         unknown = EXCLUDE
@@ -33,7 +42,11 @@ class RequestSchema(Schema):
     namespace = fields.String(load_default="")
     name = fields.String(load_default="")
     operation = fields.String(required=True, validate=validate.OneOf(["CREATE", "UPDATE", "DELETE", "CONNECT"]))
+    resource = fields.Nested(ResourceSchema, load_default=None)
+    subResource = fields.String(load_default="")
+    userInfo = fields.Dict(allow_none=True, load_default=None)
     object = fields.Dict(allow_none=True, load_default=None)
+    oldObject = fields.Dict(allow_none=True, load_default=None)
     dryRun = fields.Boolean(load_default=False)
 
 

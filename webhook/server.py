@@ -12,7 +12,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from hami_dcu.common.body import BODY_DEADLINE, BodyError, read_body
 from hami_dcu.common.podshape import pod_shape_problem
-from hami_dcu.webhook.decision import Settings, review
+from hami_dcu.webhook import guard
+from hami_dcu.webhook.decision import Decision, Settings, review
 from hami_dcu.webhook.schemas import BadReview, build_response, load_review
 
 log = logging.getLogger(__name__)
@@ -40,27 +41,33 @@ def answer(body: bytes, settings: Settings, metrics: WebhookMetrics) -> dict[str
     if is_pod and (problem := pod_shape_problem(pod)):
         raise BadReview(f"pod object is malformed: {problem}")
     who = _who(request, pod) if is_pod else f"{request.get('namespace')}/{request.get('name') or '?'}"
-    if not is_pod or request["operation"] != "CREATE" or not pod:
-        decision_allowed, reason = True, "not-a-pod-create"
-        response = build_response(data["apiVersion"], request["uid"], True)
-        log.debug("%s %s %s: allowed (%s)", request["operation"], request["kind"]["kind"], who, reason)
+    decision = _decide(request, pod, is_pod, settings)
+    response = build_response(data["apiVersion"], request["uid"], decision.allowed, message=decision.message,
+                              patch=decision.patch, warnings=decision.warnings)
+    if decision.reason == "not-a-pod-create":
+        log.debug("%s %s %s: allowed (%s)", request["operation"], request["kind"]["kind"], who, decision.reason)
+    elif decision.allowed:
+        log.info("pod %s: allowed (%s)%s", who, decision.reason, " patched" if decision.patch else "")
     else:
-        try:
-            decision = review(pod, settings)
-        except (AttributeError, TypeError, KeyError) as exc:
-            # The schema checks the review envelope; a pod whose fields have the wrong JSON
-            # types (spec as a list, containers as strings) is caught here, as a bad request.
-            raise BadReview(f"pod object is malformed: {exc}") from exc
-        decision_allowed, reason = decision.allowed, decision.reason
-        response = build_response(data["apiVersion"], request["uid"], decision.allowed, message=decision.message,
-                                  patch=decision.patch, warnings=decision.warnings)
-        if decision.allowed:
-            log.info("pod %s: allowed (%s)%s", who, decision.reason, " patched" if decision.patch else "")
-        else:
-            log.info("pod %s: denied (%s): %s", who, decision.reason, decision.message)
-    metrics.reviews.labels("allowed" if decision_allowed else "denied", reason).inc()
+        log.info("%s %s %s: denied (%s): %s", request["operation"], request["kind"]["kind"], who, decision.reason,
+                 decision.message)
+    metrics.reviews.labels("allowed" if decision.allowed else "denied", decision.reason).inc()
     metrics.latency.observe(time.perf_counter() - started)
     return response
+
+
+def _decide(request: dict[str, Any], pod: dict[str, Any], is_pod: bool, settings: Settings) -> Decision:
+    # First, for every object sent here: is its writer allowed to write hami-dcu's state?
+    if (why := guard.refusal(request, settings.identities)) is not None:
+        return Decision(allowed=False, reason="not-an-allocation-writer", message=why)
+    if not is_pod or request["operation"] != "CREATE" or not pod:
+        return Decision(allowed=True, reason="not-a-pod-create")
+    try:
+        return review(pod, settings)
+    except (AttributeError, TypeError, KeyError) as exc:
+        # The schema checks the review envelope; a pod whose fields have the wrong JSON
+        # types (spec as a list, containers as strings) is caught here, as a bad request.
+        raise BadReview(f"pod object is malformed: {exc}") from exc
 
 
 def _who(request: dict[str, Any], pod: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 from hami_dcu.webhook.certs import issue
@@ -50,3 +51,83 @@ def test_tls_and_served_webhook(api_server, tmp_path):
     finally:
         process.terminate()
         process.wait(10)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _status(url: str, context: ssl.SSLContext | None, body: dict | None = None) -> int:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_each_audience_has_its_own_listener(api_server, tmp_path):
+    """Issue 11, finding 6: /filter and /bind answered anyone who reached the Service (shared
+    with the webhook). Now the webhook port serves no /filter, /bind or /metrics, and /metrics
+    has a port of its own."""
+    bundle = issue(["localhost"], ip_addresses=["127.0.0.1"])
+    for name, data in (("tls.crt", bundle.cert), ("tls.key", bundle.key), ("ca.crt", bundle.ca_cert)):
+        (tmp_path / name).write_bytes(data)
+    extender, webhook, metrics = _free_port(), _free_port(), _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hami_dcu.cli.main", "scheduler", "--kubeconfig", str(api_server.kubeconfig_path),
+         "--bind", f"127.0.0.1:{extender}", "--webhook-bind", f"127.0.0.1:{webhook}",
+         "--metrics-bind", f"127.0.0.1:{metrics}", "--tls-cert", str(tmp_path / "tls.crt"),
+         "--tls-key", str(tmp_path / "tls.key"), "--scheduler-identity", "system:serviceaccount:ns:ext"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    try:
+        deadline = time.monotonic() + 20
+        while _ready(f"https://127.0.0.1:{webhook}/readyz", context) is False:
+            assert process.poll() is None and time.monotonic() < deadline, process.stdout.read().decode()
+            time.sleep(0.1)
+        pod = {"metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": [{"name": "c"}]}}
+        filter_args = {"Pod": pod, "NodeNames": ["n"]}
+        on_webhook = f"https://127.0.0.1:{webhook}"
+        assert _status(f"{on_webhook}/filter", context, filter_args) == 404
+        assert _status(f"{on_webhook}/bind", context, {"PodName": "p"}) == 404
+        assert _status(f"{on_webhook}/metrics", context) == 404
+        on_extender = f"https://127.0.0.1:{extender}"
+        assert _status(f"{on_extender}/filter", context, filter_args) == 200
+        assert _status(f"{on_extender}/metrics", context) == 404
+        assert _status(f"{on_extender}/webhook", context, {}) == 404
+        assert _status(f"http://127.0.0.1:{metrics}/metrics", None) == 200
+        assert _status(f"http://127.0.0.1:{metrics}/filter", None, filter_args) == 404
+        # The webhook listener applies the one-writer rule with the identities it was given.
+        binding = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Binding"}, "operation": "CREATE",
+            "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": "binding",
+            "namespace": "default", "object": {"metadata": {"name": "p", "annotations": {
+                "hami.io/dcu-devices-allocated": "DCU-X,DCU,1,1:;"}}}}}
+        for user, allowed in (("alice", False), ("system:serviceaccount:ns:ext", True)):
+            binding["request"]["userInfo"] = {"username": user}
+            request = urllib.request.Request(f"{on_webhook}/webhook", data=json.dumps(binding).encode(),
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, context=context, timeout=5) as response:
+                assert json.loads(response.read())["response"]["allowed"] is allowed
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _ready(url: str, context: ssl.SSLContext) -> bool:
+    try:
+        return _status(url, context) == 200
+    except OSError:
+        return False
+
+
+def test_extender_listens_on_loopback_by_default():
+    from hami_dcu.cli.main import build_parser
+
+    parser, _ = build_parser()
+    args = parser.parse_args(["scheduler"])
+    assert args.bind == "127.0.0.1:8443" and args.webhook_bind == "" and args.metrics_bind == ""

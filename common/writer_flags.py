@@ -1,0 +1,22 @@
+"""The command-line flags that name hami-dcu's own identities (common/writers.py), shared by
+`hami-dcu webhook` and `hami-dcu scheduler` (which can serve the webhook)."""
+
+from __future__ import annotations
+
+import argparse
+
+from hami_dcu.common.writers import Identities
+
+
+def add_identity_arguments(parser: argparse.ArgumentParser) -> None:
+    """Who may write allocation state (common/writers.py): without them, nobody may."""
+    parser.add_argument("--scheduler-identity", action="append", default=None, metavar="USER",
+                        help="username of hami-dcu's scheduler extender, e.g. "
+                             "system:serviceaccount:kube-system:hami-dcu-scheduler (repeatable)")
+    parser.add_argument("--device-plugin-identity", action="append", default=None, metavar="USER",
+                        help="username of hami-dcu's device plugins (repeatable)")
+
+
+def identities_from(args: argparse.Namespace) -> Identities:
+    return Identities(scheduler=frozenset(args.scheduler_identity or ()),
+                      device_plugin=frozenset(args.device_plugin_identity or ()))

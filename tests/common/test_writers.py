@@ -1,0 +1,75 @@
+"""The one-writer rule for allocation state (issue 11, findings 2 and 3), as a table."""
+
+import pytest
+
+from hami_dcu.common import keys, writers
+from hami_dcu.common.writers import BINDING, NODE, POD, Caller, Identities
+
+SCHEDULER = "system:serviceaccount:kube-system:hami-dcu-scheduler"
+PLUGIN = "system:serviceaccount:kube-system:hami-dcu-device-plugin"
+IDS = Identities(scheduler=frozenset({SCHEDULER}), device_plugin=frozenset({PLUGIN}))
+TENANT = Caller("alice")
+EXTENDER = Caller(SCHEDULER)
+PLUGIN_N0 = Caller(PLUGIN, node="node0")
+
+
+def pod(node: str | None = None, **annotations: str) -> dict:
+    spec = {"nodeName": node} if node else {}
+    return {"metadata": {"name": "p", "annotations": dict(annotations)}, "spec": spec}
+
+
+def node_obj(name: str, **annotations: str) -> dict:
+    return {"metadata": {"name": name, "annotations": dict(annotations)}}
+
+
+ALLOC = {"hami.io/dcu-devices-allocated": "DCU-A,DCU,1000,10:;", "hami.io/vgpu-node": "node0"}
+TO_ALLOC = keys.POD_DEVICES_TO_ALLOCATE
+
+
+@pytest.mark.parametrize(("kind", "caller", "new", "old", "refused"), [
+    # finding 3: a tenant forges a holding at CREATE, whatever the pod
+    (POD, TENANT, pod(**ALLOC), None, "hami.io/dcu-devices-allocated, hami.io/vgpu-node"),
+    # finding 2: a tenant rewrites the allocation after the Binding
+    (POD, TENANT, pod("node0", **{TO_ALLOC: "x"}), pod("node0", **{TO_ALLOC: "y"}), TO_ALLOC),
+    (POD, TENANT, pod("node0"), pod("node0", **{TO_ALLOC: "y"}), TO_ALLOC),  # removing is writing too
+    (POD, TENANT, pod("node0", **{TO_ALLOC: "y"}, other="1"), pod("node0", **{TO_ALLOC: "y"}), None),
+    (POD, TENANT, pod(other="1"), None, None),
+    (BINDING, TENANT, pod(**ALLOC), None, "hami.io/dcu-devices-allocated"),
+    (BINDING, EXTENDER, pod(**ALLOC), None, None),
+    (BINDING, PLUGIN_N0, pod(**ALLOC), None, "hami.io/dcu-devices-allocated"),
+    # the plugin records progress on its own pods only, and never the scheduler's accounting
+    (POD, PLUGIN_N0, pod("node0", **{TO_ALLOC: ";"}), pod("node0", **{TO_ALLOC: "y"}), None),
+    (POD, PLUGIN_N0, pod("node1", **{TO_ALLOC: ";"}), pod("node1", **{TO_ALLOC: "y"}), "only its own node"),
+    (POD, PLUGIN_N0, pod("node0", **ALLOC), pod("node0"), "hami.io/dcu-devices-allocated"),
+    (POD, Caller(PLUGIN), pod("node0", **{TO_ALLOC: ";"}), pod("node0", **{TO_ALLOC: "y"}), "names no node"),
+    # nodes: the lock is the extender's and the plugin's; registration the plugin's, on its node
+    (NODE, EXTENDER, node_obj("node1", **{keys.NODE_LOCK: "l"}), node_obj("node1"), None),
+    (NODE, EXTENDER, node_obj("node1", **{keys.NODE_REGISTER: "r"}), node_obj("node1"), keys.NODE_REGISTER),
+    (NODE, PLUGIN_N0, node_obj("node0", **{keys.NODE_REGISTER: "r"}), node_obj("node0"), None),
+    (NODE, PLUGIN_N0, node_obj("node1", **{keys.NODE_REGISTER: "r"}), node_obj("node1"), "not node node1"),
+    (NODE, PLUGIN_N0, node_obj("node1", other="x"), node_obj("node1"), "not node node1"),  # NodeRestriction-like
+    (NODE, Caller("system:node:node0"), node_obj("node0", **{keys.NODE_LOCK: "l"}), node_obj("node0"),
+     keys.NODE_LOCK),
+    (NODE, TENANT, node_obj("node0", other="x"), node_obj("node0", other="y"), None),
+])
+def test_judge(kind, caller, new, old, refused):
+    why = writers.judge(kind, caller, new, old, IDS)
+    if refused is None:
+        assert why is None
+    else:
+        assert why is not None and refused in why
+
+
+def test_nobody_is_trusted_without_identities():
+    assert writers.judge(BINDING, EXTENDER, pod(**ALLOC), None, Identities()) is not None
+
+
+@pytest.mark.parametrize(("user_info", "expected"), [
+    ({"username": PLUGIN, "extra": {writers.NODE_NAME_EXTRA: ["node0"]}}, Caller(PLUGIN, "node0")),
+    ({"username": PLUGIN, "extra": {writers.NODE_NAME_EXTRA: ["node0", "node1"]}}, Caller(PLUGIN)),
+    ({"username": PLUGIN, "extra": {writers.NODE_NAME_EXTRA: "node0"}}, Caller(PLUGIN)),
+    ({"username": 7, "extra": []}, Caller("")),
+    (None, Caller("")),
+])
+def test_caller_from_user_info(user_info, expected):
+    assert Caller.from_user_info(user_info) == expected

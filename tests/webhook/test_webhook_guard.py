@@ -1,0 +1,75 @@
+"""The webhook enforces the one-writer rule on whatever it is sent: pod CREATE and UPDATE (any
+pod, labelled or not, DCU or not), Bindings and Nodes (issue 11, findings 2 and 3). The local
+cluster has no CEL, so this is what its admission runs; the chart's policies say the same."""
+
+import json
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from hami_dcu.common import keys
+from hami_dcu.common.writers import NODE_NAME_EXTRA, Identities
+from hami_dcu.webhook.decision import Settings
+from hami_dcu.webhook.server import WebhookMetrics, answer
+
+SCHEDULER = "system:serviceaccount:kube-system:hami-dcu-scheduler"
+PLUGIN = "system:serviceaccount:kube-system:hami-dcu-device-plugin"
+SETTINGS = Settings(identities=Identities(frozenset({SCHEDULER}), frozenset({PLUGIN})))
+ALLOCATED = {keys.POD_DEVICES_ALLOCATED: "DCU-A,DCU,65520,100:;", keys.POD_NODE: "node0"}
+
+
+def plain_pod(node=None, labels=None, **annotations):
+    spec = {"containers": [{"name": "c", "image": "x"}]}
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": {"name": "p", "namespace": "team", "labels": labels or {}, "annotations": annotations},
+            "spec": spec}
+
+
+def review(operation, obj, old=None, user="alice", extra=None, kind="Pod", resource="pods", sub=""):
+    request = {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": kind}, "namespace": "team",
+               "name": "p", "operation": operation, "resource": {"group": "", "version": "v1", "resource": resource},
+               "subResource": sub, "userInfo": {"username": user, "extra": extra or {}}, "object": obj,
+               "oldObject": old}
+    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+    return answer(body.encode(), SETTINGS, WebhookMetrics(CollectorRegistry()))["response"]
+
+
+def test_forged_holding_on_a_plain_opted_out_pod_is_denied_at_create():
+    """Finding 3: no DCU request and `hami.io/webhook: ignore` used to pass untouched."""
+    response = review("CREATE", plain_pod(labels={keys.WEBHOOK_LABEL: keys.WEBHOOK_IGNORE}, **ALLOCATED))
+    assert response["allowed"] is False and response["status"]["code"] == 403
+    assert keys.POD_DEVICES_ALLOCATED in response["status"]["message"] and "alice" in response["status"]["message"]
+
+
+def test_post_bind_rewrite_by_the_owner_is_denied_at_update():
+    """Finding 2: the owner rewrote dcu-devices-to-allocate between the Binding and Allocate."""
+    bound = plain_pod("node0", **{keys.POD_DEVICES_TO_ALLOCATE: "DCU-A,DCU,1000,10:;"})
+    whole_card = plain_pod("node0", **{keys.POD_DEVICES_TO_ALLOCATE: "DCU-A,DCU,65520,100:;"})
+    response = review("UPDATE", whole_card, old=bound)
+    assert response["allowed"] is False and keys.POD_DEVICES_TO_ALLOCATE in response["status"]["message"]
+    unrelated = review("UPDATE", {**bound, "metadata": {**bound["metadata"], "labels": {"a": "b"}}}, old=bound)
+    assert unrelated["allowed"] is True
+
+
+def test_binding_with_the_allocation_only_from_the_extender():
+    binding = {"metadata": {"name": "p", "annotations": ALLOCATED}, "target": {"kind": "Node", "name": "node0"}}
+    assert review("CREATE", binding, kind="Binding", sub="binding", user=SCHEDULER)["allowed"] is True
+    refused = review("CREATE", binding, kind="Binding", sub="binding", user="system:kube-scheduler")
+    assert refused["allowed"] is False
+
+
+@pytest.mark.parametrize(("node", "allowed"), [("node0", True), ("node1", False)])
+def test_device_plugin_writes_only_its_own_node(node, allowed):
+    old = {"metadata": {"name": node, "annotations": {}}}
+    new = {"metadata": {"name": node, "annotations": {keys.NODE_REGISTER: "x"}}}
+    response = review("UPDATE", new, old=old, user=PLUGIN, extra={NODE_NAME_EXTRA: ["node0"]}, kind="Node",
+                      resource="nodes")
+    assert response["allowed"] is allowed
+
+
+def test_dcu_pod_create_is_still_routed():
+    pod = plain_pod()
+    pod["spec"]["containers"][0]["resources"] = {"limits": {keys.DEFAULT_COUNT_RESOURCE: "1"}}
+    response = review("CREATE", pod)
+    assert response["allowed"] is True and response["patchType"] == "JSONPatch"
