@@ -21,6 +21,7 @@ import asyncio
 import logging
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,8 +147,7 @@ class SchedulerLoop:
         if not chosen:
             failed = _field(result, "FailedNodes") or {}
             failed.update(_field(result, "FailedAndUnresolvableNodes") or {})
-            reasons = "; ".join(f"{n}: {r}" for n, r in sorted(failed.items()))
-            await self._failed(pod, key, f"0/{len(names)} nodes are available: {reasons}", self.stats.filter_failures)
+            await self._failed(pod, key, no_node_available(len(names), failed.values()), self.stats.filter_failures)
             return None
         if chosen[0] not in names:
             await self._failed(pod, key, f"extender returned unknown node {chosen[0]}", self.stats.filter_failures)
@@ -218,3 +218,12 @@ def _field(obj: JSON, name: str) -> Any:
         return obj[name]
     folded = name.casefold()
     return next((v for k, v in obj.items() if k.casefold() == folded), None)
+
+
+def no_node_available(nodes: int, reasons: Iterable[str]) -> str:
+    """kube-scheduler's FitError text: nodes counted per distinct reason, "<count> <reason>"
+    entries sorted as strings, joined by ", " (schedule_one.go). Reasons are not attributed to
+    nodes, so a reason that differs per node is listed once per node."""
+    counts = Counter(reasons)
+    entries = sorted(f"{count} {reason}" for reason, count in counts.items())
+    return f"0/{nodes} nodes are available: {', '.join(entries)}."

@@ -52,6 +52,26 @@ def test_scenario_on_a_real_control_plane(real_cluster: RealCluster, scenario: S
     scenario.run(real_cluster)
 
 
+_LARGE = [s for s in SCENARIOS if not _fits(s)]
+
+
+@pytest.fixture(scope="module")
+def large_cluster() -> Iterator[RealCluster]:
+    """One cluster as large as the largest scenario (the 100-pod one: 10 nodes x 3 cards)."""
+    if _REASON:
+        pytest.skip(_REASON)
+    nodes_count = max(s.nodes for s in _LARGE)
+    cards = max(s.cards_per_node for s in _LARGE)
+    with RealCluster({f"node{i}": default_cards(f"node{i}", cards) for i in range(nodes_count)}) as cluster:
+        yield cluster
+
+
+@pytest.mark.parametrize("scenario", _LARGE, ids=lambda s: s.name)
+def test_large_scenario_on_a_real_control_plane(large_cluster: RealCluster, scenario: Scenario) -> None:
+    _clean(large_cluster)
+    scenario.run(large_cluster)
+
+
 # --- what only a real control plane exercises ----------------------------------------------
 
 

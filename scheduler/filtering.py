@@ -78,6 +78,14 @@ class FilterOutcome:
     def failed_text(self) -> dict[str, str]:
         return {node: r.message for node, r in self.failed.items()}
 
+    def example_detail(self) -> str:
+        """One failing node's own figures ("node3: container main needs ..., card X: 1024 MiB free
+        < 2000 MiB requested"), the first by name, so the text is stable between attempts."""
+        for node in sorted(self.failed):
+            if self.failed[node].detail:
+                return f"{node}: {self.failed[node].detail}"
+        return ""
+
     def codes(self) -> list[Code]:
         return [r.code for r in self.failed.values()]
 
@@ -171,7 +179,7 @@ class Filter:
         result = fit_pod(entry.cards, entry.used, plan.requests, plan.names, plan.init_count, plan.selection,
                          plan.card_policy)
         if isinstance(result, PodMiss):
-            return NodeRejection(result.code, result.message)
+            return NodeRejection(result.code, result.summary, result.message)
         return result
 
 

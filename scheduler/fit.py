@@ -31,7 +31,7 @@ from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, PodDevices
 from hami_dcu.common.requests import DcuRequest
 from hami_dcu.scheduler import policy as policies
-from hami_dcu.scheduler.reasons import CardRejection, Code, primary_code
+from hami_dcu.scheduler.reasons import SUMMARY_PHRASE, CardRejection, Code, primary_code
 from hami_dcu.scheduler.usage import Usage, collapse
 
 
@@ -100,14 +100,24 @@ class PodFit:
 class PodMiss:
     container: str
     code: Code
-    message: str
+    message: str  # the node's own figures: which card failed and why
     rejections: tuple[CardRejection, ...] = ()
+    request: str = ""  # what the container asked for, e.g. "1 card x (2000 MiB, 10 percent of cores)"
+
+    @property
+    def summary(self) -> str:
+        """The same text for every node that fails this way, so kube-scheduler can count nodes
+        per reason ("0/5000 nodes are available: 5000 insufficient card memory: ...") instead of
+        listing 5,000 distinct messages in one event."""
+        return f"{SUMMARY_PHRASE[self.code]}: container {self.container} needs {self.request}"
 
 
+# Reasons never contain "%": kube-scheduler passes the extender's reasons through a printf
+# when it records FailedScheduling, so "10% cores" was shown as "10%!c(MISSING)ores".
 def describe(request: DcuRequest) -> str:
     memory = "all memory" if request.whole_memory else f"{request.memory_mib} MiB"
     plural = "s" if request.count != 1 else ""
-    return f"{request.count} card{plural} x ({memory}, {request.cores}% cores)"
+    return f"{request.count} card{plural} x ({memory}, {request.cores} percent of cores)"
 
 
 def fit_pod(
@@ -148,7 +158,8 @@ def fit_container(
     if request.count > len(cards):
         plural = "s" if len(cards) != 1 else ""
         return PodMiss(name, Code.NODE_TOO_FEW_CARDS,
-                       f"container {name} needs {describe(request)}: node has {len(cards)} card{plural}")
+                       f"container {name} needs {describe(request)}: node has {len(cards)} card{plural}",
+                       request=describe(request))
     scores = [
         policies.utilisation(u[0], c.slots, u[1], c.memory, u[2], c.cores) for c, u in zip(cards, usage, strict=True)
     ]
@@ -178,7 +189,8 @@ def fit_container(
     code = primary_code(rejections) or Code.NODE_TOO_FEW_CARDS
     found = f"{len(chosen)} of {len(cards)} cards fit"
     details = "; ".join(r.text() for r in rejections)
-    return PodMiss(name, code, f"container {name} needs {describe(request)}, {found}: {details}", tuple(rejections))
+    return PodMiss(name, code, f"container {name} needs {describe(request)}, {found}: {details}", tuple(rejections),
+                   describe(request))
 
 
 def check_card(
@@ -203,11 +215,11 @@ def check_card(
     free_cores = card.cores - used_cores
     if free_cores < request.cores:
         return CardRejection(card.id, Code.CARD_INSUFFICIENT_CORES,
-                             f"{free_cores}% cores free < {request.cores}% requested")
+                             f"{free_cores} percent of cores free < {request.cores} requested")
     if request.cores >= 100 and card.cores == 100 and used_slots > 0:
         return CardRejection(card.id, Code.CARD_EXCLUSIVE_CONFLICT,
-                             f"100% cores need an idle card, {used_slots} share(s) in use")
+                             f"all cores need an idle card, {used_slots} share(s) in use")
     if request.cores == 0 and card.cores and used_cores >= card.cores:
         return CardRejection(card.id, Code.CARD_COMPUTE_EXHAUSTED,
-                             f"all {card.cores}% cores taken, a 0% request would get none")
+                             f"all {card.cores} percent of cores taken, a zero-cores request would get none")
     return None

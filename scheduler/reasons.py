@@ -68,6 +68,7 @@ class CardRejection:
 class NodeRejection:
     code: Code
     message: str  # what failedNodes says for this node
+    detail: str = ""  # this node's own figures (which card, how much was free), for logs and events
 
 
 def primary_code(rejections: Iterable[CardRejection]) -> Code | None:

@@ -133,8 +133,11 @@ class SchedulerService:
         failed = outcome.failed_text()
         if outcome.chosen is None or outcome.fit is None:
             summary = summarise(outcome.codes()) or "no candidate nodes"
-            log.info("filter %s/%s: no node fits (%s)", namespace, name, summary)
-            self._emit(pod, "FilteringFailed", f"no node fits the DCU request: {summary}", "Warning")
+            example = outcome.example_detail()
+            log.info("filter %s/%s: no node fits (%s)%s", namespace, name, summary, f"; {example}" if example else "")
+            # FailedNodes carries reasons kube-scheduler can count; one node's figures go here.
+            self._emit(pod, "FilteringFailed", f"no node fits the DCU request: {summary}"
+                       + (f"; for example {example}" if example else ""), "Warning")
             self.metrics.filter_seconds.labels("unschedulable").observe(self.monotonic() - started)
             return filter_result(args, [], failed)
         if uid:

@@ -170,10 +170,10 @@ class RealCluster:
                              f"{status.get('phase')} {status.get('message', '')}")
         except KubeError as exc:
             lines.append(f"(pods unavailable: {exc})")
-        for kubelet in self.kubelets.values():
-            for running in list(kubelet.running.values()):
-                for process in running.containers.values():
-                    lines.append(f"--- {process.name}:\n{process.tail(15)}")
+        # Every container log, finished ones (Job pods) included.
+        for log_file in sorted((self.workdir / "nodes").glob("*/pods/*/logs/*.log")):
+            tail = log_file.read_text(errors="replace").splitlines()[-15:]
+            lines.append(f"--- {log_file.relative_to(self.workdir)}:\n" + "\n".join(tail))
         return "\n".join(lines)
 
     def container_logs(self, container: str) -> str:

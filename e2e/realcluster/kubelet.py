@@ -175,11 +175,22 @@ class RealKubelet(LocalKubelet):
                 statuses.append(_container_status(container, ready=True, running=True))
                 continue
             code = process.exit_code()
+            name = container["name"]
             if code is not None and (policy == "Always" or (policy == "OnFailure" and code != 0)):
+                # CrashLoopBackOff as a kubelet does it: the first restart at once, then 10 s
+                # doubling to 5 min. Restarting in a tight loop would burn a Job's backoffLimit
+                # (it counts restarts) before, say, a new RoleBinding reaches the authorizer.
+                due = running.restart_due.setdefault(name, time.monotonic() + _backoff(running.restarts[name]))
+                if time.monotonic() < due:
+                    all_ready, done = False, False
+                    statuses.append(_container_status(container, ready=False, running=False, exit_code=code,
+                                                      restarts=running.restarts[name], waiting=True))
+                    continue
                 log.info("kubelet %s: %s exited with %s; restarting:\n%s", self.node, process.name, code,
                          process.tail(10))
+                running.restart_due.pop(name, None)
                 self.runtime.restart(pod, running, container)
-                process, code = running.containers[container["name"]], None
+                process, code = running.containers[name], None
             ready = code is None and self._probe(running, container)
             all_ready &= ready
             done &= code is not None
@@ -269,10 +280,17 @@ def _conditions(ready: bool) -> list[JSON]:
         ("Ready", value), ("PodScheduled", "True"))]
 
 
+def _backoff(restarts: int) -> float:
+    return 0.0 if restarts == 0 else min(10.0 * 2 ** (restarts - 1), 300.0)
+
+
 def _container_status(container: JSON, *, ready: bool, running: bool, exit_code: int | None = None,
-                      restarts: int = 0) -> JSON:
+                      restarts: int = 0, waiting: bool = False) -> JSON:
     state: JSON
-    if running:
+    if waiting:
+        state = {"waiting": {"reason": "CrashLoopBackOff",
+                             "message": f"back-off restarting failed container {container['name']}"}}
+    elif running:
         state = {"running": {"startedAt": _now()}}
     else:
         state = {"terminated": {"exitCode": exit_code or 0, "reason": "Completed" if not exit_code else "Error",

@@ -71,6 +71,7 @@ class RunningPod:
     root: Path
     containers: dict[str, Process] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)
+    restart_due: dict[str, float] = field(default_factory=dict)  # container -> monotonic time
 
 
 class PodRuntime:

@@ -37,9 +37,11 @@ SHARE = DcuRequest(count=1, memory_mib=2000, cores=60)
         (card(1), Usage(4, 100, 40), SHARE, {}, Code.CARD_SLOTS_EXHAUSTED, "4/4 slots used"),
         (card(1, memory=3024), Usage(1, 2000, 0), SHARE, {}, Code.CARD_INSUFFICIENT_MEMORY,
          "1024 MiB free < 2000 MiB requested"),
-        (card(1), Usage(1, 100, 60), SHARE, {}, Code.CARD_INSUFFICIENT_CORES, "40% cores free < 60% requested"),
+        (card(1), Usage(1, 100, 60), SHARE, {}, Code.CARD_INSUFFICIENT_CORES,
+         "40 percent of cores free < 60 requested"),
         (card(1), Usage(1, 100, 0), DcuRequest(1, 100, 100), {}, Code.CARD_EXCLUSIVE_CONFLICT, "1 share(s) in use"),
-        (card(1), Usage(1, 100, 100), DcuRequest(1, 100, 0), {}, Code.CARD_COMPUTE_EXHAUSTED, "all 100% cores"),
+        (card(1), Usage(1, 100, 100), DcuRequest(1, 100, 0), {}, Code.CARD_COMPUTE_EXHAUSTED,
+         "all 100 percent of cores taken"),
         (card(1), Usage(1, 1, 0), DcuRequest(1), {}, Code.CARD_INSUFFICIENT_MEMORY, "65519 MiB free < 65520"),
     ],
 )
