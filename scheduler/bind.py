@@ -46,8 +46,9 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import encode_pod_devices
@@ -64,7 +65,7 @@ from hami_dcu.scheduler.metrics import SchedulerMetrics
 from hami_dcu.scheduler.reasons import NodeRejection
 
 log = logging.getLogger(__name__)
-JSON = dict
+JSON = dict[str, Any]
 PodKey = tuple[str, str]
 _BINDING_ATTEMPTS = 3  # Binding calls per bind while the pod stays unbound and the server is busy
 # How soon a waiting bind asks the API about a lock whose holder the watch shows done with it
@@ -105,7 +106,6 @@ class _Attempt:
     lock_value: str | None = None  # written, or possibly written, by this attempt
     api_calls: int = 0
     contended: bool = False
-    takeovers: list[str] = field(default_factory=list)
 
 
 class Binder:
