@@ -52,7 +52,9 @@ async def test_two_instances_bind_200_pods_onto_10_nodes(kube_factory, aiohttp_s
         for loop in loops:
             loop._stop.set()
         await asyncio.gather(*runners)
-        await until(lambda: all(lock_of(kube, n) is None for n in names), timeout=10)
+        # Binds still in flight when the loops stop may wait up to lock_wait for a node, then
+        # lock it for their Allocate: give them that long, and the fake plugin a little more.
+        await until(lambda: all(lock_of(kube, n) is None for n in names), timeout=settings.bind.lock_wait + 10)
         stop.set()
         await plugin
         truth = held_per_card(kube)

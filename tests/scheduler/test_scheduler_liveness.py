@@ -265,6 +265,29 @@ async def test_a_lock_left_by_a_successful_allocation_is_released_by_the_extende
         assert releases["bound-elsewhere"] == 1
 
 
+async def test_the_sweep_frees_a_lock_left_by_a_bind_that_died_and_keeps_a_young_one(kube_factory, aiohttp_client):
+    """A scheduler that crashed between its lock and its Binding: no watch event will ever
+    say the lock is needless; the sweep judges locks older than the bind window."""
+    from datetime import UTC, datetime, timedelta
+
+    kube = kube_factory()
+    create_nodes(kube, ["n1", "n2"])
+    for name in ("crashed", "binding"):
+        kube.create_pod("default", dcu_pod(name))
+    settings = ServiceSettings(bind=BindSettings(bind_window=timedelta(seconds=30), sweep_interval=3600))
+    async with replica(kube_factory, aiohttp_client, settings) as (service, _client, _own):
+        old = NodeLock(kube, clock=lambda: datetime.now(UTC) - timedelta(seconds=31)).take("n1", "default", "crashed")
+        young = NodeLock(kube).take("n2", "default", "binding")
+        await until(lambda: service.cache.nodes["n1"].lock_value == old.value
+                    and service.cache.nodes["n2"].lock_value == young.value)
+        assert await service.binder.janitor.sweep() == 1
+        assert lock_of(kube, "n1") is None
+        assert lock_of(kube, "n2") == young.value  # its bind may be about to create the Binding
+        releases = {s.labels["reason"]: s.value for m in service.metrics.registry.collect() for s in m.samples
+                    if s.name == "hami_dcu_scheduler_node_lock_releases_total"}
+        assert releases == {"holder-unbound": 1.0}
+
+
 # --- cause 5/6: assumptions never overwrite real holdings; the relist repairs drift ----------
 
 
