@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sys
 from collections.abc import Callable
 
@@ -37,14 +38,20 @@ def say(prog: str, message: str) -> None:
 
 def os_error_message(exc: OSError) -> str:
     if exc.errno == errno.EADDRINUSE:
-        return f"cannot listen: address already in use ({_without_errno(exc)})"
+        return f"cannot listen on {_address(exc)}: address already in use (another process holds the port)"
     if exc.errno == errno.EADDRNOTAVAIL:
-        return f"cannot listen: address not available on this machine ({_without_errno(exc)})"
+        return f"cannot listen on {_address(exc)}: address not available on this machine"
     if exc.errno in (errno.EACCES, errno.EPERM) and exc.filename is None:
         return f"permission denied ({_without_errno(exc)}); ports below 1024 need privileges"
     if exc.filename is not None:
         return f"{exc.filename}: {exc.strerror or exc}"
     return _without_errno(exc)
+
+
+def _address(exc: OSError) -> str:
+    """HOST:PORT out of asyncio's "error while attempting to bind on address ('h', p): ..."."""
+    found = re.search(r"\('([^']*)', (\d+)", str(exc))
+    return f"{found.group(1)}:{found.group(2)}" if found else _without_errno(exc)
 
 
 def _without_errno(exc: OSError) -> str:

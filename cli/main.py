@@ -54,9 +54,23 @@ class OneLineParser(argparse.ArgumentParser):
     """Usage mistakes in one line that names the problem and where help is, exit 2 (argparse
     prints the whole usage block first, which buries the message)."""
 
+    def __init__(self, *args: typing.Any, **kwargs: typing.Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.subcommand_parsers: dict[str, argparse.ArgumentParser] = {}
+
     def error(self, message: str) -> typing.NoReturn:
         say(self.prog, f"{message} (see {self.prog} --help)")
         raise SystemExit(EXIT_USAGE)
+
+    def parse_command_line(self, args: Sequence[str] | None) -> argparse.Namespace:
+        """parse_args, but unknown flags are the subcommand's mistake: said with its name
+        and its --help (argparse blames the top-level command)."""
+        parsed, extras = self.parse_known_args(args)
+        if extras:
+            command = getattr(parsed, "command", None)
+            where = self.subcommand_parsers.get(command, self) if command else self
+            where.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -85,7 +99,7 @@ def _load(sub: Subcommand) -> ModuleType | None:
         raise
 
 
-def build_parser(prog: str = "hami-dcu") -> tuple[argparse.ArgumentParser, dict[str, ModuleType | None]]:
+def build_parser(prog: str = "hami-dcu") -> tuple[OneLineParser, dict[str, ModuleType | None]]:
     parser = OneLineParser(
         prog=prog,
         description="Fractional sharing of Hygon DCUs on Kubernetes (HAMi-compatible).",
@@ -100,6 +114,7 @@ def build_parser(prog: str = "hami-dcu") -> tuple[argparse.ArgumentParser, dict[
         summary = sub.summary if module else f"{sub.summary} [not available yet]"
         sp = subparsers.add_parser(sub.name, help=summary, description=summary,
                                    formatter_class=DefaultsHelpFormatter)
+        parser.subcommand_parsers[sub.name] = sp
         sp.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else in-cluster config)")
         sp.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                         help="log verbosity; debug also shows the traceback of an unexpected error")
@@ -110,7 +125,7 @@ def build_parser(prog: str = "hami-dcu") -> tuple[argparse.ArgumentParser, dict[
 
 def main(argv: Sequence[str] | None = None, prog: str = "hami-dcu") -> int:
     parser, modules = build_parser(prog)
-    args = parser.parse_args(argv)
+    args = parser.parse_command_line(argv)
     if not args.command:
         parser.print_help()
         return EXIT_USAGE

@@ -12,9 +12,11 @@ import sys
 from datetime import UTC, datetime
 
 from hami_dcu.cli.cardusage import cluster_usage
+from hami_dcu.cli.errors import say
 from hami_dcu.cli.statusview import FORMATS, render
 from hami_dcu.common.kube import Kube, KubeError, NotFoundError
 
+PROG = "hami-dcu status"
 # Finished pods hold nothing; leaving them out keeps the listing small on busy clusters.
 LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -41,15 +43,14 @@ def run(args: argparse.Namespace) -> int:
         # names its node only in an annotation, which no field selector reaches.
         pods = kube.list_pods(field_selector=LIVE_PODS).items
     except NotFoundError:
-        print(f"hami-dcu status: node {args.node} not found", file=sys.stderr)
+        say(PROG, f"node {args.node} not found")
         return 1
     except KubeError as exc:
-        print(f"hami-dcu status: cannot read nodes and pods: {exc}", file=sys.stderr)
+        say(PROG, f"cannot read nodes and pods: {exc}")
         return 1
     usage = cluster_usage(nodes, pods, datetime.now(UTC), node_name=args.node, namespace=args.namespace)
     if args.node and not usage.nodes:
-        print(f"hami-dcu status: node {args.node} has no DCUs registered (no hami.io/node-dcu-register)",
-              file=sys.stderr)
+        say(PROG, f"node {args.node} has no DCUs registered (no hami.io/node-dcu-register)")
         return 1
     sys.stdout.write(render(usage, args.output))
     return 0

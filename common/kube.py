@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -69,6 +70,7 @@ class UnreachableError(KubeError):
 
     def __init__(self, message: str) -> None:
         super().__init__(0, "Unreachable", message)
+        self.args = (message,)  # there was no answer, so no "0 Unreachable:" status to show
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,14 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem
+
+
+def _root_cause(exc: urllib3.exceptions.HTTPError) -> str:
+    """"Connection refused" rather than urllib3's nested MaxRetryError(NewConnectionError(...))
+    text, which repeats the host three times."""
+    text = str(getattr(exc, "reason", None) or exc)
+    found = re.search(r"\[Errno -?\d+\] ([^\"')]+)", text)
+    return found.group(1).strip() if found else text
 
 
 def _quote(name: str) -> str:
@@ -179,7 +189,7 @@ class Kube:
             raise _typed_error(exc) from exc
         except urllib3.exceptions.HTTPError as exc:
             host = self.api_client.configuration.host
-            raise UnreachableError(f"API server {host} unreachable: {exc}") from exc
+            raise UnreachableError(f"API server {host} unreachable: {_root_cause(exc)}") from exc
 
     # --- nodes ---------------------------------------------------------------------------
 

@@ -14,3 +14,7 @@ def setup_logging(level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # urllib3 warns on every retry it makes; our callers retry and log the failure themselves,
+    # naming the pod or node, so its lines are only noise (and two per failed call).
+    if root.level > logging.DEBUG:
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)

@@ -2,14 +2,19 @@
 
 Starts a LocalCluster (default 2 nodes x 2 K100_AI), submits example pods, prints where
 each went (node, card, memory, cores, CU mask), why the ones that did not fit are pending
-or were refused, and the vdev file of one shared pod; then shuts down and exits 0.
+or were refused, and the vdev file of one shared pod; then shuts down and exits 0 (1 when
+the pods did not settle in time). With `--keep` the cluster keeps running, with a kubeconfig
+for kubectl and `hami-dcu status`, until Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import signal
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from hami_dcu.common import keys
@@ -30,10 +35,42 @@ EXAMPLES: list[tuple[str, list[Ctr], dict[str, str]]] = [
 ]
 
 
+PROGRESS_EVERY = 2.0  # seconds between "waiting" lines
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range ({low}-{high})")
+        return value
+
+    return parse
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text} is out of range (more than 0, at most 3600 seconds)")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--nodes", type=int, default=2, help="number of nodes (default %(default)s)")
-    parser.add_argument("--cards", type=int, default=2, help="mock K100_AI cards per node (default %(default)s)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the pods")
+    parser.add_argument("--nodes", type=bounded_int(1, 16), default=2,
+                        help="number of nodes, 1-16 (default %(default)s)")
+    parser.add_argument("--cards", type=bounded_int(1, 8), default=2,
+                        help="mock K100_AI cards per node, 1-8 (default %(default)s)")
+    parser.add_argument("--timeout", type=positive_seconds, default=60.0,
+                        help="seconds to wait for the pods to settle; exit 1 when they do not (default %(default)s)")
+    parser.add_argument("--keep", action="store_true",
+                        help="leave the cluster running with a kubeconfig for kubectl and `hami-dcu status` "
+                        "until Ctrl-C or SIGTERM")
 
 
 def _row(cells: list[str], widths: list[int]) -> str:
@@ -53,7 +90,8 @@ def _mask_of(cluster: LocalCluster, pod: dict[str, Any], container: str) -> str:
 def run(args: argparse.Namespace) -> int:
     logging.getLogger().setLevel(logging.WARNING)  # the table is the output; components log warnings only
     nodes = {f"node{i}": default_cards(f"node{i}", args.cards) for i in range(args.nodes)}
-    print(f"starting a local cluster: {args.nodes} nodes x {args.cards} mock K100_AI cards (65520 MiB, 120 CUs)")
+    print(f"starting a local cluster: {args.nodes} nodes x {args.cards} mock K100_AI cards (65520 MiB, 120 CUs)",
+          flush=True)
     with LocalCluster(nodes, namespace="demo") as cluster:
         refused: dict[str, str] = {}
         for name, containers, annotations in EXAMPLES:
@@ -61,65 +99,105 @@ def run(args: argparse.Namespace) -> int:
                 cluster.kube.create_pod(cluster.namespace, pod_manifest(name, containers, annotations))
             except KubeError as exc:
                 refused[name] = exc.message
-        deadline = time.monotonic() + args.timeout
-        expected_pending = {"too-big"}
-        while time.monotonic() < deadline:
-            pods = {p["metadata"]["name"]: p for p in cluster.kube.list_pods(namespace=cluster.namespace).items}
-            settled = [n for n, p in pods.items() if p["status"].get("phase") in ("Running", "Failed")]
-            if len(settled) >= len(pods) - len(expected_pending & pods.keys()):
-                break
-            time.sleep(0.2)
+        unsettled = _wait_for_pods(cluster, args.timeout, expected_pending={"too-big"})
         time.sleep(0.5)  # let the pending pod collect its FailedScheduling event
-        pods = {p["metadata"]["name"]: p for p in cluster.kube.list_pods(namespace=cluster.namespace).items}
-
-        widths = [17, 9, 8, 13, 10, 6, 34]
-        print()
-        print(_row(["POD", "CONTAINER", "NODE", "CARD", "MEMORY", "CORES", "CU MASK (hex, 120 CUs)"], widths))
-        for name, _containers, _ in EXAMPLES:
-            pod = pods.get(name)
-            if pod is None:
-                continue
-            status = pod["status"]
-            value = (pod["metadata"].get("annotations") or {}).get(keys.POD_DEVICES_ALLOCATED)
-            if status.get("phase") != "Running" or not value:
-                print(_row([name, "-", "-", status.get("phase", "?"), "", "", ""], widths))
-                continue
-            all_containers = pod["spec"].get("initContainers", []) + pod["spec"]["containers"]
-            for container, devices in zip(all_containers, decode_pod_devices(value), strict=False):
-                for device in devices:
-                    print(
-                        _row(
-                            [
-                                name,
-                                container["name"],
-                                pod["spec"]["nodeName"],
-                                device.uuid,
-                                f"{device.usedmem} MiB",
-                                f"{device.usedcores}%",
-                                _mask_of(cluster, pod, container["name"]),
-                            ],
-                            widths,
-                        )
-                    )
-        print()
-        for name, pod in pods.items():
-            if pod["status"].get("phase") == "Pending":
-                reasons = [
-                    e["message"]
-                    for e in events_for(cluster.kube, cluster.namespace, name)
-                    if e.get("reason") in ("FailedScheduling", "FilteringFailed")
-                ]
-                print(f"{name} is Pending: {reasons[-1] if reasons else 'waiting for the scheduler'}")
-        for name, message in refused.items():
-            print(f"{name} was refused at admission: {message}")
-        shown = pods.get("train-15pct")
-        if shown and shown["spec"].get("nodeName"):
-            node = shown["spec"]["nodeName"]
-            for dirname, content in cluster.vdev_files(node).items():
-                if dirname.startswith(shown["metadata"]["uid"]):
-                    print(
-                        f"\nvdev0.conf of pod train-15pct on {node} ({cluster.nodes[node].paths.vdev_dir}/{dirname}):"
-                    )
-                    print(content, end="")
+        _print_placements(cluster, refused)
+        if unsettled:
+            print(f"\ntimed out after {args.timeout:g}s: still waiting for {', '.join(sorted(unsettled))}",
+                  flush=True)
+        if args.keep:
+            _keep_running(cluster)
     print("\nlocal cluster stopped")
-    return 0
+    return 1 if unsettled else 0
+
+
+def _wait_for_pods(cluster: LocalCluster, timeout: float, expected_pending: set[str]) -> set[str]:
+    """Wait until every pod but the expected Pending ones runs or failed; print progress.
+    Returns the pods that had not settled when time ran out."""
+    deadline = time.monotonic() + timeout
+    next_progress = time.monotonic() + PROGRESS_EVERY
+    while True:
+        pods = {p["metadata"]["name"]: p for p in cluster.kube.list_pods(namespace=cluster.namespace).items}
+        waiting = {n for n, p in pods.items() if p["status"].get("phase") not in ("Running", "Failed")}
+        waiting -= expected_pending
+        if not waiting or time.monotonic() >= deadline:
+            return waiting
+        if time.monotonic() >= next_progress:
+            print(f"waiting for {len(waiting)} of {len(pods)} pods: {', '.join(sorted(waiting))}", flush=True)
+            next_progress = time.monotonic() + PROGRESS_EVERY
+        time.sleep(0.2)
+
+
+def _print_placements(cluster: LocalCluster, refused: dict[str, str]) -> None:
+    pods = {p["metadata"]["name"]: p for p in cluster.kube.list_pods(namespace=cluster.namespace).items}
+    widths = [17, 9, 8, 13, 10, 6, 34]
+    print()
+    print(_row(["POD", "CONTAINER", "NODE", "CARD", "MEMORY", "CORES", "CU MASK (hex, 120 CUs)"], widths))
+    for name, _containers, _ in EXAMPLES:
+        pod = pods.get(name)
+        if pod is None:
+            continue
+        status = pod["status"]
+        value = (pod["metadata"].get("annotations") or {}).get(keys.POD_DEVICES_ALLOCATED)
+        if status.get("phase") != "Running" or not value:
+            print(_row([name, "-", "-", status.get("phase", "?"), "", "", ""], widths))
+            continue
+        all_containers = pod["spec"].get("initContainers", []) + pod["spec"]["containers"]
+        for container, devices in zip(all_containers, decode_pod_devices(value), strict=False):
+            for device in devices:
+                print(
+                    _row(
+                        [
+                            name,
+                            container["name"],
+                            pod["spec"]["nodeName"],
+                            device.uuid,
+                            f"{device.usedmem} MiB",
+                            f"{device.usedcores}%",
+                            _mask_of(cluster, pod, container["name"]),
+                        ],
+                        widths,
+                    )
+                )
+    print()
+    for name, pod in pods.items():
+        if pod["status"].get("phase") == "Pending":
+            reasons = [
+                e["message"]
+                for e in events_for(cluster.kube, cluster.namespace, name)
+                if e.get("reason") in ("FailedScheduling", "FilteringFailed")
+            ]
+            print(f"{name} is Pending: {reasons[-1] if reasons else 'waiting for the scheduler'}")
+    for name, message in refused.items():
+        print(f"{name} was refused at admission: {message}")
+    shown = pods.get("train-15pct")
+    if shown and shown["spec"].get("nodeName"):
+        node = shown["spec"]["nodeName"]
+        for dirname, content in cluster.vdev_files(node).items():
+            if dirname.startswith(shown["metadata"]["uid"]):
+                print(f"\nvdev0.conf of pod train-15pct on {node} ({cluster.nodes[node].paths.vdev_dir}/{dirname}):")
+                print(content, end="")
+    print(flush=True)
+
+
+def _keep_running(cluster: LocalCluster) -> None:
+    """Serve until Ctrl-C or SIGTERM: both are the normal way to stop a kept demo."""
+    assert cluster.api is not None
+    kubeconfig = cluster.api.kubeconfig_path
+    print(f"the demo cluster keeps running at {cluster.api.url} (Ctrl-C stops it):\n"
+          f"  export KUBECONFIG={kubeconfig}\n"
+          f"  kubectl get nodes\n"
+          f"  kubectl get pods -n {cluster.namespace} -o wide\n"
+          f"  kubectl describe pod too-big -n {cluster.namespace}\n"
+          f"  hami-dcu status              # or: kubectl hami-dcu status", flush=True)
+    stop = threading.Event()
+    on_main_thread = threading.current_thread() is threading.main_thread()  # signals can be set only there
+    previous = signal.signal(signal.SIGTERM, lambda _signo, _frame: stop.set()) if on_main_thread else None
+    try:
+        while not stop.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)

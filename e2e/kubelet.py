@@ -84,8 +84,12 @@ class LocalKubelet:
 
     def _register_node(self) -> None:
         try:
+            # Ready and a version, as a kubelet reports them: what `kubectl get nodes` prints.
             self.kube.create_node({"metadata": {"name": self.node, "labels": self.labels},
-                                   "status": {"capacity": {}, "allocatable": {}}})
+                                   "status": {"capacity": {}, "allocatable": {},
+                                              "conditions": [{"type": "Ready", "status": "True",
+                                                              "reason": "KubeletReady"}],
+                                              "nodeInfo": {"kubeletVersion": "v1.33.0-hami-local"}}})
         except KubeError as exc:
             if exc.status != 409:
                 raise

@@ -145,9 +145,10 @@ async def serve(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         asyncio.run(serve(args))
-    except (KubeConfigError, ValueError, OSError, ssl.SSLError) as exc:
+    except (KubeConfigError, ValueError, ssl.SSLError) as exc:
         print(f"hami-dcu scheduler: {exc}", file=sys.stderr)
         return 2
+    # OSError (a port in use, an unreadable file) is worded by the CLI (cli/errors.py), alike for every command.
     except KeyboardInterrupt:
         return 0
     return 0

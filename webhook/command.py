@@ -65,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         app["tls_reloader"] = asyncio.create_task(tls.watch())
 
     app.on_startup.append(start_reloader)
-    log.info("webhook serving on https://%s:%d/webhook", host, port)
-    web.run_app(app, host=host, port=port, ssl_context=tls.context, access_log=None, print=None)
+    # run_app "prints" once the port is bound: only then is it true that we serve (a port in
+    # use must not be preceded by a line saying it is served).
+    web.run_app(app, host=host, port=port, ssl_context=tls.context, access_log=None,
+                print=lambda _banner: log.info("webhook serving on https://%s:%d/webhook", host, port))
     return 0

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from hami_dcu.e2e.apiserver.discovery import add_discovery_routes
 from hami_dcu.e2e.apiserver.faults import AFTER_COMMIT, ERROR_AFTER_COMMIT, LOST_AFTER_COMMIT, Faults
 from hami_dcu.e2e.apiserver.hooks import AdmissionDenied, AdmissionHook
 from hami_dcu.e2e.apiserver.patching import JSON_PATCH, PatchError, apply_patch
@@ -24,6 +25,7 @@ from hami_dcu.e2e.apiserver.resources import CLUSTER_SCOPED, JSON, KINDS, SUBRES
 from hami_dcu.e2e.apiserver.selectors import Predicate, SelectorError, combine, field_selector, label_selector
 from hami_dcu.e2e.apiserver.store import Change, Store, StoreError, conflict
 from hami_dcu.e2e.apiserver.strategy import prepare_create, prepare_update
+from hami_dcu.e2e.apiserver.tables import table, wants_table
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +133,7 @@ class ApiApp:
             self.app.router.add_get(version, self._version)
         for probe in ("/healthz", "/livez", "/readyz"):
             self.app.router.add_get(probe, self._healthy)
+        add_discovery_routes(self.app)  # what kubectl asks first (hami-dcu demo --keep)
         self.app.router.add_route("*", "/{tail:.*}", self.dispatch)
 
     async def _end_watches(self, _app: web.Application) -> None:
@@ -195,7 +198,11 @@ class ApiApp:
                 return await self._create(request, t)
         elif t.subresource is None or t.subresource == "status":
             if method == "GET":
-                return object_response(t.resource, self.store.get(t.resource, ns, t.name, copy=False))
+                obj = self.store.get(t.resource, ns, t.name, copy=False)
+                if wants_table(request.headers.get("Accept", "")):
+                    return web.json_response(table(t.resource, [obj], obj["metadata"].get("resourceVersion", "")),
+                                             dumps=_dumps)
+                return object_response(t.resource, obj)
             if method == "PUT":
                 return await self._replace(request, t)
             if method == "PATCH":
@@ -215,6 +222,8 @@ class ApiApp:
 
     def _list(self, request: web.Request, t: Target) -> web.Response:
         items, rv = self.store.list(t.resource, t.namespace, self._predicate(request, t), copy=False)
+        if wants_table(request.headers.get("Accept", "")):  # kubectl get: server-side printing
+            return web.json_response(table(t.resource, items, rv), dumps=_dumps)
         kind, api_version = KINDS[t.resource]
         return web.json_response({"kind": f"{kind}List", "apiVersion": api_version,
                                   "metadata": {"resourceVersion": rv}, "items": items}, dumps=_dumps)

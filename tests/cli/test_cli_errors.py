@@ -1,0 +1,151 @@
+"""Common mistakes end in one line on stderr that names the problem, a non-zero exit code and
+no traceback; the real console script runs in a subprocess, as an operator would run it."""
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hami_dcu.webhook import certs
+
+HAMI_DCU = str(Path(sys.executable).parent / "hami-dcu")
+LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (DEBUG|INFO|WARNING|ERROR) ")
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([HAMI_DCU, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def the_problem(result: subprocess.CompletedProcess, command: str) -> str:
+    """The one stderr line that says what went wrong; log records before it are allowed (a
+    server may log that it started its cache), anything else is not."""
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    problems = [line for line in lines if not LOG_RECORD.match(line)]
+    assert len(problems) == 1, result.stderr
+    assert problems[0].startswith(f"hami-dcu {command}: "), problems[0]
+    return problems[0]
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+@pytest.fixture
+def tls_files(tmp_path) -> tuple[str, str]:
+    bundle = certs.issue(["hami-dcu-webhook.kube-system.svc"])
+    certs.write_pem_files(tmp_path, {"tls.crt": bundle.cert, "tls.key": bundle.key})
+    return str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")
+
+
+@pytest.mark.parametrize("content", ["clusters: [oops\n", "just a string\n"])
+@pytest.mark.parametrize("command", ["status", "scheduler"])
+def test_a_kubeconfig_that_is_not_a_kubeconfig(tmp_path, content, command):
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(content)
+    result = run(command, "--kubeconfig", str(kubeconfig))
+    assert result.returncode == 2
+    problem = the_problem(result, command)
+    assert str(kubeconfig) in problem and ("not valid YAML" in problem or "not a kubeconfig" in problem)
+
+
+def test_webhook_port_in_use(busy_port, tls_files):
+    result = run("webhook", "--bind", f"127.0.0.1:{busy_port}", "--tls-cert", tls_files[0], "--tls-key", tls_files[1])
+    assert result.returncode == 2
+    assert the_problem(result, "webhook") == (f"hami-dcu webhook: cannot listen on 127.0.0.1:{busy_port}: address "
+                                              "already in use (another process holds the port)")
+
+
+def test_scheduler_port_in_use(busy_port, api_server):
+    result = run("scheduler", "--bind", f"127.0.0.1:{busy_port}", "--kubeconfig", str(api_server.kubeconfig_path))
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{busy_port}: address already in use" in the_problem(result, "scheduler")
+
+
+@pytest.mark.parametrize("command, flags", [
+    ("webhook", ["--bind", "0.0.0.0:99999"]),
+    ("scheduler", ["--bind", "0.0.0.0:99999"]),
+    ("scheduler", ["--metrics-bind", "0.0.0.0:http"]),
+])
+def test_a_port_out_of_range_or_not_a_number(command, flags, tls_files):
+    tls = ["--tls-cert", tls_files[0], "--tls-key", tls_files[1]] if command == "webhook" else []
+    result = run(command, *flags, *tls)
+    assert result.returncode == 2
+    problem = the_problem(result, command)
+    assert "port 99999 is out of range (0-65535)" in problem or "port 'http' is not a number" in problem
+
+
+def test_a_plugin_dir_that_is_missing_or_not_a_directory(tmp_path):
+    missing = run("device-plugin", "--node-name", "n1", "--plugin-dir", str(tmp_path / "nope"))
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    not_dir = run("device-plugin", "--node-name", "n1", "--plugin-dir", str(a_file))
+    assert missing.returncode == not_dir.returncode == 2
+    assert "no such directory (is the kubelet running" in the_problem(missing, "device-plugin")
+    assert the_problem(not_dir, "device-plugin") == f"hami-dcu device-plugin: --plugin-dir {a_file}: not a directory"
+
+
+def test_demo_into_a_pipe_closed_after_one_line():
+    # `hami-dcu demo | head -1`: the reader goes away after the first line.
+    demo = subprocess.Popen([HAMI_DCU, "demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert demo.stdout.readline().startswith("starting a local cluster")
+    demo.stdout.close()
+    stderr = demo.stderr.read()
+    assert demo.wait(timeout=60) == 141
+    assert the_problem(subprocess.CompletedProcess([], 141, "", stderr), "demo") == (
+        "hami-dcu demo: output closed before the end (broken pipe)")
+
+
+def test_ctrl_c_in_the_demo():
+    demo = subprocess.Popen([HAMI_DCU, "demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert demo.stdout.readline().startswith("starting a local cluster")  # interrupted while it starts
+    demo.send_signal(signal.SIGINT)
+    stdout, stderr = demo.communicate(timeout=60)
+    assert demo.returncode == 130
+    assert the_problem(subprocess.CompletedProcess([], 130, stdout, stderr), "demo") == "hami-dcu demo: interrupted"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--nodes", "0"], "argument --nodes: 0 is out of range (1-16)"),
+    (["--cards", "two"], "argument --cards: 'two' is not a whole number"),
+    (["--timeout", "-1"], "argument --timeout: -1 is out of range"),
+])
+def test_demo_checks_its_arguments(flags, message):
+    result = run("demo", *flags)
+    assert result.returncode == 2
+    assert message in the_problem(result, "demo")
+
+
+def test_unknown_flag_is_one_line_with_where_to_look():
+    result = run("status", "--nodes", "x")
+    assert result.returncode == 2
+    assert the_problem(result, "status").endswith("unrecognized arguments: --nodes x (see hami-dcu status --help)")
+
+
+def test_unreachable_api_server(tmp_path):
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n")
+    result = run("status", "--kubeconfig", str(kubeconfig))
+    assert result.returncode == 1
+    assert the_problem(result, "status") == (f"hami-dcu status: cannot read nodes and pods: API server "
+                                             f"http://127.0.0.1:{port} unreachable: Connection refused")
+
+
+def test_version():
+    result = run("--version")
+    assert result.returncode == 0 and re.fullmatch(r"hami-dcu \d+\.\d+\.\d+\S*\n", result.stdout)
