@@ -11,9 +11,11 @@ address, which is also the nodes' InternalIP.
 from __future__ import annotations
 
 import ipaddress
+import os
 import subprocess
 import threading
 import uuid
+from pathlib import Path
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -44,6 +46,9 @@ class PodNetwork:
         self._namespaces: set[str] = set()
 
     def start(self) -> PodNetwork:
+        _sweep_abandoned()
+        OWNERS.mkdir(parents=True, exist_ok=True)
+        (OWNERS / self._tag).write_text(str(os.getpid()))
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("addr", "add", f"{self.gateway}/{self.net.prefixlen}", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
@@ -79,6 +84,32 @@ class PodNetwork:
         for namespace in list(self._namespaces):
             self.remove_pod(namespace)
         _ip("link", "del", self.bridge, check=False)
+        (OWNERS / self._tag).unlink(missing_ok=True)
+
+
+# Which process owns which pod network: a run that was killed leaves its bridge and
+# namespaces behind, and the next run removes those whose owner is gone.
+OWNERS = Path("/run/hami-dcu-e2e")
+
+
+def _sweep_abandoned() -> None:
+    if not OWNERS.is_dir():
+        return
+    namespaces = _ip("netns", "list", check=False).stdout.split()
+    for owner in OWNERS.iterdir():
+        try:
+            os.kill(int(owner.read_text()), 0)
+            continue  # alive
+        except (ProcessLookupError, ValueError):
+            pass
+        except PermissionError:
+            continue
+        tag = owner.name
+        for namespace in namespaces:
+            if namespace.startswith(f"hp{tag}"):
+                _ip("netns", "del", namespace, check=False)
+        _ip("link", "del", f"hbr{tag}", check=False)
+        owner.unlink(missing_ok=True)
 
 
 def network_unavailable() -> str | None:

@@ -23,9 +23,13 @@ class Process:
 
     def start(self) -> Process:
         self.log.parent.mkdir(parents=True, exist_ok=True)
+        # Killed with the thread that started it, so a test run that is itself killed (CI
+        # timeout, Ctrl-C twice) leaves no apiserver or plugin behind. Start processes only
+        # from threads that live as long as the cluster.
+        argv = ["setpriv", "--pdeathsig", "KILL", "--", *self.argv]
         with self.log.open("ab") as out:
             self.popen = subprocess.Popen(
-                self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=self.env, cwd=self.cwd, start_new_session=True,
             )
         return self
