@@ -115,6 +115,8 @@ async def serve(args: argparse.Namespace) -> None:
             _address(flag, value)  # a bad address fails before anything starts
     kube = AsyncKube(Kube.from_kubeconfig(args.kubeconfig))
     service = SchedulerService(kube, settings_from(args))
+    if tls is not None:
+        service.metrics.watch_certificate(args.tls_cert)  # hami_dcu_certificate_expiry_timestamp_seconds
     app = build_app(service, metrics=not args.metrics_bind)
     if args.serve_webhook:
         _mount_webhook(app, args, service)

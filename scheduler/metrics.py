@@ -1,26 +1,31 @@
 """Prometheus metrics of one scheduler instance (its own registry, so tests can run several).
 
 Latency histograms for /filter and /bind, node-lock waits and contention, locks taken over
-or released because their holder no longer needed them (by reason), duplicate binds, and
-per card what the cache counts as allocated plus the drift relists repaired (collected
-from the cache at scrape time, never stale).
+or released because their holder no longer needed them (by reason), duplicate binds, and,
+collected from the cache at scrape time (never stale): per card its capacity and health
+beside what is allocated, so utilisation is one division; per node whether its lock is held
+and for how long; pods by bind phase; the drift relists repaired. With TLS, the serving
+certificate's expiry (common/certmetrics.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections import Counter as Tally
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from hami_dcu.common.certmetrics import CertificateExpiry
 from hami_dcu.scheduler.cache import ClusterCache
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 class SchedulerMetrics:
-    def __init__(self, cache: ClusterCache) -> None:
+    def __init__(self, cache: ClusterCache, wall_clock: Callable[[], float] = time.time) -> None:
         self.registry = CollectorRegistry()
         self.filter_seconds = Histogram(
             "hami_dcu_scheduler_filter_seconds", "Time to answer /filter", ["result"],
@@ -47,29 +52,61 @@ class SchedulerMetrics:
         self.bind_round_trips = Histogram(
             "hami_dcu_scheduler_bind_api_calls", "API calls made by one successful /bind",
             buckets=(1, 2, 3, 4, 5, 8), registry=self.registry)
-        self.registry.register(CardCollector(cache))
+        self.registry.register(CardCollector(cache, wall_clock))
+
+    def watch_certificate(self, cert_file: str, role: str = "serving") -> None:
+        """Export the expiry of the certificate this process serves with."""
+        self.registry.register(CertificateExpiry({role: cert_file}))
 
 
 class CardCollector(Collector):
-    def __init__(self, cache: ClusterCache) -> None:
+    def __init__(self, cache: ClusterCache, wall_clock: Callable[[], float] = time.time) -> None:
         self.cache = cache
+        self.wall_clock = wall_clock
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         labels = ["node", "card", "model"]
         memory = GaugeMetricFamily("hami_dcu_card_allocated_memory_mib", "Card memory held by pods", labels=labels)
         cores = GaugeMetricFamily("hami_dcu_card_allocated_cores_percent", "Card cores held by pods", labels=labels)
         slots = GaugeMetricFamily("hami_dcu_card_allocated_slots", "Card slots held by pods", labels=labels)
+        memory_total = GaugeMetricFamily("hami_dcu_card_memory_mib", "Card memory the plugin registered",
+                                         labels=labels)
+        cores_total = GaugeMetricFamily("hami_dcu_card_cores_percent", "Card cores the plugin registered "
+                                        "(100 for a whole card)", labels=labels)
+        slots_total = GaugeMetricFamily("hami_dcu_card_slots", "Card slots (vDCUs) the plugin registered",
+                                        labels=labels)
+        healthy = GaugeMetricFamily("hami_dcu_card_healthy", "1 when the plugin registered the card healthy",
+                                    labels=labels)
         degraded = GaugeMetricFamily("hami_dcu_node_degraded", "1 when a node holds unknown or unreadable "
                                      "allocations", labels=["node"])
+        lock_held = GaugeMetricFamily("hami_dcu_node_lock_held", "1 while the node lock is held", labels=["node"])
+        lock_age = GaugeMetricFamily("hami_dcu_node_lock_held_seconds", "How long the current node lock has been "
+                                     "held (absent when free)", labels=["node"])
+        now = self.wall_clock()
         for entry in list(self.cache.nodes.values()):
             for spec, used in zip(entry.cards, entry.used, strict=False):
                 values = [entry.name, spec.id, spec.model]
                 memory.add_metric(values, used.memory)
                 cores.add_metric(values, used.cores)
                 slots.add_metric(values, used.slots)
+                memory_total.add_metric(values, spec.memory)
+                cores_total.add_metric(values, spec.cores)
+                slots_total.add_metric(values, spec.slots)
+                healthy.add_metric(values, 1 if spec.health else 0)
             degraded.add_metric([entry.name], 1 if entry.degraded else 0)
+            if entry.present:
+                lock = entry.lock()
+                lock_held.add_metric([entry.name], 1 if entry.lock_value else 0)
+                if lock is not None:
+                    lock_age.add_metric([entry.name], max(0.0, now - lock.since.timestamp()))
+        phases = GaugeMetricFamily("hami_dcu_pods_bind_phase", "Pods holding DCUs, by hami.io/bind-phase "
+                                   "(allocating: bound, waiting for the device plugin)", labels=["phase"])
+        for phase, count in sorted(Tally(r.state.bind_phase or "none" for r in list(self.cache.pods.values()))
+                                   .items()):
+            phases.add_metric([phase], count)
         drift = CounterMetricFamily("hami_dcu_cache_drift", "Differences between the cache and the API that a "
                                     "relist found and repaired", labels=["kind"])
         for kind, count in sorted(self.cache.drift.items()):
             drift.add_metric([kind], count)
-        yield from (memory, cores, slots, degraded, drift)
+        yield from (memory, cores, slots, memory_total, cores_total, slots_total, healthy, degraded, lock_held,
+                    lock_age, phases, drift)

@@ -7,8 +7,10 @@ import asyncio
 import logging
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from hami_dcu.common import keys
+from hami_dcu.common.certmetrics import CertificateExpiry
 from hami_dcu.common.tls import ReloadingTLS
 from hami_dcu.common.writer_flags import add_identity_arguments, identities_from
 from hami_dcu.webhook.decision import Settings
@@ -59,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         log.error("cannot load TLS certificate %s / key %s: %s", args.tls_cert, args.tls_key, exc)
         return 1
-    app = build_app(settings_from(args))
+    registry = CollectorRegistry()
+    registry.register(CertificateExpiry({"serving": args.tls_cert}))  # renewal that stopped shows on /metrics
+    app = build_app(settings_from(args), registry)
 
     async def start_reloader(app: web.Application) -> None:
         app["tls_reloader"] = asyncio.create_task(tls.watch())
