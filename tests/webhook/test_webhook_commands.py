@@ -36,7 +36,8 @@ def test_certs_command_fails_cleanly_without_a_kubeconfig(tmp_path):
     assert main(argv) == 1
 
 
-def test_webhook_command_refuses_unreadable_certificates(tmp_path):
+def test_webhook_command_refuses_unreadable_certificates(tmp_path, capsys):
     argv = ["webhook", "--bind", "127.0.0.1:0", "--tls-cert", str(tmp_path / "no.crt"),
             "--tls-key", str(tmp_path / "no.key")]
-    assert main(argv) == 1
+    assert main(argv) == 2  # could not start (cli/errors.py), checked before anything starts
+    assert f"--tls-cert {tmp_path / 'no.crt'}: no such file" in capsys.readouterr().err
