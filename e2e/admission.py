@@ -60,9 +60,13 @@ def rule_matches(rules: list[JSON], operation: str, group: str, version: str, re
 
 
 class WebhookDispatcher:
-    def __init__(self, server: LocalApiServer, resolve_service: ServiceResolver | None = None) -> None:
+    def __init__(self, server: LocalApiServer, resolve_service: ServiceResolver | None = None,
+                 reuse_connections: bool = True) -> None:
         self.server = server
         self.resolve_service = resolve_service
+        # kube-apiserver keeps connections to webhooks alive, so a certificate is checked at
+        # the handshake only; False makes every call a new handshake (certificate rotation tests).
+        self.reuse_connections = reuse_connections
         self._contexts: dict[str, ssl.SSLContext] = {}
         self._session: aiohttp.ClientSession | None = None
 
@@ -125,7 +129,8 @@ class WebhookDispatcher:
         client_config = hook.get("clientConfig") or {}
         try:
             if self._session is None or self._session.closed:
-                self._session = aiohttp.ClientSession()
+                connector = aiohttp.TCPConnector(force_close=not self.reuse_connections)
+                self._session = aiohttp.ClientSession(connector=connector)
             url, server_name = self._url(client_config)
             async with self._session.post(f"{url}?timeout={int(timeout)}s", json=review,
                                           ssl=self._ssl(client_config.get("caBundle")), server_hostname=server_name,

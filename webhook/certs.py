@@ -141,6 +141,9 @@ def issue(
             .not_valid_before(now - dt.timedelta(minutes=5))
             .not_valid_after(now + dt.timedelta(days=CA_DAYS))
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            # Key identifiers tell CAs of the same name apart: during a CA rotation the caBundle
+            # holds the old and the new one, and OpenSSL picks the issuer by them.
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
             .add_extension(
                 x509.KeyUsage(
                     digital_signature=True,
@@ -167,7 +170,7 @@ def issue(
     key = _key()
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses or []]
-    cert = (
+    builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0])]))
         .issuer_name(ca_cert.subject)
@@ -178,8 +181,15 @@ def issue(
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
     )
+    try:
+        ca_key_id = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    except x509.ExtensionNotFound:
+        pass  # a CA issued before key identifiers: nothing to point at
+    else:
+        builder = builder.add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_key_id), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())
     return CertBundle(
         ca_cert=ca_pem, ca_key=ca_key_pem, cert=cert.public_bytes(serialization.Encoding.PEM), key=_pem_key(key)
     )
@@ -225,6 +235,7 @@ def ensure(
     existing = _get_secret(kube, namespace, secret)
     existing_ca = _get_secret(kube, namespace, ca_secret)
     bundle = CertBundle.from_secrets(existing, existing_ca)
+    retiring_ca = b""  # a replaced CA, trusted beside the new one until the next run
     reason = (
         "no secret"
         if existing is None
@@ -238,6 +249,11 @@ def ensure(
             ca_cert = x509.load_pem_x509_certificate(bundle.ca_cert)
             if ca_cert.not_valid_after_utc - (now or dt.datetime.now(dt.UTC)) > RENEW_BEFORE:
                 ca = (bundle.ca_cert, bundle.ca_key)  # keep the CA: API servers keep trusting it
+            elif ca_cert.not_valid_after_utc > (now or dt.datetime.now(dt.UTC)):
+                # A new CA: the webhook serves the old certificate until the kubelet updates its
+                # Secret volume (about a minute), so the API server trusts both CAs meanwhile;
+                # the next run (the daily renewal CronJob) leaves the new one alone.
+                retiring_ca = bundle.ca_cert
         bundle = issue(dns_names, now=now, ca=ca)
         action = f"issued ({reason})"
     # The CA Secret first: a crash between the two writes must never lose the only CA key.
@@ -252,7 +268,7 @@ def ensure(
     if action != "kept":
         log.info("secret %s/%s: certificate %s; CA in secret %s", namespace, secret, action, ca_secret)
     if webhook_config:
-        inject_ca_bundle(kube, webhook_config, bundle.ca_cert)
+        inject_ca_bundle(kube, webhook_config, bundle.ca_cert + retiring_ca)
     return bundle, action
 
 

@@ -17,6 +17,8 @@ def pod_specs(docs):
     for doc in docs:
         if doc["kind"] in ("Deployment", "DaemonSet", "Job"):
             yield doc["metadata"]["name"], doc["spec"]["template"]["spec"]
+        elif doc["kind"] == "CronJob":
+            yield doc["metadata"]["name"], doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
         elif doc["kind"] == "Pod":
             yield doc["metadata"]["name"], doc["spec"]
 
