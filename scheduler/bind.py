@@ -59,7 +59,7 @@ from hami_dcu.scheduler.cache import Assumption, ClusterCache
 from hami_dcu.scheduler.events import EventSink
 from hami_dcu.scheduler.extender import BindArgs
 from hami_dcu.scheduler.filtering import Filter, PodPlan, plan_pod
-from hami_dcu.scheduler.fit import PodFit, PodMiss, fit_pod
+from hami_dcu.scheduler.fit import PodFit, PodMiss
 from hami_dcu.scheduler.lockjanitor import LockJanitor
 from hami_dcu.scheduler.metrics import SchedulerMetrics
 from hami_dcu.scheduler.reasons import NodeRejection
@@ -384,8 +384,7 @@ class Binder:
         plan: PodPlan | None = assumption.plan
         if plan is None:
             raise BindError(f"cards chosen on node {args.node} were taken meanwhile")
-        result = fit_pod(entry.cards, others, plan.requests, plan.names, plan.init_count, plan.selection,
-                         plan.card_policy)
+        result = plan.fit(entry.cards, others)
         if isinstance(result, PodMiss):
             raise BindError(f"node {args.node} no longer fits: {result.message}")
         log.info("bind %s: cards on node %s were taken meanwhile, re-fitted", args.pod, args.node)

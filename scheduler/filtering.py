@@ -8,7 +8,7 @@ when something on that node changed, which keeps a 5,000-node filter cheap.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,9 +17,10 @@ from hami_dcu.common.keys import DEFAULT_RESOURCES, ResourceNames
 from hami_dcu.common.requests import DcuRequest, RequestError, parse_pod_requests, pod_containers
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.cache import ClusterCache, NodeEntry
-from hami_dcu.scheduler.fit import PodFit, PodMiss, Selection, fit_pod
+from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss, Selection, fit_pod
 from hami_dcu.scheduler.handshake import HANDSHAKE_TTL, handshake_problem
 from hami_dcu.scheduler.reasons import Code, NodeRejection
+from hami_dcu.scheduler.usage import Usage
 
 JSON = dict[str, Any]
 _MEMO_SHAPES_PER_NODE = 8
@@ -42,12 +43,16 @@ class PodPlan:
     init_count: int
     selection: Selection
     node_policy: str
-    card_policy: str
+    card_policy: policies.CardPolicy
 
     @property
     def shape(self) -> tuple[object, ...]:
         # Two pods with the same shape fit the same way on the same node state.
         return (self.requests, self.init_count, self.selection, self.card_policy)
+
+    def fit(self, cards: Sequence[CardSpec], used: Sequence[Usage]) -> PodFit | PodMiss:
+        """The pod on `cards` whose current holdings are `used` (filter and bind's re-fit)."""
+        return fit_pod(cards, used, self.requests, self.names, self.init_count, self.selection, self.card_policy)
 
 
 def plan_pod(pod: JSON, settings: FilterSettings) -> PodPlan | None:
@@ -57,7 +62,8 @@ def plan_pod(pod: JSON, settings: FilterSettings) -> PodPlan | None:
         return None
     meta = pod.get("metadata") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
-    node_policy, card_policy = policies.pod_policies(annotations, settings.node_policy, settings.card_policy)
+    card_default = policies.parse_card_policy(settings.card_policy) or policies.CardPolicy((policies.SPREAD,))
+    node_policy, card_policy = policies.pod_policies(annotations, settings.node_policy, card_default)
     return PodPlan(
         requests=requests,
         names=tuple(c.get("name") or f"#{i}" for i, c in enumerate(pod_containers(pod))),
@@ -176,8 +182,7 @@ class Filter:
 
     @staticmethod
     def _fit(entry: NodeEntry, plan: PodPlan) -> PodFit | NodeRejection:
-        result = fit_pod(entry.cards, entry.used, plan.requests, plan.names, plan.init_count, plan.selection,
-                         plan.card_policy)
+        result = plan.fit(entry.cards, entry.used)
         if isinstance(result, PodMiss):
             return NodeRejection(result.code, result.summary, result.message)
         return result

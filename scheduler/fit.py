@@ -127,7 +127,8 @@ def fit_pod(
     container_names: Sequence[str],
     init_count: int,
     selection: Selection,
-    card_policy: str,
+    card_policy: policies.CardPolicy,
+    weights: policies.Weights = policies.DEFAULT_WEIGHTS,
 ) -> PodFit | PodMiss:
     """Place every container of the pod on `cards` whose current holdings are `used`."""
     base = [[u.slots, u.memory, u.cores] for u in used]
@@ -138,7 +139,7 @@ def fit_pod(
             devices.append([])
             continue
         usage = [list(row) for row in base] if position < init_count else app_usage
-        placed = fit_container(cards, usage, request, container_names[position], selection, card_policy)
+        placed = fit_container(cards, usage, request, container_names[position], selection, card_policy, weights)
         if isinstance(placed, PodMiss):
             return placed
         devices.append(placed)
@@ -151,7 +152,8 @@ def fit_container(
     request: DcuRequest,
     name: str,
     selection: Selection,
-    card_policy: str,
+    card_policy: policies.CardPolicy,
+    weights: policies.Weights = policies.DEFAULT_WEIGHTS,
 ) -> list[ContainerDevice] | PodMiss:
     """Choose `request.count` distinct cards; `usage` ([slots, memory, cores] per card) is
     updated in place with what was taken."""
@@ -160,10 +162,14 @@ def fit_container(
         return PodMiss(name, Code.NODE_TOO_FEW_CARDS,
                        f"container {name} needs {describe(request)}: node has {len(cards)} card{plural}",
                        request=describe(request))
-    scores = [
-        policies.utilisation(u[0], c.slots, u[1], c.memory, u[2], c.cores) for c, u in zip(cards, usage, strict=True)
+    # Scored once per container, before it takes anything, as HAMi does: the cards one
+    # container takes do not reorder the rest of its walk.
+    states = [
+        policies.CardState(policies.card_score(u[0], c.slots, u[1], c.memory, u[2], c.cores, weights), u[0], c.numa,
+                           c.index, c.id)
+        for c, u in zip(cards, usage, strict=True)
     ]
-    order = policies.card_order(scores, [c.index for c in cards], [c.id for c in cards], card_policy)
+    order = policies.card_order(states, card_policy)
     chosen: list[ContainerDevice] = []
     rejections: list[CardRejection] = []
     for i in order:

@@ -1,58 +1,132 @@
 """Scoring and ordering policies (pure). Reference: hami-wire-protocol.md §4.6.
 
-Card score (utilisation of one card, 0..30):
-    score = 10 * (used_slots / slots + used_cores / cores + used_memory / memory)
-with a term dropped when its capacity is 0. HAMi also adds the incoming request to each
-term, but compares the request type "DCU" with the card model "DCU-K100_AI", which never
-match, so its score is plain current utilisation; we keep that observable behaviour.
+Card score (utilisation of one card):
+    score = 10 * (w_slot * used_slots / slots + w_core * used_cores / cores + w_mem * used_memory / memory)
+and 0 when any of the three capacities is 0 (HAMi's rule). The weights default to 1,1,1
+(`hami.io/device-scoring-weights` changes them per pod, weights.py). HAMi also adds the
+incoming request to each term, but compares the request type "DCU" with the card model
+"DCU-K100_AI", which never match, so its score is plain current utilisation; we keep that
+observable behaviour.
 
-Card order (the first card in the order is tried first):
-    spread  (default): lowest score first  -> the least used card;
-    binpack:           highest score first -> the fullest card that still fits.
-    Ties: card index ascending, then card id (deterministic).
+Card order. HAMi sorts the cards ascending by a key chain and its Fit walks the sorted list
+from the END, so the card that sorts last is tried first. We build the same ascending order
+and reverse it, so the same pod lands on the same card as under HAMi, and a multi-card
+container lists its cards in the order HAMi would. The keys, per policy value:
+    binpack            score asc,      NUMA asc, index asc  -> the fullest card first
+    spread (default)   score desc,     NUMA asc, index asc  -> the least used card first
+    mutex              used slots desc, NUMA asc, index asc -> idle cards first
+    topology-aware     as spread (it has no meaning for DCU cards)
+    a chain ("binpack,numa") or "numa" alone: one key per word, in the order written
+        (binpack score asc, spread score desc, numa NUMA asc; mutex and topology-aware add
+        no key), then index asc.
+Among equal cards HAMi therefore tries the highest NUMA node first, then the highest index.
+The card id is a last key only so that a registration with duplicate indexes still sorts
+deterministically (HAMi's sort is unstable there).
 
-Node score: the same formula over the sums of all the node's cards, computed before the
-pod is placed. binpack (default) picks the highest score among fitting nodes, spread the
-lowest; ties go to the node name ascending.
+Node score: the same formula, unweighted, over the sums of all the node's cards, computed
+before the pod is placed. binpack (default) picks the highest score among fitting nodes,
+spread the lowest; ties go to the node name ascending.
 
-Per-pod overrides: `hami.io/node-scheduler-policy` and `hami.io/gpu-scheduler-policy`.
-HAMi's card policy may be a comma chain (`binpack,numa`); we take its first binpack/spread
-token, and fall back to the default for values we do not implement (mutex, topology-aware).
+Per-pod overrides: `hami.io/node-scheduler-policy` (one word) and
+`hami.io/gpu-scheduler-policy` (a word or a comma chain). As in HAMi, a value with any word
+HAMi does not know is ignored as a whole and the configured default stands; the webhook
+warns about it at admission (advice.py), so the fallback is never silent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from hami_dcu.common import keys
 
 BINPACK = "binpack"
 SPREAD = "spread"
-POLICIES = (BINPACK, SPREAD)
+NUMA = "numa"
+MUTEX = "mutex"
+TOPOLOGY_AWARE = "topology-aware"
+POLICIES = (BINPACK, SPREAD)  # node policies
+CARD_WORDS = (BINPACK, SPREAD, NUMA, MUTEX, TOPOLOGY_AWARE)
 DEFAULT_NODE_POLICY = BINPACK
 DEFAULT_CARD_POLICY = SPREAD
+WEIGHT = 10.0
 
 
-def resolve(value: str | None, default: str) -> str:
-    """The policy a pod annotation asks for, else `default`."""
-    if value:
-        for token in value.split(","):
-            token = token.strip().lower()
-            if token in POLICIES:
-                return token
-    return default
+@dataclass(frozen=True, slots=True)
+class CardPolicy:
+    """A valid card policy value, split into its words (in the order written)."""
+
+    words: tuple[str, ...]
+
+    @property
+    def chained(self) -> bool:
+        # HAMi takes the chain path for any value with a comma, and for "numa" alone.
+        return len(self.words) > 1 or self.words == (NUMA,)
+
+    @property
+    def mutex(self) -> bool:
+        """Only idle cards may be taken."""
+        return MUTEX in self.words
+
+    @property
+    def numa(self) -> bool:
+        """A multi-card container must get its cards from one NUMA node (our addition)."""
+        return NUMA in self.words
+
+    def __str__(self) -> str:
+        return ",".join(self.words)
 
 
-def pod_policies(annotations: Mapping[str, str], node_default: str, card_default: str) -> tuple[str, str]:
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """Per-term weights of the card score (`hami.io/device-scoring-weights`)."""
+
+    slot: int = 1
+    core: int = 1
+    memory: int = 1
+
+
+DEFAULT_WEIGHTS = Weights()
+
+
+def parse_card_policy(value: str | None) -> CardPolicy | None:
+    """The policy `value` names, None when it is empty or names a word HAMi does not know
+    (HAMi compares the trimmed words exactly, so "BinPack" is not binpack)."""
+    if value is None or not value.strip():
+        return None
+    words = tuple(word.strip() for word in value.split(","))
+    if any(word not in CARD_WORDS for word in words):
+        return None
+    return CardPolicy(words)
+
+
+def parse_node_policy(value: str | None) -> str | None:
+    """The node policy `value` names (one word, trimmed, exact), else None."""
+    if value is None:
+        return None
+    word = value.strip()
+    return word if word in POLICIES else None
+
+
+def pod_policies(annotations: Mapping[str, str], node_default: str,
+                 card_default: CardPolicy) -> tuple[str, CardPolicy]:
     return (
-        resolve(annotations.get(keys.NODE_SCHEDULER_POLICY), node_default),
-        resolve(annotations.get(keys.DEVICE_SCHEDULER_POLICY), card_default),
+        parse_node_policy(annotations.get(keys.NODE_SCHEDULER_POLICY)) or node_default,
+        parse_card_policy(annotations.get(keys.DEVICE_SCHEDULER_POLICY)) or card_default,
     )
 
 
-def utilisation(
-    used_slots: int, slots: int, used_memory: int, memory: int, used_cores: int, cores: int
-) -> float:
+def card_score(used_slots: int, slots: int, used_memory: int, memory: int, used_cores: int, cores: int,
+               weights: Weights = DEFAULT_WEIGHTS) -> float:
+    """HAMi's device score: a card that registers no slots, memory or cores scores 0."""
+    if not slots or not memory or not cores:
+        return 0.0
+    return WEIGHT * (weights.slot * used_slots / slots + weights.core * used_cores / cores
+                     + weights.memory * used_memory / memory)
+
+
+def utilisation(used_slots: int, slots: int, used_memory: int, memory: int, used_cores: int, cores: int) -> float:
+    """Node score: utilisation over the node's card sums, a term dropped when its capacity is 0."""
     score = 0.0
     if slots:
         score += used_slots / slots
@@ -60,13 +134,46 @@ def utilisation(
         score += used_cores / cores
     if memory:
         score += used_memory / memory
-    return 10.0 * score
+    return WEIGHT * score
 
 
-def card_order(scores: Sequence[float], indexes: Sequence[int], ids: Sequence[str], policy: str) -> list[int]:
-    """Positions of the cards in the order fit tries them."""
-    sign = -1.0 if policy == BINPACK else 1.0
-    return sorted(range(len(scores)), key=lambda i: (sign * scores[i], indexes[i], ids[i]))
+@dataclass(frozen=True, slots=True)
+class CardState:
+    """What the card order looks at: the card's score and slots in use, its NUMA node,
+    index and id."""
+
+    score: float
+    used_slots: int
+    numa: int
+    index: int
+    id: str
+
+
+def _sort_key(card: CardState, policy: CardPolicy) -> tuple[float | int | str, ...]:
+    tail = (card.index, card.id)
+    if policy.chained:
+        chain: list[float | int] = []
+        for word in policy.words:
+            if word == BINPACK:
+                chain.append(card.score)
+            elif word == SPREAD:
+                chain.append(-card.score)
+            elif word == NUMA:
+                chain.append(card.numa)
+        return (*chain, *tail)
+    word = policy.words[0]
+    if word == BINPACK:
+        return (card.score, card.numa, *tail)
+    if word == MUTEX:
+        return (-card.used_slots, card.numa, *tail)
+    return (-card.score, card.numa, *tail)  # spread, topology-aware
+
+
+def card_order(cards: Sequence[CardState], policy: CardPolicy) -> list[int]:
+    """Positions of `cards` in the order fit tries them: HAMi's sorted list, walked from the end."""
+    ascending = sorted(range(len(cards)), key=lambda i: _sort_key(cards[i], policy))
+    ascending.reverse()
+    return ascending
 
 
 def pick_node(scored: Sequence[tuple[str, float]], policy: str) -> str | None:

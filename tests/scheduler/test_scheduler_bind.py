@@ -28,7 +28,7 @@ async def test_filter_then_bind_writes_allocation_atomically_in_two_calls(kube, 
     assert annotations[keys.POD_NODE] == "n1"
     assert annotations[keys.POD_DEVICES_TO_ALLOCATE] == annotations[keys.POD_DEVICES_ALLOCATED]
     devices = decode_pod_devices(annotations[keys.POD_DEVICES_ALLOCATED])
-    assert [(d.uuid, d.usedmem, d.usedcores) for d in devices[0]] == [("DCU-n1-S0", 2000, 60)]
+    assert [(d.uuid, d.usedmem, d.usedcores) for d in devices[0]] == [("DCU-n1-S1", 2000, 60)]  # HAMi's order
     lock = decode_lock(lock_of(kube, "n1"))
     assert (lock.namespace, lock.name) == ("default", "p")
     # lock patch + Binding: two API round trips

@@ -16,6 +16,7 @@ from hami_dcu.common.codec import encode_pod_devices
 from hami_dcu.common.requests import DcuRequest
 from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock
 from hami_dcu.scheduler.fit import PodFit, Selection, fit_pod
+from hami_dcu.scheduler.policy import CardPolicy
 from hami_dcu.scheduler.usage import Usage
 
 NOW = datetime.now(UTC)
@@ -53,7 +54,8 @@ class CacheMachine(RuleBasedStateMachine):
         requests = [DcuRequest(1, memory, cores), DcuRequest(n, memory, cores)] if init else [
             DcuRequest(n, memory, cores)]
         names = ["init", "main"] if init else ["main"]
-        result = fit_pod(entry.cards, entry.used, requests, names, 1 if init else 0, Selection(), "spread")
+        result = fit_pod(entry.cards, entry.used, requests, names, 1 if init else 0, Selection(),
+                         CardPolicy(("spread",)))
         return result if isinstance(result, PodFit) else None
 
     @rule(target=pods, node=st.sampled_from(NODES), memory=st.integers(1, 5000), cores=st.integers(0, 100),

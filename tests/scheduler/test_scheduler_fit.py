@@ -5,6 +5,7 @@ import pytest
 from hami_dcu.common import keys
 from hami_dcu.common.requests import DcuRequest
 from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss, Selection, fit_pod
+from hami_dcu.scheduler.policy import parse_card_policy
 from hami_dcu.scheduler.reasons import Code
 from hami_dcu.scheduler.usage import Usage
 
@@ -15,7 +16,8 @@ def card(i: int, model: str = "DCU-K100_AI", health: bool = True, slots: int = 4
 
 def fit(cards, used, requests, init_count=0, annotations=None, policy="spread"):
     names = [f"c{i}" for i in range(len(requests))]
-    return fit_pod(cards, used, requests, names, init_count, Selection.from_annotations(annotations or {}), policy)
+    return fit_pod(cards, used, requests, names, init_count, Selection.from_annotations(annotations or {}),
+                   parse_card_policy(policy))
 
 
 def miss(result) -> PodMiss:
@@ -136,8 +138,8 @@ def test_spread_takes_least_used_card_binpack_the_fullest():
     assert binpack.devices[0][0].uuid == "DCU-S3"
 
 
-def test_ties_break_by_card_index():
+def test_ties_go_to_the_highest_card_index_as_in_hami():
     cards = [card(2), card(0), card(1)]
     result = fit(cards, [Usage()] * 3, [SHARE])
     assert isinstance(result, PodFit)
-    assert result.devices[0][0].uuid == "DCU-S0"
+    assert result.devices[0][0].uuid == "DCU-S2"

@@ -292,8 +292,9 @@ async def test_the_sweep_frees_a_lock_left_by_a_bind_that_died_and_keeps_a_young
 
 
 async def test_duplicate_bind_and_stale_filter_never_move_a_real_holding(kube_factory, aiohttp_client):
-    """The issue's reproduction: p Running with 60000 MiB on card S0; /bind p again; a stale
-    /filter with p's pending object; then a 60000 MiB pod must not land on S0."""
+    """The issue's reproduction: p Running with 60000 MiB on card S1 (HAMi's first choice of
+    two idle cards); /bind p again; a stale /filter with p's pending object; then a
+    60000 MiB pod must not land on S1."""
     kube = kube_factory()
     create_nodes(kube, ["n1"])
     pod = kube.create_pod("default", dcu_pod("p", memory=60000, cores=10))
@@ -310,9 +311,9 @@ async def test_duplicate_bind_and_stale_filter_never_move_a_real_holding(kube_fa
         assert stale["NodeNames"] == [] and "already bound to node n1" in stale["FailedNodes"]["n1"]
         assert cache_view(service) == truth
         pinned = kube.create_pod("default", dcu_pod("q", memory=60000, cores=10,
-                                                    annotations={keys.USE_DCU_UUID: "DCU-n1-S0"}))
+                                                    annotations={keys.USE_DCU_UUID: "DCU-n1-S1"}))
         answer = await (await client.post("/filter", json=filter_args(pinned, ["n1"]))).json()
-        assert answer["NodeNames"] == []  # S0 is full: p's 60000 MiB stayed where they are
+        assert answer["NodeNames"] == []  # S1 is full: p's 60000 MiB stayed where they are
         assert "memory" in answer["FailedNodes"]["n1"]
 
 
@@ -328,7 +329,7 @@ async def test_relist_repairs_drift_and_counts_it(kube_factory, aiohttp_client):
         uid = pod["metadata"]["uid"]
         await until(lambda: uid in entry.holdings)  # the watch showed the pod's own allocation
         truth = held_per_card(kube)
-        entry.holdings[uid].held = {"DCU-n1-S1": entry.holdings[uid].held["DCU-n1-S0"]}  # a lost update
+        entry.holdings[uid].held = {"DCU-n1-S0": entry.holdings[uid].held["DCU-n1-S1"]}  # a lost update
         entry.holdings["ghost"] = entry.holdings[uid].__class__("default/ghost", {})  # a pod never deleted
         service.cache.replace_pods(kube.list_pods().items)
         assert cache_view(service) == truth

@@ -60,11 +60,28 @@ def test_equal_nodes_break_ties_by_name_under_both_policies():
         assert choose(cache, dcu_pod("p"), ["tie-b", "tie-a"], node_policy=node_policy)[0] == "tie-a"
 
 
+@pytest.mark.parametrize(("value", "words"), [
+    (None, None), ("", None), (" ", None),
+    ("BinPack", None),  # HAMi compares words exactly: not binpack, the whole value is ignored
+    ("binpack,", None), ("binpack,best-fit", None),
+    ("binpack", ("binpack",)), (" spread ", ("spread",)), ("mutex,binpack", ("mutex", "binpack")),
+    ("binpack , numa", ("binpack", "numa")), ("topology-aware", ("topology-aware",)),
+])
+def test_card_policy_parsing_follows_hami(value, words):
+    parsed = policy.parse_card_policy(value)
+    assert (parsed.words if parsed else None) == words
+
+
 @pytest.mark.parametrize(("value", "expected"), [
-    (None, "spread"), ("", "spread"), ("BinPack", "binpack"), ("mutex,binpack", "binpack"), ("topology-aware",
-                                                                                              "spread")])
-def test_policy_annotation_parsing(value, expected):
-    assert policy.resolve(value, "spread") == expected
+    (None, None), ("spread", "spread"), (" binpack ", "binpack"), ("Spread", None), ("binpack,spread", None)])
+def test_node_policy_parsing_is_one_exact_word(value, expected):
+    assert policy.parse_node_policy(value) == expected
+
+
+def test_an_unknown_policy_annotation_leaves_the_configured_defaults():
+    default = policy.CardPolicy(("binpack",))
+    annotations = {keys.NODE_SCHEDULER_POLICY: "fastest", keys.DEVICE_SCHEDULER_POLICY: "binpack,fastest"}
+    assert policy.pod_policies(annotations, "spread", default) == ("spread", default)
 
 
 def test_node_score_formula_is_utilisation_over_all_cards():
