@@ -1,0 +1,53 @@
+"""Every name DRA mode puts on the wire, defined once: the driver and DeviceClass, device,
+attribute and capacity names (Hygon's `dra.hygon.com` driver shape, reference §5, so a
+ResourceClaim written for either driver works with the other), the CDI kind, the sockets.
+"""
+
+from __future__ import annotations
+
+DRIVER = "dra.hygon.com"
+DEVICE_CLASS = DRIVER  # Hygon names its DeviceClass after the driver
+DEVICE_TYPE = "hcu"  # the `type` attribute Hygon's DeviceClass and example claims select on
+
+# Attributes: Hygon's five, then ours (model, serial, PCI bus id, NUMA node) for selectors.
+ATTR_TYPE = "type"
+ATTR_UUID = "uuid"
+ATTR_PRODUCT_NAME = "productName"
+ATTR_ARCHITECTURE = "architecture"
+ATTR_BRAND = "brand"
+ATTR_MODEL = "model"
+ATTR_SERIAL = "serial"
+ATTR_PCI_BUS_ID = "pciBusID"
+ATTR_NUMA_NODE = "numaNode"
+BRAND = "Hygon"
+
+# Capacities: compute units, memory in bytes, and vDCU slots (each claim takes one).
+CAP_CORES = "cores"
+CAP_MEMORY = "memory"
+CAP_SLICES = "slices"
+MEMORY_STEP = 1024 * 1024  # memory is granted in whole MiB, the unit of the vdev file
+
+# CDI: one spec file per prepared claim, one CDI device per allocated device in it.
+CDI_VENDOR = DRIVER
+CDI_CLASS = "dcu"
+CDI_KIND = f"{CDI_VENDOR}/{CDI_CLASS}"
+CDI_VERSION = "0.6.0"
+
+# Kubelet plugin registration (pluginregistration.v1).
+PLUGIN_TYPE = "DRAPlugin"
+SUPPORTED_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # newest first: the kubelet takes the first it knows
+REGISTRATION_SOCKET = f"{DRIVER}-reg.sock"  # in the kubelet's plugins_registry directory
+PLUGIN_SOCKET = "dra.sock"  # in <kubelet plugins dir>/<driver>/
+
+RESOURCE_API = "/apis/resource.k8s.io/v1"
+
+
+def device_name(pci_bus_id: str) -> str:
+    """`0000:3D:00.0` -> `hcu-0000-3d-00-0`: a DNS label from the PCI bus id, as Hygon's
+    driver names devices, so the name survives SMI index changes."""
+    return "hcu-" + pci_bus_id.strip().lower().replace(":", "-").replace(".", "-")
+
+
+def slice_name(node: str) -> str:
+    """This node's one ResourceSlice (a DNS subdomain: node names are, and so is the driver)."""
+    return f"{node}-{DRIVER}"
