@@ -27,7 +27,6 @@ def test_a_misspelt_nested_key_fails_with_a_clear_message(helm):
     ("scheduler.resources.limit.cpu=1", "/scheduler/resources"),
     ("certs.renewal.enable=false", "/certs/renewal"),
     ("devicePlugin.tolerations[0].keyy=a", "/devicePlugin/tolerations/0"),
-    ("metrics.dashboard.enable=true", "/metrics/dashboard"),
     ("imagePullSecrets[0].nam=x", "/imagePullSecrets/0"),
 ])
 def test_unknown_keys_are_refused_at_every_level(helm, key, where):
