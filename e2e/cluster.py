@@ -122,7 +122,7 @@ class LocalCluster:
         self.stop()
 
     def start(self) -> LocalCluster:
-        self.api = LocalApiServer(kubeconfig_path=self.workdir / "kubeconfig").start()
+        self.api = LocalApiServer(kubeconfig_path=self.workdir / "kubeconfig", graceful_pod_deletion=True).start()
         self.kube = Kube.from_kubeconfig(str(self.api.kubeconfig_path))
         self.kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": self.namespace}})
         self._start_webhook()

@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
             except KubeError as exc:
                 refused[name] = exc.message
         unsettled = _wait_for_pods(cluster, args.timeout, expected_pending={"too-big"})
-        time.sleep(0.5)  # let the pending pod collect its FailedScheduling event
+        _wait_for_reasons(cluster, "too-big")
         _print_placements(cluster, refused)
         if unsettled:
             print(f"\ntimed out after {args.timeout:g}s: still waiting for {', '.join(sorted(unsettled))}",
@@ -162,12 +162,15 @@ def _print_placements(cluster: LocalCluster, refused: dict[str, str]) -> None:
     print()
     for name, pod in pods.items():
         if pod["status"].get("phase") == "Pending":
-            reasons = [
-                e["message"]
-                for e in events_for(cluster.kube, cluster.namespace, name)
-                if e.get("reason") in ("FailedScheduling", "FilteringFailed")
-            ]
-            print(f"{name} is Pending: {reasons[-1] if reasons else 'waiting for the scheduler'}")
+            events = events_for(cluster.kube, cluster.namespace, name)
+            # kube-scheduler's FailedScheduling counts nodes per reason; the extender's own
+            # FilteringFailed adds one node's card-by-card figures: show both.
+            for reason in ("FailedScheduling", "FilteringFailed"):
+                messages = [e["message"] for e in events if e.get("reason") == reason]
+                if messages:
+                    print(f"{name} is Pending ({reason}): {messages[-1]}")
+            if not events:
+                print(f"{name} is Pending: waiting for the scheduler")
     for name, message in refused.items():
         print(f"{name} was refused at admission: {message}")
     shown = pods.get("train-15pct")
@@ -201,3 +204,13 @@ def _keep_running(cluster: LocalCluster) -> None:
     finally:
         if on_main_thread:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _wait_for_reasons(cluster: LocalCluster, name: str, timeout: float = 5.0) -> None:
+    """Until the pending pod has both its FailedScheduling and FilteringFailed events."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reasons = {e.get("reason") for e in events_for(cluster.kube, cluster.namespace, name)}
+        if {"FailedScheduling", "FilteringFailed"} <= reasons:
+            return
+        time.sleep(0.1)

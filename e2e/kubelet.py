@@ -200,6 +200,9 @@ class LocalKubelet:
     def _sync(self, pods: list[JSON]) -> None:
         for pod in pods:
             uid = pod["metadata"]["uid"]
+            if pod["metadata"].get("deletionTimestamp"):
+                self._finish_deletion(pod)
+                continue
             phase = (pod.get("status") or {}).get("phase")
             if phase in ("Succeeded", "Failed"):
                 self._forget(pod)
@@ -208,6 +211,19 @@ class LocalKubelet:
                 continue
             self._handled.add(uid)
             self._admit(pod)
+
+    def _finish_deletion(self, pod: JSON) -> None:
+        """What a kubelet does with a pod marked for deletion: stop it (nothing runs here), free
+        its devices, and delete it for good with grace 0 and a UID precondition."""
+        meta = pod["metadata"]
+        self._forget(pod)
+        try:
+            self.kube.request("DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                              body={"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}})
+        except KubeError as exc:
+            if exc.status not in (404, 409):
+                log.warning("kubelet %s: final delete of %s/%s failed: %s", self.node, meta["namespace"],
+                            meta["name"], exc)
 
     def _forget(self, pod: JSON) -> None:
         with self._lock:
@@ -261,10 +277,20 @@ class LocalKubelet:
         self.responses.setdefault(uid, {})[container] = response.container_responses[0]
 
     def _set_status(self, meta: JSON, status: JSON) -> None:
-        try:
-            self.kube.patch_pod_status(meta["namespace"], meta["name"], status)
-        except NotFoundError:
-            pass
+        """A kubelet's status manager retries until the API takes the status (a lost "Running"
+        would leave a pod Pending for ever); a pod that is gone needs none."""
+        for attempt in range(8):
+            try:
+                self.kube.patch_pod_status(meta["namespace"], meta["name"], status)
+                return
+            except NotFoundError:
+                return
+            except KubeError as exc:
+                log.info("kubelet %s: status of %s/%s not written (%s), retrying", self.node, meta["namespace"],
+                         meta["name"], exc)
+                if self._stopping.wait(min(0.1 * 2**attempt, 2.0)):
+                    return
+        log.warning("kubelet %s: gave up writing the status of %s/%s", self.node, meta["namespace"], meta["name"])
 
 
 class AdmissionFailed(RuntimeError):

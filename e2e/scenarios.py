@@ -100,7 +100,9 @@ def pod_manifest(name: str, containers: list[Ctr], annotations: dict[str, str] |
         "spec": {
             "initContainers": [c.manifest() for c in containers if c.init],
             "containers": [c.manifest() for c in containers if not c.init],
-            "terminationGracePeriodSeconds": 0,
+            # Above zero, so a DELETE only marks a bound pod and its kubelet finishes it, as on
+            # a real cluster (zero would delete at once); short, so kind's busybox goes quickly.
+            "terminationGracePeriodSeconds": 1,
         },
     }
 

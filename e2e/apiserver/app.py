@@ -13,10 +13,12 @@ import functools
 import json
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
 
+from hami_dcu.common.codec import format_rfc3339
 from hami_dcu.e2e.apiserver.discovery import add_discovery_routes
 from hami_dcu.e2e.apiserver.faults import AFTER_COMMIT, ERROR_AFTER_COMMIT, LOST_AFTER_COMMIT, Faults
 from hami_dcu.e2e.apiserver.hooks import AdmissionDenied, AdmissionHook
@@ -124,6 +126,7 @@ class ApiApp:
         self.faults = faults
         self.admission: AdmissionHook | None = None
         self.bookmark_interval: float | None = None
+        self.graceful_pod_deletion = False
         # Open watches' queues: on shutdown each gets None and ends its stream cleanly
         # (a terminated chunked body), as kube-apiserver does when it stops.
         self._watches: set[asyncio.Queue[WatchItem]] = set()
@@ -294,11 +297,16 @@ class ApiApp:
         return object_response(t.resource, updated)
 
     async def _delete(self, request: web.Request, t: Target) -> web.Response:
-        # gracePeriodSeconds and propagationPolicy are accepted and ignored: deletion is
-        # immediate. DeleteOptions preconditions are honoured.
+        # propagationPolicy is accepted and ignored; DeleteOptions preconditions are honoured.
+        # gracePeriodSeconds counts only with graceful_pod_deletion (see _mark_for_deletion).
         body = await _json_body(request)
         preconditions = (body or {}).get("preconditions") or {} if isinstance(body, dict) else {}
         ns = t.namespace or ""
+        if t.resource == "pods" and self.graceful_pod_deletion:
+            marked = self._mark_for_deletion(ns, t.name or "", body if isinstance(body, dict) else {},
+                                             request.query.get("gracePeriodSeconds"))
+            if marked is not None:
+                return object_response(t.resource, marked)
         deleted = self.store.delete(t.resource, ns, t.name or "", uid=preconditions.get("uid"),
                                     resource_version=preconditions.get("resourceVersion"), copy=False)
         if t.resource == "namespaces":
@@ -307,6 +315,36 @@ class ApiApp:
             return object_response(t.resource, deleted)
         details = {"name": t.name, "kind": t.resource, "uid": deleted["metadata"].get("uid")}
         return web.json_response(status_body(200, "", "", details), dumps=_dumps)
+
+    def _mark_for_deletion(self, namespace: str, name: str, options: JSON, query_grace: str | None) -> JSON | None:
+        """kube-apiserver's graceful deletion of a pod (pod strategy CheckGracefulDelete): a pod
+        bound to a node, not yet terminal, with a grace period > 0 only gets deletionTimestamp
+        and deletionGracePeriodSeconds; its kubelet stops it and deletes it with grace 0. None
+        when the pod is to be deleted now."""
+        try:
+            pod = self.store.get("pods", namespace, name)
+        except StoreError:
+            return None
+        grace = options.get("gracePeriodSeconds", query_grace)
+        if grace is None:
+            grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+        try:
+            grace = int(grace)
+        except (TypeError, ValueError):
+            return None
+        phase = (pod.get("status") or {}).get("phase")
+        if grace <= 0 or not (pod.get("spec") or {}).get("nodeName") or phase in ("Succeeded", "Failed"):
+            return None
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            return pod  # already terminating: a second DELETE changes nothing
+
+        def mark(current: JSON) -> JSON:
+            meta = current.setdefault("metadata", {})
+            meta["deletionTimestamp"] = format_rfc3339(datetime.now(UTC) + timedelta(seconds=grace))
+            meta["deletionGracePeriodSeconds"] = grace
+            return current
+
+        return self.store.update("pods", namespace, name, mark)
 
     def _delete_namespace_contents(self, namespace: str) -> None:
         # What the namespace controller eventually does; done at once here.

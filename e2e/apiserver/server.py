@@ -36,10 +36,13 @@ class LocalApiServer:
     """
 
     def __init__(self, kubeconfig_path: str | Path | None = None, host: str = "127.0.0.1", port: int = 0,
-                 history: int = 10000) -> None:
+                 history: int = 10000, graceful_pod_deletion: bool = False) -> None:
         self.store = Store(history=history)
         self.faults = Faults()
         self._api = ApiApp(self.store, self.faults)
+        # As kube-apiserver: a bound pod with a grace period is only marked for deletion, and
+        # its kubelet removes it. Off for clusters without kubelets (pods would never go).
+        self._api.graceful_pod_deletion = graceful_pod_deletion
         self._host = host
         self._port = port
         self._tmp: tempfile.TemporaryDirectory[str] | None = None

@@ -11,7 +11,8 @@ def test_demo_places_pods_explains_the_rest_and_exits_zero(capsys):
     assert train[4:7] == ["2000", "MiB", "15%"] and train[7] == "0x000000000003ffff"
     assert any(r[0] == "whole-card" and r[-2:] == ["whole", "card"] for r in rows)
     assert sum(1 for r in rows if r[0] == "two-workers") == 2  # two DCU containers, the middle one has none
-    assert "too-big is Pending:" in out and "70000 MiB requested" in out
+    assert "too-big is Pending (FailedScheduling): 0/2 nodes are available: 2 insufficient card memory" in out
+    assert "too-big is Pending (FilteringFailed):" in out and "MiB free < 70000 MiB requested" in out
     assert "init-share was refused at admission" in out
     assert "cu_count: 18" in out and "mem: 2000 MiB" in out
     assert out.rstrip().endswith("local cluster stopped")
