@@ -41,6 +41,8 @@ SUBCOMMANDS = (
                "kube-scheduler extender: /filter picks node and cards, /bind locks the node and binds"),
     Subcommand("device-plugin", "hami_dcu.deviceplugin.command",
                "kubelet device plugin: advertises vDCU slots, writes vdev files in Allocate"),
+    Subcommand("dra-driver", "hami_dcu.dra.command",
+               "kubelet DRA plugin (mode: dra): publishes a ResourceSlice, prepares vDCUs and CDI specs for claims"),
     Subcommand("certs", "hami_dcu.webhook.certs_command",
                "create or renew the webhook CA and serving certificate, inject the caBundle"),
     Subcommand("demo", "hami_dcu.e2e.demo",

@@ -1,0 +1,134 @@
+"""`hami-dcu dra-driver`: discover the cards, publish the node's ResourceSlice, serve the
+kubelet's DRA calls, keep the slice current on health changes, free vanished claims."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+from hami_dcu.common import keys
+from hami_dcu.common.kube import Kube, KubeConfigError, KubeError
+from hami_dcu.deviceplugin import plan as dp
+from hami_dcu.deviceplugin.command import make_backend
+from hami_dcu.deviceplugin.discovery import discover
+from hami_dcu.deviceplugin.faketree import lay_out
+from hami_dcu.deviceplugin.health import SmiHealth
+from hami_dcu.deviceplugin.smi import SmiError
+from hami_dcu.dra.core import DraPaths, DriverCore
+from hami_dcu.dra.server import KubeletPluginServer
+from hami_dcu.dra.service import DriverService
+
+log = logging.getLogger(__name__)
+RETRY_AFTER_FAILURE = 5.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
+                        help="this node's name (default: $NODE_NAME, from the downward API)")
+    parser.add_argument("--smi", choices=["rsmi", "mock"], default="rsmi",
+                        help="where cards come from: ROCm SMI, or a mock YAML file")
+    parser.add_argument("--mock-devices", help="YAML list of mock cards (with --smi mock; default: the sample)")
+    parser.add_argument("--mock-fake-tree", action="store_true",
+                        help="with --smi mock: lay out fake /sys and /dev trees under --sys-root/--dev-root")
+    parser.add_argument("--rsmi-library", default="librocm_smi64.so", help="ROCm SMI shared library")
+    parser.add_argument("--registry-dir", default="/var/lib/kubelet/plugins_registry",
+                        help="the kubelet's plugin registration directory")
+    parser.add_argument("--kubelet-plugins-dir", default="/var/lib/kubelet/plugins",
+                        help="the kubelet's plugins directory (the DRA socket goes in <dir>/dra.hygon.com/)")
+    parser.add_argument("--cdi-dir", default="/var/run/cdi", help="where the container runtime reads CDI specs")
+    parser.add_argument("--vdev-dir", default="/usr/local/vgpu/dcu", help="host dir for per-share vDCU dirs")
+    parser.add_argument("--etc-vdev", default="/etc/vdev", help="host dir for vdev<N>.conf (read by the exporter)")
+    parser.add_argument("--state-dir", default="/var/lib/hami-dcu/dra",
+                        help="the driver's own records of prepared claims, mounted into no container")
+    parser.add_argument("--dev-root", default="/dev", help="root of device files (fake tree in tests)")
+    parser.add_argument("--sys-root", default="/sys", help="root of sysfs (fake tree in tests)")
+    parser.add_argument("--driver-dir", default=os.environ.get("HYGONPATH", "/opt/dtk"),
+                        help=f"DTK driver dir, mounted read-only at {dp.DRIVER_CONTAINER_DIR}")
+    parser.add_argument("--hyhal-dir", default="/opt/hyhal", help=f"hyhal dir, mounted read-only at {dp.HYHAL_DIR}")
+    parser.add_argument("--slots-per-card", type=int, default=keys.DEFAULT_SLOTS_PER_CARD,
+                        help="vDCU slots per card: the `slices` capacity")
+    parser.add_argument("--register-interval", type=float, default=30.0,
+                        help="seconds between slice checks and claim reconciles")
+    parser.add_argument("--health-interval", type=float, default=1.0, help="seconds between card health checks")
+
+
+class DriverLoop:
+    """Health every `health_interval` (publish at once on a change); slice and reconcile every
+    `interval`, 5 s after a failure."""
+
+    def __init__(self, service: DriverService, interval: float, health_interval: float) -> None:
+        self.service = service
+        self.interval = interval
+        self.health_interval = health_interval
+        self.stopping = threading.Event()
+
+    def once(self) -> bool:
+        try:
+            self.service.publish()
+            self.service.reconcile()
+            return True
+        except (KubeError, OSError) as exc:
+            log.warning("node %s: publish or reconcile failed, retrying in %.0fs: %s", self.service.node,
+                        RETRY_AFTER_FAILURE, exc)
+            return False
+
+    def run(self) -> None:
+        due = 0.0
+        while not self.stopping.is_set():
+            changed = self.service.refresh_health()
+            now = time.monotonic()
+            if changed or now >= due:
+                due = now + (self.interval if self.once() else RETRY_AFTER_FAILURE)
+            self.stopping.wait(self.health_interval)
+
+
+def build(args: argparse.Namespace, kube: Kube) -> tuple[DriverService, KubeletPluginServer]:
+    backend = make_backend(args)
+    cards = backend.cards()
+    if args.smi == "mock" and args.mock_fake_tree:
+        lay_out(cards, args.sys_root, args.dev_root, char_devices=os.geteuid() == 0)
+    served = discover(cards, args.sys_root, args.dev_root)
+    if not served:
+        raise SmiError(f"no DCU could be served on node {args.node_name} ({len(cards)} reported by SMI)")
+    paths = DraPaths(vdev_dir=Path(args.vdev_dir), etc_vdev=Path(args.etc_vdev), cdi_dir=Path(args.cdi_dir),
+                     state_dir=Path(args.state_dir), dev_root=Path(args.dev_root), driver_dir=Path(args.driver_dir),
+                     hyhal_dir=Path(args.hyhal_dir))
+    core = DriverCore(args.node_name, served, paths)
+    core.rebuild()
+    service = DriverService(kube, core, args.slots_per_card, SmiHealth(backend, served, args.dev_root))
+    server = KubeletPluginServer(service.prepare, service.unprepare, Path(args.registry_dir),
+                                 Path(args.kubelet_plugins_dir))
+    return service, server
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.node_name:
+        log.error("no node name: pass --node-name or set NODE_NAME (downward API spec.nodeName)")
+        return 2
+    try:
+        kube = Kube.from_kubeconfig(args.kubeconfig)
+        service, server = build(args, kube)
+    except (KubeConfigError, SmiError, OSError) as exc:
+        log.error("DRA driver cannot start: %s", exc)
+        return 1
+    log.info("node %s: DRA driver serving %d cards: %s", args.node_name, len(service.core.cards),
+             ", ".join(sorted(service.core.cards)))
+    loop = DriverLoop(service, args.register_interval, args.health_interval)
+    # Installed before serving: a SIGTERM right after start must not kill us mid-way.
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: loop.stopping.set())
+    # Health first, so the first slice leaves out cards that are already unhealthy.
+    service.refresh_health()
+    server.start()
+    try:
+        loop.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        loop.stopping.set()
+        server.stop()
+    return 0

@@ -1,0 +1,110 @@
+"""The driver's Kubernetes side against a fake API: the slice kept current, Prepare reading
+claims, vanished claims freed, and a node already served by the device plugin refused."""
+
+import pytest
+from dra_helpers import NODE, claim, node_cards, paths, result
+from fake_kube import FakeKube
+
+from hami_dcu.dra import names
+from hami_dcu.dra.core import DriverCore, PrepareFailed
+from hami_dcu.dra.server import ClaimRef
+from hami_dcu.dra.service import DriverService
+
+SLICE = names.slice_name(NODE)
+
+
+@pytest.fixture
+def setup(tmp_path):
+    cards = node_cards(tmp_path)
+    kube = FakeKube(NODE)
+    health = {c.id: True for c in cards}
+    service = DriverService(kube, DriverCore(NODE, cards, paths(tmp_path)), slots=4, health=lambda: dict(health))
+    service.refresh_health()
+    return service, kube, cards, health
+
+
+def test_the_slice_is_created_once_and_updated_on_health_changes(setup):
+    service, kube, cards, health = setup
+    assert service.publish() is True
+    published = kube.slices[SLICE]
+    assert published["spec"]["pool"]["generation"] == 1
+    assert len(published["spec"]["devices"]) == 2
+    assert published["metadata"]["ownerReferences"][0]["uid"] == "node-uid"
+    assert service.publish() is False and kube.writes == ["POST"]
+
+    health[cards[0].id] = False
+    assert service.refresh_health() is True and service.refresh_health() is False
+    assert service.publish() is True
+    assert kube.writes == ["POST", "PUT"]
+    assert kube.slices[SLICE]["spec"]["pool"]["generation"] == 2
+    assert [d["name"] for d in kube.slices[SLICE]["spec"]["devices"]] == [names.device_name(cards[1].card.pci_bus_id)]
+
+
+def test_a_slice_deleted_behind_the_drivers_back_comes_back(setup):
+    service, kube, _, _ = setup
+    service.publish()
+    del kube.slices[SLICE]
+    assert service.publish() is True and SLICE in kube.slices
+
+
+def test_a_failing_health_check_keeps_the_last_answer(tmp_path):
+    def broken() -> dict:
+        raise RuntimeError("SMI gone")
+
+    service = DriverService(FakeKube(NODE), DriverCore(NODE, node_cards(tmp_path), paths(tmp_path)), 4, broken)
+    assert service.refresh_health() is False and service.health_now == {}
+
+
+def test_a_node_served_by_the_device_plugin_gets_no_devices_and_an_event(setup):
+    service, kube, _, _ = setup
+    service.publish()
+    kube.node["status"]["allocatable"]["hygon.com/dcunum"] = "8"
+    assert service.publish() is True
+    assert kube.slices[SLICE]["spec"]["devices"] == []
+    [(reason, message)] = kube.events
+    assert reason == "DCUModeConflict" and "8 allocatable hygon.com/dcunum" in message
+    service.publish()
+    assert len(kube.events) == 1  # said once, not every cycle
+    kube.node["status"]["allocatable"]["hygon.com/dcunum"] = "0"
+    service.publish()
+    assert len(kube.slices[SLICE]["spec"]["devices"]) == 2
+
+
+def test_prepare_reads_the_claim_and_refuses_a_recreated_one(setup):
+    service, kube, _, _ = setup
+    kube.add_claim(claim("uid-1", result(cores="10", memory="1Gi")))
+    record = service.prepare(ClaimRef("ns", "c1", "uid-1"))
+    assert record.devices[0].vdev.cu_count == 10
+    with pytest.raises(PrepareFailed, match="is now UID uid-1, the kubelet asked for uid-old"):
+        service.prepare(ClaimRef("ns", "c1", "uid-old"))
+    with pytest.raises(PrepareFailed, match="cannot read it: 404"):
+        service.prepare(ClaimRef("ns", "missing", "uid-2"))
+
+
+def test_a_prepared_claim_is_answered_while_the_api_server_is_away(setup):
+    service, kube, _, _ = setup
+    kube.add_claim(claim("uid-1", result(cores="10", memory="1Gi")))
+    first = service.prepare(ClaimRef("ns", "c1", "uid-1"))
+    kube.down = True
+    assert service.prepare(ClaimRef("ns", "c1", "uid-1")) == first
+
+
+def test_a_refused_claim_gets_an_event(setup):
+    service, kube, _, _ = setup
+    kube.add_claim(claim("uid-1", result(cores="999", memory="1Gi")))
+    with pytest.raises(PrepareFailed, match="999 consumed"):
+        service.prepare(ClaimRef("ns", "c1", "uid-1"))
+    assert kube.events[0][0] == "DCUPrepareFailed"
+
+
+def test_reconcile_frees_claims_gone_recreated_or_deallocated(setup):
+    service, kube, _, _ = setup
+    for uid, name in (("u-kept", "kept"), ("u-gone", "gone"), ("u-new", "recreated"), ("u-dealloc", "dealloc")):
+        kube.add_claim(claim(uid, result(cores="10", memory="1Gi"), name=name))
+        service.prepare(ClaimRef("ns", name, uid))
+    del kube.claims[("ns", "gone")]
+    kube.add_claim(claim("u-other", result(cores="10", memory="1Gi"), name="recreated"))
+    kube.add_claim(claim("u-dealloc", name="dealloc"))
+    assert sorted(service.reconcile()) == ["u-dealloc", "u-gone", "u-new"]
+    assert set(service.core.prepared) == {"u-kept"}
+    assert bin(service.core.state.cu_used[0]).count("1") == 10
