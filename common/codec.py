@@ -12,8 +12,15 @@ Formats (reference: hami-wire-protocol.md §2):
   `UUID,Type,Usedmem,Usedcores` records each terminated by `:`. Empty entries are kept:
   the position of an entry is the container it belongs to.
 * node lock (`hami.io/mutex.lock`): `<RFC3339>,<namespace>,<name>`; legacy bare `<RFC3339>`.
+  An empty namespace or name parses (HAMi's parser takes it) as a lock naming nobody:
+  HAMi cannot look such a holder up either, so only expiry frees it, as a legacy lock.
 * handshake (`hami.io/node-handshake-dcu`): `Reported <time>` from the plugin,
   `Requesting_<YYYY-MM-DD HH:MM:SS>` from the scheduler.
+
+Numbers are read as Go's `strconv.ParseInt(s, 10, 32)` reads them (HAMi's decoders): an
+optional sign, decimal digits, the int32 range; so `+4` and `-1` (a NUMA node sysfs cannot
+tell) decode. Whether a negative figure makes sense is the reader's call: a card index must
+not be negative (HAMi's rule); the scheduler and the plugin refuse negative shares.
 
 Every decoder raises only `CodecError`, whose message names the annotation and the part.
 Nothing here does I/O.
@@ -94,6 +101,8 @@ def decode_node_devices(value: str, annotation: str = keys.NODE_REGISTER) -> lis
         index, mode = 0, keys.LEGACY_DEVICE_MODE
         if len(fields) == 9:
             index = _int32(annotation, record, "index", fields[7])
+            if index < 0:
+                raise CodecError(annotation, record, f"index {index} is negative")
             mode = fields[8]
         devices.append(
             NodeDevice(
@@ -116,6 +125,8 @@ def _decode_node_devices_json(text: str, annotation: str) -> list[NodeDevice]:
         items = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CodecError(annotation, text[:80], f"invalid JSON ({exc.msg})") from exc
+    except ValueError as exc:  # a number past Python's 4,300-digit limit for int()
+        raise CodecError(annotation, text[:80], "invalid JSON (a number too long to read)") from exc
     if not isinstance(items, list):
         raise CodecError(annotation, text[:80], "JSON value is not an array")
     devices = []
@@ -188,8 +199,8 @@ def decode_pod_devices(value: str, annotation: str = keys.POD_DEVICES_ALLOCATED)
 def _decode_container_devices(entry: str, annotation: str) -> list[ContainerDevice]:
     devices = []
     for record in entry.split(":"):
-        if not record:
-            continue
+        if "," not in record:
+            continue  # HAMi skips a segment without a comma ("" between terminators, stray text)
         fields = record.split(",")
         if len(fields) < 4:
             raise CodecError(annotation, record, f"{len(fields)} fields, expected UUID,Type,Usedmem,Usedcores")
@@ -232,9 +243,12 @@ def decode_lock(value: str, annotation: str = keys.NODE_LOCK) -> LockValue:
     parts = value.split(",")
     if len(parts) == 1:
         return LockValue(since=_parse_rfc3339(annotation, value, parts[0]))
-    if len(parts) != 3 or not parts[1] or not parts[2]:
+    if len(parts) != 3:
         raise CodecError(annotation, value, "expected '<RFC3339>,<namespace>,<name>'")
-    return LockValue(since=_parse_rfc3339(annotation, value, parts[0]), namespace=parts[1], name=parts[2])
+    since = _parse_rfc3339(annotation, value, parts[0])
+    if not parts[1] or not parts[2]:
+        return LockValue(since=since)  # names nobody: see the module docstring
+    return LockValue(since=since, namespace=parts[1], name=parts[2])
 
 
 def format_rfc3339(moment: datetime) -> str:
@@ -315,20 +329,23 @@ def _parse_go_time_string(stamp: str) -> datetime | None:
 # --- helpers ------------------------------------------------------------------------------
 
 
-_DECIMAL = re.compile(r"-?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+INT32_MIN = -(2**31)
+_INT32_DIGITS = len(str(INT32_MAX))
 # Characters that separate fields, records and entries: never allowed inside a field.
 _SEPARATORS = re.compile(r"[,:;]")
 
 
 def _int32(annotation: str, record: str, field: str, text: str) -> int:
-    # Go's ParseInt(s, 10, 32): plain decimal digits only (Python's int() would also take
-    # "+5", " 5" and "1_000").
-    if not _DECIMAL.fullmatch(text):
-        raise CodecError(annotation, record, f"{field} {text!r} is not an integer")
+    # Go's ParseInt(s, 10, 32): a sign and decimal digits only (Python's int() would also
+    # take " 5" and "1_000"). The digit count is checked before int(), which is slow on a
+    # long string and refuses one past 4,300 digits.
+    if not _DECIMAL.fullmatch(text) or len(text.lstrip("+-").lstrip("0")) > _INT32_DIGITS:
+        if _DECIMAL.fullmatch(text):
+            raise CodecError(annotation, record, f"{field} {text[:20]!r} is out of the int32 range")
+        raise CodecError(annotation, record, f"{field} {text[:20]!r} is not an integer")
     number = int(text)
-    if number < 0:
-        raise CodecError(annotation, record, f"{field} {text} is negative")
-    if number > INT32_MAX:
+    if not INT32_MIN <= number <= INT32_MAX:
         raise CodecError(annotation, record, f"{field} {text} is out of the int32 range")
     return number
 
@@ -344,8 +361,9 @@ def _check_field(annotation: str, field: str, text: str) -> str:
 def _json_int(annotation: str, part: str, field: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise CodecError(annotation, part, f"{field} {value!r} is not an integer")
-    if not 0 <= value <= INT32_MAX:
-        raise CodecError(annotation, part, f"{field} {value} is out of range")
+    if not INT32_MIN <= value <= INT32_MAX or (field == "index" and value < 0):
+        shown = value if abs(value) <= 2**63 else "(beyond int64)"
+        raise CodecError(annotation, part, f"{field} {shown} is out of range")
     return value
 
 

@@ -1,11 +1,17 @@
 """What a pod asks for, per container, in DCU terms (reference: hami-wire-protocol.md §1.3).
 
 Rules, per container and per resource: the value in `limits`, else in `requests`.
-* `dcunum` (count): absent means the container asks for no DCU; it must be an integer >= 1.
+* `dcunum` (count): absent or 0 means the container asks for no DCU (as in HAMi);
+  otherwise a whole number >= 1.
 * `dcumem` (MiB): absent means the whole card's memory; if given it must be >= 1.
 * `dcucores` (% of one card): absent means 100; it must be in 0..100.
-* `dcumem`/`dcucores` without `dcunum` is an error here: HAMi silently ignores such a
-  container, which leaves the user with a pod that runs without the DCU it asked for.
+* `dcumem`/`dcucores` without a card count (absent or 0) is an error here: HAMi silently
+  ignores such a container, which leaves the user with a pod that runs without the DCU it
+  asked for.
+
+Values are Kubernetes quantities, read with the `kubernetes` client's parser: "2k", "2Ki"
+and "1e3" are whole numbers (the API server hands "2000" to admission as "2k"); a fraction
+("1.5", "500m") is refused, never rounded.
 
 Pure functions, no I/O. Errors are `RequestError` with a message that names the container,
 the resource and what to change.
@@ -70,6 +76,17 @@ def pod_uses_dcu(pod: dict[str, Any], names: ResourceNames = DEFAULT_RESOURCES) 
     return any(names_dcu(c, names) for c in pod_containers(pod))
 
 
+def asks_for_dcu(container: dict[str, Any], names: ResourceNames = DEFAULT_RESOURCES) -> bool:
+    """True when the container asks for a DCU, or names one in a way that cannot be honoured
+    (so admission can say why). A lone `dcunum: 0` asks for nothing."""
+    if not names_dcu(container, names):
+        return False
+    try:
+        return parse_container_request(container, names) is not None
+    except RequestError:
+        return True
+
+
 def parse_container_request(
     container: dict[str, Any],
     names: ResourceNames = DEFAULT_RESOURCES,
@@ -80,15 +97,13 @@ def parse_container_request(
     count = _quantity(container, names.count, cname)
     memory = _quantity(container, names.memory, cname)
     cores = _quantity(container, names.cores, cname)
-    if count is None:
+    if not count:
         if memory is not None or cores is not None:
             raise RequestError(
                 f"container {cname}: {names.memory} / {names.cores} need {names.count} "
-                f"(add {names.count}: 1 to its limits)"
+                f"(set {names.count}: 1 in its limits, or drop them to ask for no DCU)"
             )
         return None
-    if count < 1:
-        raise RequestError(f"container {cname}: {names.count} must be at least 1, got {count}")
     if memory is not None:
         if memory < 1:
             raise RequestError(

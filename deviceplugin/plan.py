@@ -101,6 +101,8 @@ def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str
     for device in devices:
         if device.uuid not in cards:
             raise AllocateRefused(f"pod {who(pod)} container {cname}: card {device.uuid} is not served on node {node}")
+        if device.usedmem < 0 or device.usedcores < 0:
+            raise AllocateRefused(f"pod {who(pod)} container {cname}: negative share of card {device.uuid}")
     for fake_id in request_ids:
         if "-fake-" not in fake_id or card_of_fake_id(fake_id) not in cards:
             raise AllocateRefused(

@@ -42,7 +42,7 @@ from hami_dcu.common.codec import (
 )
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.fit import CardSpec, PodFit
-from hami_dcu.scheduler.handshake import HANDSHAKE_TTL, HandshakeSeen, fresh_until, observe
+from hami_dcu.scheduler.handshake import HANDSHAKE_TTL, HandshakeSeen, allocates_dcu, fresh_until, observe
 from hami_dcu.scheduler.usage import Usage, collapse
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,7 @@ class NodeEntry:
     card_pos: dict[str, int] = field(default_factory=dict)
     handshake: HandshakeSeen | None = None
     handshake_fresh_until: float = float("-inf")  # epoch seconds
+    dcu_allocatable: bool = False  # status.allocatable shows DCUs (HAMi's handshake guard)
     lock_value: str | None = None
     holdings: dict[str, Holding] = field(default_factory=dict)  # by pod uid
     used: list[Usage] = field(default_factory=list)  # per card, aligned with `cards`
@@ -199,9 +200,11 @@ class ClusterCache:
         entry.resource_version = rv
         annotations = meta.get("annotations") or {}
         seen = observe(annotations.get(keys.NODE_HANDSHAKE), entry.handshake, now)
-        if seen is not entry.handshake:
+        allocatable = allocates_dcu(node, keys.DEFAULT_COUNT_RESOURCE)
+        if seen is not entry.handshake or allocatable != entry.dcu_allocatable:
             entry.handshake = seen
-            entry.handshake_fresh_until = fresh_until(seen, self.handshake_ttl)
+            entry.dcu_allocatable = allocatable
+            entry.handshake_fresh_until = fresh_until(seen, self.handshake_ttl, allocatable)
         lock_value = annotations.get(keys.NODE_LOCK)
         if lock_value != entry.lock_value:
             self._index_lock(entry, lock_value)
@@ -222,9 +225,11 @@ class ClusterCache:
                 entry.cards, entry.register_error = (), f"cannot read {keys.NODE_REGISTER}: {exc.problem}"
                 log.warning("node %s: %s", entry.name, exc)
             else:
+                # A negative capacity (HAMi's decoder lets one through) counts as none: such a
+                # card never fits anything, rather than fitting a "whole card" of -1 MiB.
                 entry.cards = tuple(
-                    CardSpec(id=d.id, index=d.index, model=d.type, slots=d.count, memory=d.devmem,
-                             cores=d.devcore, health=d.health, numa=d.numa)
+                    CardSpec(id=d.id, index=d.index, model=d.type, slots=max(d.count, 0), memory=max(d.devmem, 0),
+                             cores=max(d.devcore, 0), health=d.health, numa=d.numa)
                     for d in devices
                 )
                 entry.register_error = None if entry.cards else f"{keys.NODE_REGISTER} lists no card"
@@ -557,4 +562,8 @@ def _holding(record: PodRecord) -> Holding:
         devices: PodDevices = decode_pod_devices(record.allocated)
     except CodecError as exc:
         return Holding(label, None, f"unreadable {keys.POD_DEVICES_ALLOCATED}: {exc.problem}")
+    negative = next((d for entry in devices for d in entry if d.usedmem < 0 or d.usedcores < 0), None)
+    if negative is not None:
+        # It would hand capacity back that nobody freed: the node is degraded instead.
+        return Holding(label, None, f"negative share in {keys.POD_DEVICES_ALLOCATED} on card {negative.uuid}")
     return Holding(label, collapse(devices, record.init_count))

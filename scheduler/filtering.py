@@ -172,7 +172,7 @@ class Filter:
             return NodeRejection(Code.NODE_UNKNOWN, "node not in the scheduler cache (not seen by its watch)")
         if entry.register_error:
             return NodeRejection(Code.NODE_UNREGISTERED, entry.register_error)
-        problem = handshake_problem(entry.handshake, now, self._ttl)
+        problem = handshake_problem(entry.handshake, now, self._ttl, entry.dcu_allocatable)
         if problem:
             return NodeRejection(Code.NODE_HANDSHAKE_STALE, problem)
         if entry.degraded:

@@ -215,6 +215,9 @@ def check_card(
     if used_slots >= card.slots:
         return CardRejection(card.id, Code.CARD_SLOTS_EXHAUSTED, f"{used_slots}/{card.slots} slots used")
     free_memory = card.memory - used_memory
+    if card.memory <= 0:
+        # A "whole card" of 0 MiB would fit; the plugin never registers such a card.
+        return CardRejection(card.id, Code.CARD_INSUFFICIENT_MEMORY, "the card registers no memory")
     if free_memory < memory:
         return CardRejection(card.id, Code.CARD_INSUFFICIENT_MEMORY,
                              f"{free_memory} MiB free < {memory} MiB requested")

@@ -13,8 +13,13 @@ the annotation HAMi-compatible (a HAMi scheduler running beside us may still wri
   plugin with an unexpected clock format) we fall back to when *we* last saw the value
   change, which the plugin does on every 30 s report.
 * `Requesting_<time>` (written by a HAMi scheduler): alive while `now - time <= 60 s`, the
-  grace HAMi gives the plugin to answer.
-* absent, `Deleted...`, anything else: not usable.
+  grace HAMi gives the plugin to answer; a time HAMi cannot read counts as alive (HAMi's
+  rule). Past the grace the node stays usable while its `status.allocatable` still shows
+  DCUs (HAMi's guard: the kubelet still has the plugin).
+* any other value (`Deleted...`, text we do not know): HAMi counts it healthy and re-stamps
+  it `Requesting_<now>`; without writing, that is: alive for 60 s from when we saw the
+  value appear, then as an expired `Requesting_` (alive while allocatable shows DCUs).
+* absent: not usable (a plugin that never reported; HAMi would also wait 60 s for it).
 
 Clock skew between plugin and scheduler nodes counts against the 60 s; node clocks in a
 cluster are NTP-synchronised far tighter than that.
@@ -24,6 +29,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import decode_handshake
@@ -39,6 +47,17 @@ class HandshakeSeen:
     changed_at: datetime  # when this scheduler last saw the value change
 
 
+def allocates_dcu(node: dict[str, Any], count_resource: str) -> bool:
+    """The node's status.allocatable shows at least one DCU (the kubelet has the plugin)."""
+    value = ((node.get("status") or {}).get("allocatable") or {}).get(count_resource)
+    if not isinstance(value, str | int) or isinstance(value, bool) or len(str(value)) > 64:
+        return False
+    try:
+        return parse_quantity(value) > 0
+    except (ValueError, ArithmeticError):
+        return False
+
+
 def observe(value: str | None, previous: HandshakeSeen | None, now: datetime) -> HandshakeSeen | None:
     if not value:
         return None
@@ -48,24 +67,45 @@ def observe(value: str | None, previous: HandshakeSeen | None, now: datetime) ->
     return HandshakeSeen(value=value, state=parsed.state, at=parsed.at, changed_at=now)
 
 
-def handshake_problem(seen: HandshakeSeen | None, now: datetime, ttl: timedelta = HANDSHAKE_TTL) -> str | None:
-    """None when the plugin counts as alive, else why not."""
+def handshake_problem(seen: HandshakeSeen | None, now: datetime, ttl: timedelta = HANDSHAKE_TTL,
+                      allocatable: bool = False) -> str | None:
+    """None when the plugin counts as alive, else why not. `allocatable`: the node's
+    status.allocatable shows DCUs."""
     if seen is None:
         return f"no {keys.NODE_HANDSHAKE} annotation (device plugin never reported)"
-    if seen.state not in (keys.HANDSHAKE_REPORTED, keys.HANDSHAKE_REQUESTING):
-        return f"handshake is {seen.value!r}, not a plugin report"
-    elapsed = now - (seen.at or seen.changed_at)
+    if _alive_forever(seen, allocatable):
+        return None
+    elapsed = now - _since(seen)
     if elapsed <= ttl:
         return None
     age = int(elapsed.total_seconds())
     if seen.state == keys.HANDSHAKE_REPORTED:
         return f"device plugin last reported {age}s ago (limit {int(ttl.total_seconds())}s)"
-    return f"device plugin did not answer a handshake request for {age}s"
+    if seen.state == keys.HANDSHAKE_REQUESTING:
+        return f"device plugin did not answer a handshake request for {age}s and the node allocates no DCU"
+    return f"handshake is {seen.value[:40]!r} for {age}s, not a plugin report, and the node allocates no DCU"
 
 
-def fresh_until(seen: HandshakeSeen | None, ttl: timedelta = HANDSHAKE_TTL) -> float:
-    """Epoch seconds until which the plugin counts as alive (-inf when it never does): the
-    per-request check in /filter is then one float comparison per node."""
-    if seen is None or seen.state not in (keys.HANDSHAKE_REPORTED, keys.HANDSHAKE_REQUESTING):
+def fresh_until(seen: HandshakeSeen | None, ttl: timedelta = HANDSHAKE_TTL, allocatable: bool = False) -> float:
+    """Epoch seconds until which the plugin counts as alive (-inf when it never does, +inf
+    while nothing but a new value can change that): the per-request check in /filter is
+    then one float comparison per node."""
+    if seen is None:
         return float("-inf")
-    return ((seen.at or seen.changed_at) + ttl).timestamp()
+    if _alive_forever(seen, allocatable):
+        return float("inf")
+    return (_since(seen) + ttl).timestamp()
+
+
+def _alive_forever(seen: HandshakeSeen, allocatable: bool) -> bool:
+    if seen.state == keys.HANDSHAKE_REPORTED:
+        return False  # the plugin's own clock decides
+    if seen.state == keys.HANDSHAKE_REQUESTING and seen.at is None:
+        return True  # HAMi cannot read the time either and counts the node healthy
+    return allocatable  # an expired request, or a value we do not know (see the module docstring)
+
+
+def _since(seen: HandshakeSeen) -> datetime:
+    if seen.state in (keys.HANDSHAKE_REPORTED, keys.HANDSHAKE_REQUESTING):
+        return seen.at or seen.changed_at
+    return seen.changed_at

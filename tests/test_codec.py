@@ -69,7 +69,14 @@ def test_json_array_accepted_with_omitted_zero_values():
         ("no-colon-here", "no device record"),
         ("DCU-A,4,1,100,T,0,true,0:", "8 fields"),
         ("DCU-A,four,1,100,T,0,true,0,hami:", "count 'four' is not an integer"),
-        ("DCU-A,4,-1,100,T,0,true,0,hami:", "devmem -1 is negative"),
+        ("DCU-A,4,1,100,T,0,true,-1,hami:", "index -1 is negative"),
+        ("DCU-A, 4,1,100,T,0,true,0,hami:", "count ' 4' is not an integer"),
+        ("DCU-A,1_0,1,100,T,0,true,0,hami:", "is not an integer"),
+        ("DCU-A,4,1,100,T,-2147483649,true,0,hami:", "int32"),
+        ("DCU-A,4,1,100,T,0," + "9" * 5000 + ",0,hami:", "health"),
+        ("DCU-A,4," + "9" * 5000 + ",100,T,0,true,0,hami:", "out of the int32 range"),
+        ('[{"id":"A","count":' + "1" * 5000 + "}]", "too long"),
+        ('[{"id":"A","index":-1}]', "index -1 is out of range"),
         ("DCU-A,4,1,100,T,0,maybe,0,hami:", "health 'maybe'"),
         ("DCU-A,4,99999999999,100,T,0,true,0,hami:", "int32"),
         (",4,1,100,T,0,true:", "empty device id"),
@@ -103,6 +110,20 @@ def test_erased_pod_value_is_one_empty_entry():
 
 def test_pod_value_without_final_terminator_reads_last_entry():
     assert decode_pod_devices("A,DCU,1,2:") == [[ContainerDevice("A", "DCU", 1, 2)]]
+
+
+def test_numbers_read_as_go_parseint_reads_them():
+    """HAMi decodes with strconv.ParseInt(s, 10, 32): a sign is allowed, and Hygon's own
+    plugin writes the NUMA node it is given, -1 included."""
+    (device,) = decode_node_devices("HCU-A,+4,-1,+100,HCU-K100_AI,-1,true,+0,hami:")
+    assert (device.count, device.devmem, device.devcore, device.numa, device.index) == (4, -1, 100, -1, 0)
+    assert decode_pod_devices("A,DCU,+2000,-0:;") == [[ContainerDevice("A", "DCU", 2000, 0)]]
+    assert decode_node_devices("A,4,1,100,T,-2147483648,true:")[0].numa == -(2**31)
+
+
+def test_a_pod_segment_without_a_comma_is_skipped_as_hami_does():
+    assert decode_pod_devices("A,DCU,1,2:junk:B,DCU,3,4:;x;") == [
+        [ContainerDevice("A", "DCU", 1, 2), ContainerDevice("B", "DCU", 3, 4)], []]
 
 
 def test_v25_placeholder_record_is_no_device():
@@ -139,6 +160,14 @@ def test_lock_reference_example_and_legacy_form():
     assert encode_lock(lock) == "2025-08-07T10:00:01+08:00,default,vdcu-pytorch-demo"
     legacy = decode_lock("2025-08-07T10:00:01Z")
     assert legacy.name is None and "legacy" in legacy.holder
+
+
+@pytest.mark.parametrize("value", ["2025-08-07T10:00:01Z,,", "2025-08-07T10:00:01Z,ns,", "2025-08-07T10:00:01Z,,p"])
+def test_a_lock_with_an_empty_namespace_or_name_parses_as_naming_nobody(value):
+    # HAMi's parser takes it; nobody can look such a holder up, so only expiry frees it.
+    lock = decode_lock(value)
+    assert lock.since == datetime(2025, 8, 7, 10, 0, 1, tzinfo=UTC)
+    assert lock.name is None and lock.namespace is None
 
 
 def test_lock_utc_uses_z_like_go():

@@ -29,6 +29,10 @@ def ctr(name="c", limits=None, requests=None):
         ),
         (ctr(limits={"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000"}), DcuRequest(1, 2000, 100)),
         (ctr(limits={"hygon.com/dcunum": "1", "hygon.com/dcucores": "0"}), DcuRequest(1, 0, 0)),
+        # a count of 0 asks for no DCU, as in HAMi (and as Kubernetes reads any zero limit)
+        (ctr(limits={"hygon.com/dcunum": "0"}), None),
+        (ctr(limits={"hygon.com/dcunum": 0}), None),
+        (ctr(limits={"hygon.com/dcunum": "0"}, requests={"hygon.com/dcunum": "1"}), None),
         # requests are read when limits do not name the resource (HAMi < 2.6 ignored them)
         (ctr(requests={"hygon.com/dcunum": "1", "hygon.com/dcumem": "512"}), DcuRequest(1, 512, 100)),
         # limits win over requests
@@ -55,7 +59,8 @@ def test_quantities_as_the_api_server_canonicalises_them(written, canonical, mib
 @pytest.mark.parametrize(
     ("limits", "fragment"),
     [
-        ({"hygon.com/dcunum": "0"}, "must be at least 1"),
+        ({"hygon.com/dcunum": "0", "hygon.com/dcumem": "1000"}, "need hygon.com/dcunum"),
+        ({"hygon.com/dcunum": "0", "hygon.com/dcucores": "0"}, "or drop them to ask for no DCU"),
         ({"hygon.com/dcunum": "-1"}, "must not be negative"),
         ({"hygon.com/dcunum": "1.5"}, "whole number"),
         # 2Gi MiB is a whole number, but far past any card: refused, never read as 2.

@@ -13,7 +13,7 @@ from typing import Any
 import jsonpatch
 
 from hami_dcu.common import keys
-from hami_dcu.common.requests import RequestError, names_dcu, parse_container_request
+from hami_dcu.common.requests import RequestError, asks_for_dcu, names_dcu, parse_container_request
 from hami_dcu.common.writers import Identities
 
 JSON = dict[str, Any]
@@ -54,7 +54,8 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
     init_containers = list(spec.get("initContainers") or [])
     containers = list(spec.get("containers") or [])
     names = settings.resources
-    if not any(names_dcu(c, names) for c in init_containers + containers):
+    # `dcunum: 0` alone asks for no DCU (as in HAMi): such a pod is not ours to route.
+    if not any(asks_for_dcu(c, names) for c in init_containers + containers):
         return Decision(allowed=True, reason="no-dcu")
 
     forged = sorted(set(meta.get("annotations") or {}) & keys.SCHEDULER_OWNED_POD_ANNOTATIONS)

@@ -39,12 +39,55 @@ def test_requesting_from_a_hami_scheduler_gets_60_seconds_grace():
     assert judge(node, T0 + timedelta(seconds=90)).failed["n1"].code == Code.NODE_HANDSHAKE_STALE
 
 
-def test_missing_or_deleted_handshake_is_not_usable():
+def test_missing_handshake_is_not_usable():
     node = node_object("n1")
     del node["metadata"]["annotations"][keys.NODE_HANDSHAKE]
     assert "never reported" in judge(node, T0).failed["n1"].message
-    deleted = node_object("n1", extra={keys.NODE_HANDSHAKE: "Deleted_2026-03-01 12:00:00"})
-    assert judge(deleted, T0).failed["n1"].code == Code.NODE_HANDSHAKE_STALE
+
+
+def with_allocatable(node: dict, count: str) -> dict:
+    node["status"] = {"allocatable": {keys.DEFAULT_COUNT_RESOURCE: count}}
+    return node
+
+
+def test_an_expired_request_keeps_the_node_while_it_still_allocates_dcus():
+    """HAMi's guard: past the 60 s grace a Requesting_ node stays while status.allocatable
+    shows DCUs (the kubelet still has the plugin)."""
+    late = T0 + timedelta(seconds=600)
+    requesting = {keys.NODE_HANDSHAKE: encode_requesting(T0)}
+    assert judge(with_allocatable(node_object("n1", extra=requesting), "8"), late).chosen == "n1"
+    gone = judge(with_allocatable(node_object("n1", extra=requesting), "0"), late).failed["n1"]
+    assert gone.code == Code.NODE_HANDSHAKE_STALE and "allocates no DCU" in gone.message
+    # A stale plugin report of our own kind is judged by its own clock alone.
+    reported = with_allocatable(node_object("n1", handshake=T0), "8")
+    assert judge(reported, late).failed["n1"].code == Code.NODE_HANDSHAKE_STALE
+
+
+def test_an_allocatable_change_alone_refreshes_the_verdict():
+    cache = ClusterCache()
+    node = with_allocatable(node_object("n1", extra={keys.NODE_HANDSHAKE: encode_requesting(T0)}), "0")
+    cache.apply_node(node, T0)
+    assert cache.nodes["n1"].handshake_fresh_until == (T0 + timedelta(seconds=60)).timestamp()
+    node = with_allocatable(node_object("n1", extra={keys.NODE_HANDSHAKE: encode_requesting(T0)}), "2k")
+    node["metadata"]["resourceVersion"] = "2"
+    cache.apply_node(node, T0)
+    assert cache.nodes["n1"].handshake_fresh_until == float("inf")
+
+
+def test_a_value_that_is_neither_report_nor_request_is_healthy_as_in_hami():
+    """HAMi counts it healthy and re-stamps Requesting_<now>: alive for 60 s from when it
+    appeared, then only while the node allocates DCUs."""
+    deleted = {keys.NODE_HANDSHAKE: "Deleted_2026-03-01 12:00:00"}
+    assert judge(node_object("n1", extra=deleted), T0 + timedelta(seconds=59)).chosen == "n1"
+    stale = judge(node_object("n1", extra=deleted), T0 + timedelta(seconds=61)).failed["n1"]
+    assert stale.code == Code.NODE_HANDSHAKE_STALE and "not a plugin report" in stale.message
+    odd = with_allocatable(node_object("n1", extra={keys.NODE_HANDSHAKE: "restarting"}), "4")
+    assert judge(odd, T0 + timedelta(seconds=600)).chosen == "n1"
+
+
+def test_a_request_whose_time_cannot_be_read_counts_as_healthy_as_in_hami():
+    seen = observe("Requesting_yesterday", None, T0)
+    assert handshake_problem(seen, T0 + timedelta(days=1)) is None
 
 
 def test_go_time_string_from_hamis_plugin_is_read():

@@ -36,6 +36,14 @@ def test_pod_without_dcu_passes_untouched():
     assert decision.allowed and decision.patch == [] and decision.reason == "no-dcu"
 
 
+def test_a_zero_card_count_asks_for_no_dcu_and_is_left_alone():
+    # HAMi reads dcunum: 0 as no request; so do we, even with a nodeName (it needs no cards).
+    decision = review(pod([ctr(num=0), ctr("side", cpu=1)], node="n1"))
+    assert decision.allowed and decision.patch == [] and decision.reason == "no-dcu"
+    name, _ = routed(pod([ctr(num=0), ctr("main", num=1)]))
+    assert name == "hami-scheduler"
+
+
 @pytest.mark.parametrize("scheduler", ["default-scheduler", None, ""])
 def test_dcu_pod_is_routed_to_hami_scheduler(scheduler):
     name, decision = routed(pod([ctr(num=1, mem=2000, cores=60)], scheduler=scheduler))
@@ -76,7 +84,7 @@ def test_overwritable_list_and_scheduler_name_are_configurable():
         (pod([ctr(num=1, cores=101)]), "invalid-request", "0-100"),
         (pod([ctr(num=1, cores=-1)]), "invalid-request", "negative"),
         (pod([ctr(num=1, mem=0)]), "invalid-request", "at least 1 MiB"),
-        (pod([ctr(num=0)]), "invalid-request", "at least 1"),
+        (pod([ctr(num=0, mem=1000)]), "invalid-request", "need hygon.com/dcunum"),
         (pod([ctr(num="1.5")]), "invalid-request", "whole number"),
         (pod([ctr(mem=100)]), "invalid-request", "need hygon.com/dcunum"),
         (pod([ctr(num=1)], node="n1"), "node-name-set", "remove spec.nodeName"),
