@@ -72,8 +72,10 @@ def _card_rows(nodes: Sequence[NodeUsage], wide: bool) -> list[list[str]]:
                 rows.append([*cells, ", ".join(f"{s.owner} {_share(s)}" for s in card.shares) or "-"])
                 continue
             first, *rest = card.shares or [None]
-            rows.append([*cells, str(card.index), str(card.numa), *_share_cells(first)])
-            rows.extend(["", "", "", "", "", "", "", "", "", *_share_cells(share)] for share in rest)
+            card_cells = [*cells, str(card.index), str(card.numa)]
+            rows.append([*card_cells, *_share_cells(first)])
+            # Further shares of the same card: the card's cells left blank, as kubectl groups rows.
+            rows.extend([*([""] * len(card_cells)), *_share_cells(share)] for share in rest)
     return rows
 
 
