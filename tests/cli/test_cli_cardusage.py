@@ -59,6 +59,10 @@ def test_a_card_counts_each_container_share_and_lists_who_holds_it():
         ("team/a/main", 2000, 15), ("team/b/worker", 4096, 20), ("team/b/helper", 1024, 5)]
     idle = usage.nodes[0].cards[1]
     assert (idle.slots_used, idle.memory_used_mib, idle.shares) == (0, 0, [])
+    wide = render(usage, "wide").splitlines()
+    column = wide[0].index("POD/CONTAINER")
+    assert wide[1][column:].startswith("team/a/main")
+    assert wide[2][:column].strip() == "" and wide[2][column:].split()[:3] == ["team/b/worker", "4096", "MiB,"]
 
 
 def test_init_containers_count_by_their_peak_as_the_scheduler_counts_them():
