@@ -4,7 +4,8 @@ Latency histograms for /filter and /bind, node-lock waits and contention, locks 
 or released because their holder no longer needed them (by reason), duplicate binds, and,
 collected from the cache at scrape time (never stale): per card its capacity and health
 beside what is allocated, so utilisation is one division; per node whether its lock is held
-and for how long; pods by bind phase; the drift relists repaired. With TLS, the serving
+and for how long; per namespace what its pods hold (beside a ResourceQuota);
+pods by bind phase; the drift relists repaired. With TLS, the serving
 certificate's expiry (common/certmetrics.py).
 """
 
@@ -20,6 +21,7 @@ from prometheus_client.registry import Collector
 
 from hami_dcu.common.certmetrics import CertificateExpiry
 from hami_dcu.scheduler.cache import ClusterCache
+from hami_dcu.scheduler.usage import Usage
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -57,6 +59,12 @@ class SchedulerMetrics:
     def watch_certificate(self, cert_file: str, role: str = "serving") -> None:
         """Export the expiry of the certificate this process serves with."""
         self.registry.register(CertificateExpiry({role: cert_file}))
+
+
+def _add(total: Usage, share: Usage) -> None:
+    total.slots += share.slots
+    total.memory += share.memory
+    total.cores += share.cores
 
 
 class CardCollector(Collector):
@@ -99,6 +107,7 @@ class CardCollector(Collector):
                 lock_held.add_metric([entry.name], 1 if entry.lock_value else 0)
                 if lock is not None:
                     lock_age.add_metric([entry.name], max(0.0, now - lock.since.timestamp()))
+        yield from self._namespaces()
         phases = GaugeMetricFamily("hami_dcu_pods_bind_phase", "Pods holding DCUs, by hami.io/bind-phase "
                                    "(allocating: bound, waiting for the device plugin)", labels=["phase"])
         for phase, count in sorted(Tally(r.state.bind_phase or "none" for r in list(self.cache.pods.values()))
@@ -110,3 +119,28 @@ class CardCollector(Collector):
             drift.add_metric([kind], count)
         yield from (memory, cores, slots, memory_total, cores_total, slots_total, healthy, degraded, lock_held,
                     lock_age, phases, drift)
+
+    def _namespaces(self) -> Iterator[GaugeMetricFamily]:
+        """What each namespace's pods hold, summed over cards: set beside a ResourceQuota on
+        the DCU resources, or used for chargeback. In-flight assumptions are not counted."""
+        held: dict[str, Usage] = {}
+        for record in list(self.cache.pods.values()):
+            entry = self.cache.nodes.get(record.node)
+            holding = entry.holdings.get(record.uid) if entry is not None else None
+            if holding is None or holding.held is None:
+                continue
+            total = held.setdefault(record.namespace, Usage())
+            for share in holding.held.values():
+                _add(total, share)
+        families = {
+            "memory": GaugeMetricFamily("hami_dcu_namespace_allocated_memory_mib", "Card memory held by the "
+                                        "namespace's pods", labels=["namespace"]),
+            "cores": GaugeMetricFamily("hami_dcu_namespace_allocated_cores_percent", "Card cores held by the "
+                                       "namespace's pods (100 per whole card)", labels=["namespace"]),
+            "slots": GaugeMetricFamily("hami_dcu_namespace_allocated_slots", "Card slots held by the namespace's "
+                                       "pods", labels=["namespace"]),
+        }
+        for namespace, usage in sorted(held.items()):
+            for field, family in families.items():
+                family.add_metric([namespace], getattr(usage, field))
+        yield from families.values()

@@ -45,6 +45,9 @@ def test_capacity_allocation_lock_and_bind_phases_per_scrape():
     assert value("hami_dcu_node_lock_held_seconds", {"node": "n2"}) is None
     assert value("hami_dcu_pods_bind_phase", {"phase": "allocating"}) == 1
     assert value("hami_dcu_pods_bind_phase", {"phase": "success"}) == 1
+    assert value("hami_dcu_namespace_allocated_memory_mib", {"namespace": "default"}) == 6000
+    assert value("hami_dcu_namespace_allocated_slots", {"namespace": "default"}) == 2
+    assert value("hami_dcu_namespace_allocated_cores_percent", {"namespace": "default"}) == 35
 
 
 def test_certificate_expiry_follows_the_file(tmp_path):
