@@ -44,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plugin-dir", default="/var/lib/kubelet/device-plugins", help="kubelet device plugin dir")
     parser.add_argument("--vdev-dir", default="/usr/local/vgpu/dcu", help="host dir for per-container vDCU dirs")
     parser.add_argument("--etc-vdev", default="/etc/vdev", help="host dir for vdev<N>.conf (read by the exporter)")
+    parser.add_argument("--state-dir", default="/var/lib/hami-dcu/state",
+                        help="host dir for the plugin's own record of its grants, mounted into no container")
     parser.add_argument("--dev-root", default="/dev", help="root of device files (fake tree in tests)")
     parser.add_argument("--sys-root", default="/sys", help="root of sysfs (fake tree in tests)")
     parser.add_argument("--driver-dir", default=os.environ.get("HYGONPATH", "/opt/dtk"),
@@ -107,7 +109,8 @@ def build(args: argparse.Namespace, kube: Kube) -> tuple[PluginCore, DevicePlugi
     served = discover(cards, args.sys_root, args.dev_root)
     if not served:
         raise SmiError(f"no DCU could be served on node {args.node_name} ({len(cards)} reported by SMI)")
-    paths = Paths(vdev_dir=Path(args.vdev_dir), etc_vdev=Path(args.etc_vdev), dev_root=Path(args.dev_root),
+    paths = Paths(vdev_dir=Path(args.vdev_dir), etc_vdev=Path(args.etc_vdev), state_dir=Path(args.state_dir),
+                  dev_root=Path(args.dev_root),
                   driver_dir=Path(args.driver_dir), hyhal_dir=Path(args.hyhal_dir))
     core = PluginCore(kube, args.node_name, served, paths, args.slots_per_card, args.lock_timeout,
                       metrics=PluginMetrics(), resource=args.resource_count)

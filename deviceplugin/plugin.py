@@ -65,6 +65,9 @@ class Ambiguous(AllocateFailed):
 class Paths:
     vdev_dir: Path = Path("/usr/local/vgpu/dcu")
     etc_vdev: Path = Path("/etc/vdev")
+    # The plugin's own record of its grants: never mounted into a container (the vdev dirs
+    # are, read-only, so nothing a tenant can write is what a restart rebuilds from).
+    state_dir: Path = Path("/var/lib/hami-dcu/state")
     dev_root: Path = Path("/dev")
     driver_dir: Path = Path("/opt/dtk")
     hyhal_dir: Path = Path(planning.HYHAL_DIR)

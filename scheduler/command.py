@@ -5,7 +5,7 @@ Three listeners, one per audience:
   in the chart's pod; nothing else in the cluster can reach them there (issue 11, finding 6);
 * `--webhook-bind`: POST /webhook for the API server (TLS), with /healthz and /readyz for
   the kubelet's probes; the chart's Service points here and nowhere else;
-* `--metrics-bind`: GET /metrics for Prometheus (plain HTTP).
+* `--metrics-bind`: GET /metrics for Prometheus, with the probes (plain HTTP).
 Without `--metrics-bind`, /metrics is served on `--bind`; `--serve-webhook` (HAMi's layout)
 serves /webhook on `--bind` too.
 """
@@ -128,7 +128,8 @@ async def serve(args: argparse.Namespace) -> None:
             _mount_webhook(webhook_app, args, service)
             runners.append(await _listen(webhook_app, "--webhook-bind", args.webhook_bind, tls))
         if args.metrics_bind:
-            runners.append(await _listen(build_side_app(service, probes=False, metrics=True), "--metrics-bind",
+            # The probes too: the kubelet reaches this port whether or not the webhook is on.
+            runners.append(await _listen(build_side_app(service, metrics=True), "--metrics-bind",
                                          args.metrics_bind, None))
         log.info("scheduler extender %s: /filter and /bind on %s (%s)%s%s, node policy %s, device policy %s",
                  args.scheduler_name, args.bind, "TLS" if tls else "plain HTTP",

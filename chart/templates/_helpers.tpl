@@ -23,8 +23,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
+{{/* The Service in front of the webhook listener (and nothing else). */}}
 {{- define "hami-dcu.schedulerService" -}}
-{{ include "hami-dcu.fullname" . }}-scheduler
+{{ include "hami-dcu.fullname" . }}-webhook
+{{- end -}}
+
+{{/* The identities hami-dcu's components authenticate as: the only writers of allocation state. */}}
+{{- define "hami-dcu.schedulerIdentity" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "hami-dcu.fullname" . }}-scheduler
+{{- end -}}
+{{- define "hami-dcu.devicePluginIdentity" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "hami-dcu.fullname" . }}-device-plugin
 {{- end -}}
 
 {{- define "hami-dcu.tlsSecret" -}}
@@ -75,3 +84,23 @@ webhook it serves read pods with these names only, so they are not values. */}}
 {{- define "hami-dcu.countResource" -}}hygon.com/dcunum{{- end -}}
 {{- define "hami-dcu.memoryResource" -}}hygon.com/dcumem{{- end -}}
 {{- define "hami-dcu.coresResource" -}}hygon.com/dcucores{{- end -}}
+
+
+{{/* The annotation keys of the one-writer rule (hami_dcu.common.writers), as CEL lists, sorted. */}}
+{{- define "hami-dcu.podKeysCel" -}}
+['hami.io/bind-phase', 'hami.io/bind-time', 'hami.io/dcu-devices-allocated', 'hami.io/dcu-devices-to-allocate', 'hami.io/vgpu-node', 'hami.io/vgpu-time']
+{{- end -}}
+{{- define "hami-dcu.pluginPodKeysCel" -}}
+['hami.io/bind-phase', 'hami.io/dcu-devices-to-allocate']
+{{- end -}}
+{{- define "hami-dcu.nodeKeysCel" -}}
+['hami.io/mutex.lock', 'hami.io/node-dcu-register', 'hami.io/node-handshake-dcu']
+{{- end -}}
+{{- define "hami-dcu.schedulerNodeKeysCel" -}}
+['hami.io/mutex.lock']
+{{- end -}}
+
+{{/* CEL: the request sets, changes or removes annotation `k` (oldObject is null on CREATE). */}}
+{{- define "hami-dcu.changedCel" -}}
+(has(object.metadata.annotations) && k in object.metadata.annotations) != (oldObject != null && has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations) || (has(object.metadata.annotations) && k in object.metadata.annotations && oldObject != null && has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && object.metadata.annotations[k] != oldObject.metadata.annotations[k])
+{{- end -}}

@@ -29,6 +29,7 @@ from hami_dcu.e2e.realcluster import upstream
 from hami_dcu.e2e.realcluster.controlplane import ControlPlane
 from hami_dcu.e2e.realcluster.kubelet import RealKubelet
 from hami_dcu.e2e.realcluster.network import PodNetwork
+from hami_dcu.e2e.realcluster.pki import kubeconfig as kubeconfig_text
 from hami_dcu.e2e.realcluster.processes import wait_for
 from hami_dcu.e2e.realcluster.runtime import Images, PodRuntime
 from hami_dcu.e2e.scenarios import MockCard, default_cards
@@ -140,6 +141,23 @@ class RealCluster:
         if result.returncode != 0:
             raise RuntimeError(f"helm {' '.join(args[:2])} failed: {result.stderr.strip()}\n{self.diagnose()}")
         return result.stdout
+
+    def kube_as(self, service_account: str, namespace: str = SYSTEM_NAMESPACE, pod: JSON | None = None) -> Kube:
+        """A client acting as that ServiceAccount, with a token from the TokenRequest API; bound
+        to `pod` when given, as a kubelet binds pod tokens (the API server then names the pod's
+        node in userInfo.extra["authentication.kubernetes.io/node-name"])."""
+        assert self.control_plane is not None
+        spec: JSON = {"audiences": [], "expirationSeconds": 3600}
+        if pod is not None:
+            spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"],
+                                      "uid": pod["metadata"]["uid"]}
+        review = self.kube.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
+                                   body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                         "spec": spec})
+        path = Path(tempfile.mkstemp(prefix=f"{service_account}-", suffix=".kubeconfig", dir=self.workdir)[1])
+        path.write_text(kubeconfig_text(self.control_plane.url, self.control_plane.pki.ca,
+                                        token=review["status"]["token"]))
+        return Kube.from_kubeconfig(str(path))
 
     def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(self.kubectl_bin), "--kubeconfig", str(self.kubeconfig), *args],

@@ -4,7 +4,8 @@ kube-scheduler built from Go modules, both as they would in the pod:
 
 * in the pod's own network namespace (its own loopback, its pod IP on the bridge);
 * in a private mount namespace where every volume is bind-mounted at its `mountPath`
-  (read-only where the pod says so): Secrets and ConfigMaps fetched with the node's identity,
+  (read-only where the pod says so): Secrets and ConfigMaps fetched with the node's identity
+  (group-owned by the pod's fsGroup, as the kubelet does, and the processes in that group),
   hostPaths under the node's own root directory, the projected ServiceAccount token obtained
   with the TokenRequest API bound to the pod, as a kubelet does;
 * with the pod's env (field references resolved), `runAsUser`, and in-cluster configuration
@@ -118,6 +119,9 @@ class PodRuntime:
                 target.chmod(0o777)
             else:
                 raise RuntimeError(f"pod {meta['namespace']}/{meta['name']}: volume {name} of an unsupported type")
+            fs_group = (spec.get("securityContext") or {}).get("fsGroup")
+            if fs_group is not None and "emptyDir" not in volume:
+                _group_own(target, int(fs_group))
             dirs[name] = target
         return dirs
 
@@ -199,7 +203,9 @@ class PodRuntime:
             if mount.get("readOnly"):
                 mounts.append(f"mount -o remount,bind,ro {shlex.quote(target)}")
         user = _run_as_user(pod, container)
-        drop = f"setpriv --reuid={user} --regid={user} --clear-groups " if user else ""
+        fs_group = (pod["spec"].get("securityContext") or {}).get("fsGroup")
+        groups = f"--groups={int(fs_group)}" if fs_group is not None else "--clear-groups"
+        drop = f"setpriv --reuid={user} --regid={user} {groups} " if user else ""
         # The pod's own hostname, as in a real pod (kube-scheduler names its leader lease holder by it).
         hostname = f"hostname {shlex.quote(running.name[:63])}"
         script = " && ".join([hostname, *mounts, f'exec {drop}"$@"'])
@@ -247,6 +253,14 @@ def _field(obj: JSON, path: str, default: object) -> object:
             return default
         value = value[part]
     return value
+
+
+def _group_own(target: Path, group: int) -> None:
+    """fsGroup as the kubelet applies it to a read-only volume (SetVolumeOwnership): group-owned
+    by it, group-readable; a 0400 Secret file becomes 0440 root:fsGroup."""
+    for path in [target, *target.rglob("*")]:
+        os.lchown(path, -1, group)
+        path.chmod(path.stat().st_mode | (0o2550 if path.is_dir() else 0o440))
 
 
 def _run_as_user(pod: JSON, container: JSON) -> int | None:

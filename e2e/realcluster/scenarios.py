@@ -14,7 +14,7 @@ import yaml
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import LockValue, encode_lock
-from hami_dcu.e2e.realcluster.cluster import SYSTEM_NAMESPACE, RealCluster
+from hami_dcu.e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster
 from hami_dcu.e2e.scenarios import (
     Ctr,
     allocation,
@@ -97,14 +97,17 @@ def webhook_down_fails_closed_for_dcu_pods_only(cluster: RealCluster) -> None:
 
 
 def _lock_every_node(cluster: RealCluster, holder: str) -> None:
+    # As another scheduler replica would: only hami-dcu's identities may write the node lock.
+    extender = cluster.kube_as(f"{RELEASE}-scheduler")
     value = encode_lock(LockValue(dt.datetime.now(dt.UTC), cluster.namespace, holder))
     for node in cluster.cards:
-        cluster.kube.patch_node_metadata(node, annotations={keys.NODE_LOCK: value})
+        extender.patch_node_metadata(node, annotations={keys.NODE_LOCK: value})
 
 
 def _unlock_every_node(cluster: RealCluster) -> None:
+    extender = cluster.kube_as(f"{RELEASE}-scheduler")
     for node in cluster.cards:
-        cluster.kube.patch_node_metadata(node, annotations={keys.NODE_LOCK: None})
+        extender.patch_node_metadata(node, annotations={keys.NODE_LOCK: None})
 
 
 def bind_retried_after_extender_timeout(cluster: RealCluster, wait_before_unlock: float) -> None:

@@ -72,11 +72,13 @@ def test_components_agree_on_names_and_timeouts(render):
     ((_, scheduler),) = by_command["scheduler"]
     ((_, plugin),) = by_command["device-plugin"]
     assert scheduler.lock_timeout == plugin.lock_timeout == 120
-    assert scheduler.scheduler_name == "dcu-scheduler" and scheduler.serve_webhook
+    assert scheduler.scheduler_name == "dcu-scheduler" and not scheduler.serve_webhook
+    assert scheduler.bind.startswith("127.0.0.1:") and scheduler.webhook_bind.startswith("0.0.0.0:")
     assert plugin.resource_count == keys.DEFAULT_COUNT_RESOURCE
     assert plugin.node_name is None  # from NODE_NAME (downward API)
     certs = {owner: args for owner, args in by_command["certs"]}
-    assert {args.service for args in certs.values()} == {"hami-dcu-scheduler"}
+    assert {args.service for args in certs.values()} == {"hami-dcu-webhook"}
+    assert {args.ca_secret for args in certs.values()} == {"hami-dcu-webhook-ca"}
     assert certs["hami-dcu-certs-post"].webhook_config == "hami-dcu-webhook"
     assert certs["hami-dcu-certs-pre"].webhook_config is None
 
@@ -95,3 +97,14 @@ def test_resource_names_match_the_shared_keys(render):
     managed = [m["name"] for m in yaml.safe_load(config["data"]["config.yaml"])["extenders"][0]["managedResources"]]
     assert managed == [keys.DEFAULT_COUNT_RESOURCE, keys.DEFAULT_MEMORY_RESOURCE, keys.DEFAULT_CORES_RESOURCE]
     assert "resources:" not in (CHART / "values.yaml").read_text().split("\nscheduler:")[0]
+
+
+def test_the_trusted_identities_are_the_components_service_accounts(render):
+    """The webhook trusts exactly the ServiceAccounts the extender and the plugins run as."""
+    docs = render()
+    invocations = parsed_invocations(docs)
+    ((_, scheduler),) = [(o, a) for (o, command), a in invocations.items() if command == "scheduler"]
+    accounts = {d["kind"]: d["spec"]["template"]["spec"]["serviceAccountName"] for d in docs
+                if d["kind"] in ("Deployment", "DaemonSet")}
+    assert scheduler.scheduler_identity == [f"system:serviceaccount:kube-system:{accounts['Deployment']}"]
+    assert scheduler.device_plugin_identity == [f"system:serviceaccount:kube-system:{accounts['DaemonSet']}"]

@@ -1,5 +1,6 @@
 """The chart's `helm test` pod, run for real: its script against `hami-dcu scheduler` started with
-the rendered Deployment's own arguments (TLS from a Secret-like directory, the local API server)."""
+the rendered Deployment's own arguments (TLS from a Secret-like directory, the local API server),
+through the port the Service targets (the webhook listener)."""
 
 import socket
 import ssl
@@ -31,16 +32,18 @@ def free_port() -> int:
 
 
 @contextmanager
-def scheduler_as_rendered(args: list[str], tls_dir: Path, kubeconfig: Path) -> Iterator[str]:
-    """Run the extender container's argv locally: only the listen address and the mount
-    point of the TLS Secret change. Yields the base URL."""
-    port = free_port()
-    local = {"--bind": f"127.0.0.1:{port}", "--tls-cert": str(tls_dir / "tls.crt"),
+def scheduler_as_rendered(args: list[str], tls_dir: Path, kubeconfig: Path) -> Iterator[tuple[str, str]]:
+    """Run the extender container's argv locally: only the listen addresses and the mount
+    point of the TLS Secret change. Yields the base URLs of the webhook listener (what the
+    Service targets) and of the extender listener (loopback in the pod)."""
+    webhook, extender, metrics = free_port(), free_port(), free_port()
+    local = {"--bind": f"127.0.0.1:{extender}", "--webhook-bind": f"127.0.0.1:{webhook}",
+             "--metrics-bind": f"127.0.0.1:{metrics}", "--tls-cert": str(tls_dir / "tls.crt"),
              "--tls-key": str(tls_dir / "tls.key")}
     argv = [f"{flag}={local[flag]}" if flag in local else arg for arg in args for flag in [arg.split("=", 1)[0]]]
     process = subprocess.Popen([sys.executable, "-m", "hami_dcu.cli.main", *argv, "--kubeconfig", str(kubeconfig)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    base = f"https://127.0.0.1:{port}"
+    base = f"https://127.0.0.1:{webhook}"
     context = ssl.create_default_context(cafile=str(tls_dir / "ca.crt"))
     try:
         deadline = time.monotonic() + 30
@@ -52,7 +55,7 @@ def scheduler_as_rendered(args: list[str], tls_dir: Path, kubeconfig: Path) -> I
                 assert process.poll() is None, process.stdout.read().decode()
                 assert time.monotonic() < deadline, "scheduler never became ready"
                 time.sleep(0.1)
-        yield base
+        yield base, f"https://127.0.0.1:{extender}"
     finally:
         process.terminate()
         process.wait(10)
@@ -65,7 +68,7 @@ def run_helm_test(script: str, env: dict[str, str], base: str, tls_dir: Path) ->
 
 def tls_secret(tmp_path: Path) -> Path:
     """What `hami-dcu certs` puts in the Secret, for the Service name plus loopback."""
-    bundle = issue(["hami-dcu-scheduler.kube-system.svc"], ip_addresses=["127.0.0.1"])
+    bundle = issue(["hami-dcu-webhook.kube-system.svc"], ip_addresses=["127.0.0.1"])
     for name, data in (("tls.crt", bundle.cert), ("tls.key", bundle.key), ("ca.crt", bundle.ca_cert)):
         (tmp_path / name).write_bytes(data)
     return tmp_path
@@ -74,23 +77,25 @@ def tls_secret(tmp_path: Path) -> Path:
 def test_helm_test_passes_against_the_rendered_scheduler(render, api_server, tmp_path):
     args, env, script = rendered(render, "--set", "scheduler.name=dcu-scheduler")
     tls_dir = tls_secret(tmp_path)
-    with scheduler_as_rendered(args, tls_dir, api_server.kubeconfig_path) as base:
+    with scheduler_as_rendered(args, tls_dir, api_server.kubeconfig_path) as (base, _):
         result = run_helm_test(script, env, base, tls_dir)
         expecting_other_profile = run_helm_test(script, {**env, "SCHEDULER_NAME": "other"}, base, tls_dir)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip() == "extender and webhook answer"
+    assert result.stdout.strip() == "webhook answers, extender unreachable"
     assert expecting_other_profile.returncode == 1
     assert expecting_other_profile.stdout.strip() == "/webhook: unexpected answer"
 
 
-def test_helm_test_fails_when_the_webhook_is_not_served(render, api_server, tmp_path):
+def test_helm_test_fails_when_the_service_leads_to_the_extender(render, api_server, tmp_path):
+    """The check that catches issue 11's finding 6: pointed at the extender's listener (what
+    the Service used to target), the test reports /filter and /bind as reachable."""
     args, env, script = rendered(render)
     tls_dir = tls_secret(tmp_path)
-    args = [a for a in args if a != "--serve-webhook"]
-    with scheduler_as_rendered(args, tls_dir, api_server.kubeconfig_path) as base:
-        result = run_helm_test(script, env, base, tls_dir)
-    assert result.returncode == 1 and result.stdout.startswith("/webhook:"), result.stdout
-    assert "/filter" not in result.stdout and "/readyz" not in result.stdout
+    with scheduler_as_rendered(args, tls_dir, api_server.kubeconfig_path) as (_, extender):
+        result = run_helm_test(script, env, extender, tls_dir)
+    assert result.returncode == 1
+    assert "/filter not served: unexpected answer" in result.stdout
+    assert "/bind not served: unexpected answer" in result.stdout
 
 
 def test_helm_test_rejects_a_certificate_from_another_ca(render, api_server, tmp_path):
@@ -100,6 +105,6 @@ def test_helm_test_rejects_a_certificate_from_another_ca(render, api_server, tmp
     other.mkdir()
     tls_dir = tls_secret(served)
     (other / "ca.crt").write_bytes(issue(["elsewhere"]).ca_cert)
-    with scheduler_as_rendered(args, tls_dir, api_server.kubeconfig_path) as base:
+    with scheduler_as_rendered(args, tls_dir, api_server.kubeconfig_path) as (base, _):
         result = run_helm_test(script, env, base, other)
     assert result.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in result.stdout

@@ -47,7 +47,8 @@ def test_scheduler_configuration(render):
     containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
     assert containers["kube-scheduler"]["image"] == "registry.k8s.io/kube-scheduler:v1.31.0"
     args = containers["extender"]["args"]
-    assert args[0] == "scheduler" and "--serve-webhook" in args and "--bind=0.0.0.0:8443" in args
+    assert args[0] == "scheduler" and "--serve-webhook" not in args and "--bind=127.0.0.1:8443" in args
+    assert extender["urlPrefix"] == "https://127.0.0.1:8443"  # kube-scheduler is the extender's neighbour
     assert deployment["spec"]["template"]["metadata"]["labels"]["hami.io/webhook"] == "ignore"
 
 
@@ -64,7 +65,7 @@ def test_webhook_rules_and_selectors(render):
     assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
     assert hook["rules"] == [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
                               "resources": ["pods"], "scope": "Namespaced"}]
-    assert hook["clientConfig"]["service"] == {"name": "hami-dcu-scheduler", "namespace": "kube-system",
+    assert hook["clientConfig"]["service"] == {"name": "hami-dcu-webhook", "namespace": "kube-system",
                                                "path": "/webhook", "port": 443}
     expressions = hook["namespaceSelector"]["matchExpressions"]
     assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]} in expressions
@@ -86,8 +87,8 @@ def test_rbac_is_least_privilege(render):
     assert all("delete" not in r["verbs"] and "update" not in r["verbs"] for r in plugin)
     assert not any("secrets" in r["resources"] for r in scheduler + plugin)
     certs_role = by_kind(docs, "Role", "-certs")["rules"]
-    assert {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["hami-dcu-webhook-tls"],
-            "verbs": ["get", "update"]} in certs_role
+    assert {"apiGroups": [""], "resources": ["secrets"],
+            "resourceNames": ["hami-dcu-webhook-tls", "hami-dcu-webhook-ca"], "verbs": ["get", "update"]} in certs_role
 
 
 def test_device_plugin_daemonset_host_paths(render):
@@ -97,7 +98,7 @@ def test_device_plugin_daemonset_host_paths(render):
     host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
     assert host == {"device-plugins": "/var/lib/kubelet/device-plugins", "vgpu": "/usr/local/vgpu",
                     "etc-vdev": "/etc/vdev", "sys": "/sys", "dev": "/dev", "hwdata": "/usr/share/hwdata",
-                    "dtk": "/opt/dtk", "hyhal": "/opt/hyhal"}
+                    "dtk": "/opt/dtk", "hyhal": "/opt/hyhal", "state": "/var/lib/hami-dcu/state"}
     (container,) = spec["containers"]
     assert container["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert "--smi=rsmi" in container["args"] and "--driver-dir=/opt/dtk" in container["args"]
@@ -131,7 +132,7 @@ def test_cert_manager_mode(render):
     docs = render("--set", "certs.mode=certManager")
     assert not [d for d in docs if d["kind"] == "Job"]
     certificate = by_kind(docs, "Certificate")
-    assert "hami-dcu-scheduler.kube-system.svc" in certificate["spec"]["dnsNames"]
+    assert "hami-dcu-webhook.kube-system.svc" in certificate["spec"]["dnsNames"]
     webhook = by_kind(docs, "MutatingWebhookConfiguration")
     assert webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
         "kube-system/hami-dcu-serving-cert"

@@ -100,6 +100,7 @@ def test_each_audience_has_its_own_listener(api_server, tmp_path):
         assert _status(f"{on_extender}/metrics", context) == 404
         assert _status(f"{on_extender}/webhook", context, {}) == 404
         assert _status(f"http://127.0.0.1:{metrics}/metrics", None) == 200
+        assert _status(f"http://127.0.0.1:{metrics}/readyz", None) == 200  # the chart's probes
         assert _status(f"http://127.0.0.1:{metrics}/filter", None, filter_args) == 404
         # The webhook listener applies the one-writer rule with the identities it was given.
         binding = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {

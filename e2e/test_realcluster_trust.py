@@ -1,0 +1,376 @@
+"""Issue 11's attacks, replayed on a real control plane (upstream kube-apiserver with the chart's
+ValidatingAdmissionPolicies, real ServiceAccount tokens bound to pods, the chart's own pods run by
+kubelet stand-ins), each now failing to do harm.
+
+    pytest e2e/test_realcluster_trust.py
+
+A tenant is a ServiceAccount of the test namespace with a Role to create, read, change and
+delete pods there (what `edit` gives). Skips with a one-line reason where the real cluster
+cannot run (see test_realcluster.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from hami_dcu.common import keys, writers
+from hami_dcu.common.codec import encode_reported
+from hami_dcu.common.kube import Kube, KubeError
+from hami_dcu.common.writers import BINDING, NODE, POD, Caller, Identities
+from hami_dcu.e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster, unavailable
+from hami_dcu.e2e.scenarios import Ctr, default_cards, phase, pod_manifest, wait_until
+
+JSON = dict[str, Any]
+NODES = ("node0", "node1")
+_REASON = unavailable()
+pytestmark = pytest.mark.realcluster
+
+EXTENDER_SA, PLUGIN_SA, KUBE_SCHEDULER_SA = f"{RELEASE}-scheduler", f"{RELEASE}-device-plugin", \
+    f"{RELEASE}-kube-scheduler"
+EXTENDER_USER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:{EXTENDER_SA}"
+PLUGIN_USER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:{PLUGIN_SA}"
+IDENTITIES = Identities(frozenset({EXTENDER_USER}), frozenset({PLUGIN_USER}))
+TENANT = "tenant"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RealCluster]:
+    if _REASON:
+        pytest.skip(_REASON)
+    with RealCluster({n: default_cards(n, 2) for n in NODES}) as running:
+        _make_tenant(running)
+        yield running
+
+
+def _make_tenant(cluster: RealCluster) -> None:
+    ns = cluster.namespace
+    cluster.kube.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts", body={"metadata": {"name": TENANT}})
+    rules = [{"apiGroups": [""], "resources": ["pods"],
+              "verbs": ["create", "get", "list", "watch", "patch", "update", "delete"]}]
+    cluster.kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+                         body={"metadata": {"name": TENANT}, "rules": rules})
+    cluster.kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings", body={
+        "metadata": {"name": TENANT}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                                  "name": TENANT},
+        "subjects": [{"kind": "ServiceAccount", "name": TENANT, "namespace": ns}]})
+
+
+def _tenant(cluster: RealCluster) -> Kube:
+    return cluster.kube_as(TENANT, cluster.namespace)
+
+
+def _plugin_pod(cluster: RealCluster, node: str) -> JSON:
+    pods = cluster.kube.list_pods(namespace=SYSTEM_NAMESPACE,
+                                  label_selector="app.kubernetes.io/component=device-plugin").items
+    (pod,) = [p for p in pods if p["spec"].get("nodeName") == node and not p["metadata"].get("deletionTimestamp")]
+    return pod
+
+
+def _plugin(cluster: RealCluster, node: str) -> Kube:
+    """The device plugin's identity as its pod on `node` holds it: a token bound to that pod."""
+    return cluster.kube_as(PLUGIN_SA, pod=_plugin_pod(cluster, node))
+
+
+def _refused(call: Any, *args: Any, **kwargs: Any) -> str:
+    with pytest.raises(KubeError) as info:
+        call(*args, **kwargs)
+    assert info.value.status == 403, info.value
+    return info.value.message
+
+
+def _card(cluster: RealCluster, node: str) -> str:
+    return f"DCU-{cluster.cards[node][0].serial}"
+
+
+def _forged(cluster: RealCluster, node: str) -> dict[str, str]:
+    """A whole card of `node` held: what finding 3's pods carried."""
+    return {keys.POD_DEVICES_ALLOCATED: f"{_card(cluster, node)},DCU,65520,100:;", keys.POD_NODE: node}
+
+
+def _plain(name: str, annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,
+           scheduler: str | None = None) -> JSON:
+    pod = pod_manifest(name, [Ctr("main")])
+    pod["metadata"]["annotations"] = annotations or {}
+    pod["metadata"]["labels"] = labels or {}
+    if scheduler:
+        pod["spec"]["schedulerName"] = scheduler
+    return pod
+
+
+def _clean(cluster: RealCluster) -> None:
+    names = [p["metadata"]["name"] for p in cluster.kube.list_pods(namespace=cluster.namespace).items]
+    for name in names:
+        cluster.kube.delete_pod(cluster.namespace, name)
+    wait_until("the previous test's pods gone",
+               lambda: all(phase(cluster.kube, cluster.namespace, n) == "Gone" for n in names), timeout=60)
+
+
+# --- finding 3: forged holdings on any pod --------------------------------------------------
+
+
+def test_a_forged_holding_is_refused_on_any_pod_at_create(cluster: RealCluster) -> None:
+    """A pod without DCUs, opted out of the webhook, carrying `-allocated` + `vgpu-node` for a
+    whole card: refused for the tenant and for a cluster admin alike; the card stays free."""
+    _clean(cluster)
+    tenant = _tenant(cluster)
+    opted_out = _plain("forged", _forged(cluster, "node0"), {keys.WEBHOOK_LABEL: keys.WEBHOOK_IGNORE})
+    message = _refused(tenant.create_pod, cluster.namespace, opted_out)
+    assert f"{RELEASE}-allocation-writers" in message
+    assert f"annotations {keys.POD_DEVICES_ALLOCATED}, {keys.POD_NODE} are written only by hami-dcu" in message
+    assert f"system:serviceaccount:{cluster.namespace}:{TENANT} may not" in message
+    _refused(cluster.kube.create_pod, cluster.namespace, opted_out)  # system:masters too
+    assert phase(cluster.kube, cluster.namespace, "forged") == "Gone"
+    # Every card of node0 is still free: a pod wanting both whole cards runs there.
+    whole = pod_manifest("whole", [Ctr("main", 2)])
+    whole["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node0"}
+    tenant.create_pod(cluster.namespace, whole)
+    wait_until("the two-card pod running on node0",
+               lambda: phase(cluster.kube, cluster.namespace, "whole") == "Running", timeout=60)
+
+
+def test_a_holding_patched_onto_an_existing_pod_is_refused(cluster: RealCluster) -> None:
+    _clean(cluster)
+    tenant = _tenant(cluster)
+    tenant.create_pod(cluster.namespace, _plain("victim", scheduler="nobody"))
+    message = _refused(tenant.patch_pod_metadata, cluster.namespace, "victim", annotations=_forged(cluster, "node1"))
+    assert "are written only by hami-dcu" in message
+    tenant.patch_pod_metadata(cluster.namespace, "victim", annotations={"team": "a"})  # other keys: fine
+    annotations = cluster.kube.get_pod(cluster.namespace, "victim")["metadata"].get("annotations") or {}
+    assert keys.POD_DEVICES_ALLOCATED not in annotations and annotations["team"] == "a"
+
+
+# --- finding 2: post-bind edits -----------------------------------------------------------
+
+
+def test_the_owner_cannot_rewrite_the_allocation_after_the_binding(cluster: RealCluster) -> None:
+    """Rewritten to a whole card, or to 60000 MiB: refused; the scheduler's record stands."""
+    _clean(cluster)
+    tenant = _tenant(cluster)
+    tenant.create_pod(cluster.namespace, pod_manifest("shared", [Ctr("main", 1, 1000, 10)]))
+    wait_until("the shared pod running", lambda: phase(cluster.kube, cluster.namespace, "shared") == "Running",
+               timeout=60)
+    pod = cluster.kube.get_pod(cluster.namespace, "shared")
+    node, recorded = pod["spec"]["nodeName"], pod["metadata"]["annotations"]
+    card = recorded[keys.POD_DEVICES_ALLOCATED].split(",")[0]
+    for rewrite in (f"{card},DCU,65520,100:;", f"{card},DCU,60000,10:;"):
+        for key in (keys.POD_DEVICES_TO_ALLOCATE, keys.POD_DEVICES_ALLOCATED):
+            message = _refused(tenant.patch_pod_metadata, cluster.namespace, "shared", annotations={key: rewrite})
+            assert f"annotations {key} are written only by hami-dcu" in message
+    _refused(tenant.patch_pod_metadata, cluster.namespace, "shared", annotations={keys.POD_BIND_PHASE: None})
+    after = cluster.kube.get_pod(cluster.namespace, "shared")["metadata"]["annotations"]
+    assert {k: after.get(k) for k in writers.POD_KEYS} == {k: recorded.get(k) for k in writers.POD_KEYS}
+    # The plugin of the pod's own node may record progress; the other node's plugin may not.
+    other = next(n for n in NODES if n != node)
+    _plugin(cluster, node).patch_pod_metadata(cluster.namespace, "shared",
+                                              annotations={keys.POD_BIND_PHASE: keys.BIND_PHASE_SUCCESS})
+    message = _refused(_plugin(cluster, other).patch_pod_metadata, cluster.namespace, "shared",
+                       annotations={keys.POD_BIND_PHASE: keys.BIND_PHASE_FAILED})
+    assert f"the hami-dcu device plugin of node {other} may write only its own node" in message
+
+
+def test_a_binding_carries_an_allocation_only_from_the_extender(cluster: RealCluster) -> None:
+    """The API server copies a Binding's annotations onto the pod without admitting a pod
+    UPDATE: the policy covers the pods/binding subresource itself."""
+    _clean(cluster)
+    for name in ("by-admin", "by-extender"):
+        cluster.kube.create_pod(cluster.namespace, _plain(name, scheduler="nobody"))
+
+    def binding(name: str, annotations: dict[str, str]) -> JSON:
+        return {"apiVersion": "v1", "kind": "Binding", "target": {"kind": "Node", "name": "node1"},
+                "metadata": {"name": name, "annotations": annotations}}
+
+    path = f"/api/v1/namespaces/{cluster.namespace}/pods/%s/binding"
+    message = _refused(cluster.kube.request, "POST", path % "by-admin", body=binding("by-admin",
+                                                                                      _forged(cluster, "node1")))
+    assert "are written only by hami-dcu" in message
+    assert cluster.kube.get_pod(cluster.namespace, "by-admin")["spec"].get("nodeName") is None
+    extender = cluster.kube_as(EXTENDER_SA)
+    extender.request("POST", path % "by-extender", body=binding("by-extender", {keys.POD_BIND_PHASE: "failed"}))
+    bound = cluster.kube.get_pod(cluster.namespace, "by-extender")
+    assert bound["spec"]["nodeName"] == "node1" and bound["metadata"]["annotations"][keys.POD_BIND_PHASE] == "failed"
+
+
+# --- NodeRestriction for device plugins ----------------------------------------------------
+
+
+def test_a_device_plugin_writes_only_its_own_node(cluster: RealCluster) -> None:
+    plugin = _plugin(cluster, "node0")
+    handshake = encode_reported(dt.datetime.now(dt.UTC))
+    plugin.patch_node_metadata("node0", annotations={keys.NODE_HANDSHAKE: handshake})
+    message = _refused(plugin.patch_node_metadata, "node1", annotations={keys.NODE_HANDSHAKE: handshake})
+    assert "the hami-dcu device plugin of node node0 may write only its own node" in message
+    assert "not node node1" in message
+    _refused(plugin.patch_node_metadata, "node1", labels={"dcu": "off"})  # any change, not only our keys
+    unbound = cluster.kube_as(PLUGIN_SA)  # the plugin's ServiceAccount, but a token bound to no pod
+    assert "its token names no node" in _refused(unbound.patch_node_metadata, "node0",
+                                                 annotations={keys.NODE_HANDSHAKE: handshake})
+    # Nobody else writes the registration or the lock, the node's own kubelet included.
+    kubelet = Kube.from_kubeconfig(str(cluster.control_plane.node_kubeconfig("node0")))
+    assert "are written only by hami-dcu" in _refused(kubelet.patch_node_metadata, "node0",
+                                                      annotations={keys.NODE_LOCK: "2025-01-01T00:00:00Z"})
+
+
+# --- finding 6: /filter and /bind reachable by anyone --------------------------------------
+
+
+def _from_another_pod(cluster: RealCluster, script: str) -> str:
+    """Run `script` in a fresh pod network namespace: what any pod of the cluster can reach."""
+    assert cluster.network is not None
+    netns, _ = cluster.network.add_pod()
+    try:
+        result = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", script], capture_output=True,
+                                text=True, timeout=60)
+    finally:
+        cluster.network.remove_pod(netns)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_filter_and_bind_are_out_of_reach_of_other_pods(cluster: RealCluster) -> None:
+    """An anonymous /bind bound another namespace's pod to a node; 8 anonymous /filter calls
+    reserved every card. Now the extender listens on the scheduler pod's loopback only, and
+    the webhook's and the metrics' ports serve neither verb."""
+    _clean(cluster)
+    cluster.kube.create_pod(cluster.namespace, pod_manifest("victim", [Ctr("main", 1)]))
+    (scheduler,) = cluster.kube.list_pods(namespace=SYSTEM_NAMESPACE,
+                                          label_selector="app.kubernetes.io/component=scheduler").items
+    ip = scheduler["status"]["podIP"]
+    victim = {"metadata": {"name": "victim", "namespace": cluster.namespace, "uid": "forged-uid"},
+              "spec": {"containers": [{"name": "c", "resources": {"limits": {keys.DEFAULT_COUNT_RESOURCE: "1"}}}]}}
+    script = f"""
+import json, socket, ssl, urllib.error, urllib.request
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+out = {{}}
+try:
+    socket.create_connection(({ip!r}, 8443), timeout=3).close(); out["8443"] = "open"
+except OSError as exc:
+    out["8443"] = type(exc).__name__
+for scheme, port in (("https", 9443), ("http", 9395)):
+    for verb, body in (("filter", {{"Pod": {victim!r}, "NodeNames": ["node0", "node1"]}}),
+                       ("bind", {{"PodName": "victim", "PodNamespace": {cluster.namespace!r}, "PodUID": "x",
+                                 "Node": "node0"}})):
+        request = urllib.request.Request(f"{{scheme}}://{ip}:{{port}}/{{verb}}", json.dumps(body).encode(),
+                                         {{"Content-Type": "application/json"}})
+        try:
+            out[f"{{port}}/{{verb}}"] = urllib.request.urlopen(request, context=ctx if scheme == "https" else None,
+                                                             timeout=5).status
+        except urllib.error.HTTPError as exc:
+            out[f"{{port}}/{{verb}}"] = exc.code
+print(json.dumps(out))
+"""
+    reached = json.loads(_from_another_pod(cluster, script))
+    assert reached == {"8443": "ConnectionRefusedError", "9443/filter": 404, "9443/bind": 404,
+                       "9395/filter": 404, "9395/bind": 404}
+    victim_now = cluster.kube.get_pod(cluster.namespace, "victim")
+    assert victim_now["spec"].get("nodeName") in (None, "node0", "node1")  # scheduled normally, or not yet
+    wait_until("the victim scheduled by hami-scheduler itself",
+               lambda: phase(cluster.kube, cluster.namespace, "victim") == "Running", timeout=60)
+    annotations = cluster.kube.get_pod(cluster.namespace, "victim")["metadata"]["annotations"]
+    assert annotations[keys.POD_BIND_PHASE] == keys.BIND_PHASE_SUCCESS
+
+
+# --- finding 7: identities and keys ---------------------------------------------------------
+
+
+def _may(cluster: RealCluster, user: str, verb: str, group: str, resource: str, subresource: str = "",
+         name: str = "") -> bool:
+    review = cluster.kube.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body={
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": user, "groups": ["system:serviceaccounts", f"system:serviceaccounts:{SYSTEM_NAMESPACE}",
+                                          "system:authenticated"],
+                 "resourceAttributes": {"verb": verb, "group": group, "resource": resource,
+                                        "namespace": SYSTEM_NAMESPACE, "subresource": subresource, "name": name}}})
+    return bool(review["status"].get("allowed"))
+
+
+def test_the_extender_holds_none_of_kube_schedulers_rights(cluster: RealCluster) -> None:
+    """Finding 7: the network-facing extender shared kube-scheduler's ServiceAccount."""
+    kube_scheduler = f"system:serviceaccount:{SYSTEM_NAMESPACE}:{KUBE_SCHEDULER_SA}"
+    for verb, group, resource, subresource in (("update", "", "pods", "status"), ("delete", "", "pods", ""),
+                                               ("create", "coordination.k8s.io", "leases", "")):
+        assert _may(cluster, kube_scheduler, verb, group, resource, subresource), (verb, resource, subresource)
+        assert not _may(cluster, EXTENDER_USER, verb, group, resource, subresource), (verb, resource, subresource)
+    assert _may(cluster, EXTENDER_USER, "create", "", "pods", "binding")
+    assert not _may(cluster, EXTENDER_USER, "get", "", "secrets", name=f"{RELEASE}-webhook-ca")
+
+
+def test_the_ca_key_reaches_no_pod_and_the_serving_key_is_0400(cluster: RealCluster) -> None:
+    serving = cluster.kube.request("GET", f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/secrets/{RELEASE}-webhook-tls")
+    assert set(serving["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    ca = cluster.kube.request("GET", f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/secrets/{RELEASE}-webhook-ca")
+    assert base64.b64decode(ca["data"]["ca.crt"]) == base64.b64decode(serving["data"]["ca.crt"])
+    (scheduler,) = cluster.kube.list_pods(namespace=SYSTEM_NAMESPACE,
+                                          label_selector="app.kubernetes.io/component=scheduler").items
+    kubelet = cluster.kubelets[scheduler["spec"]["nodeName"]]
+    tls = kubelet.running[scheduler["metadata"]["uid"]].root / "volumes" / "tls"
+    assert sorted(p.name for p in tls.iterdir()) == ["ca.crt", "tls.crt", "tls.key"]
+    key = os.stat(tls / "tls.key")
+    assert stat.S_IMODE(key.st_mode) == 0o440 and key.st_uid == 0 and key.st_gid == 65532  # 0400 + fsGroup
+
+
+# --- the webhook's rule and the API server's policies agree ---------------------------------
+
+
+def _cases(cluster: RealCluster, bound_pod: JSON) -> list[tuple[str, str, Kube, Caller, str, dict[str, Any]]]:
+    """(what, kind, client, caller, target, change): each applied as a dry-run merge patch."""
+    admin, tenant = cluster.kube, _tenant(cluster)
+    extender = cluster.kube_as(EXTENDER_SA)
+    plugin0 = _plugin(cluster, "node0")
+    node = bound_pod["spec"]["nodeName"]
+    tenant_caller = Caller(f"system:serviceaccount:{cluster.namespace}:{TENANT}")
+    admin_caller, extender_caller = Caller("hami-e2e-admin"), Caller(EXTENDER_USER)
+    plugin_caller = Caller(PLUGIN_USER, node="node0")
+    name = bound_pod["metadata"]["name"]
+    cases = []
+    for key in sorted(writers.POD_KEYS):
+        for who, client, caller in (("tenant", tenant, tenant_caller), ("plugin", plugin0, plugin_caller)):
+            cases.append((f"{who} sets {key} on a pod of {node}", POD, client, caller, name, {key: "x"}))
+    for key in sorted(writers.NODE_KEYS):
+        for who, client, caller in (("admin", admin, admin_caller), ("extender", extender, extender_caller),
+                                    ("plugin", plugin0, plugin_caller)):
+            for target in NODES:
+                cases.append((f"{who} sets {key} on {target}", NODE, client, caller, target, {key: "x"}))
+    cases.append(("plugin labels node1", NODE, plugin0, plugin_caller, "node1", {}))
+    return cases
+
+
+def test_the_webhook_rule_and_the_admission_policies_agree(cluster: RealCluster) -> None:
+    """Each case goes through the real API server (dry run: nothing changes) and through
+    common/writers.py, which the webhook runs: the same verdict, and the same words."""
+    _clean(cluster)
+    cluster.kube.create_pod(cluster.namespace, pod_manifest("subject", [Ctr("main")]))
+    wait_until("the subject pod bound", lambda: cluster.kube.get_pod(cluster.namespace, "subject")["spec"].get(
+        "nodeName"), timeout=60)
+    bound = cluster.kube.get_pod(cluster.namespace, "subject")
+    disagreements = []
+    for what, kind, client, caller, target, change in _cases(cluster, bound):
+        if kind == POD:
+            old = bound
+            path = f"/api/v1/namespaces/{cluster.namespace}/pods/{target}"
+            patch: JSON = {"metadata": {"annotations": change}}
+        else:
+            old = cluster.kube.get_node(target)
+            path = f"/api/v1/nodes/{target}"
+            patch = {"metadata": {"annotations": change} if change else {"labels": {"probe": "x"}}}
+        new = json.loads(json.dumps(old))
+        new["metadata"].setdefault("annotations", {}).update(change)
+        expected = writers.judge(kind, caller, new, old, IDENTITIES)
+        try:
+            client.request("PATCH", path + "?dryRun=All", body=patch, content_type="application/merge-patch+json")
+            verdict = None
+        except KubeError as exc:
+            verdict = exc.message if exc.status == 403 else f"HTTP {exc.status}: {exc.message}"
+        if (verdict is None) != (expected is None) or (expected is not None and expected not in (verdict or "")):
+            disagreements.append(f"{what}: API server {verdict!r}, writers.py {expected!r}")
+    assert not disagreements, "\n".join(disagreements)
+    assert BINDING == "binding"  # the Binding's case is test_a_binding_carries_an_allocation_only_from_the_extender

@@ -1,0 +1,139 @@
+"""The chart's side of issue 11 (trust boundaries), checked on the rendered manifests: who holds
+which identity, what listens where, which secrets reach which container, what tenants get
+mounted, and the admission policies that keep allocation state to hami-dcu's own identities.
+The policies' behaviour is tested on a real API server (e2e/test_realcluster_trust.py)."""
+
+import re
+
+import pytest
+
+from hami_dcu.common import keys, writers
+
+NS = "kube-system"
+EXTENDER_SA, KUBE_SCHEDULER_SA, PLUGIN_SA = "hami-dcu-scheduler", "hami-dcu-kube-scheduler", "hami-dcu-device-plugin"
+SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def named(docs, kind, name):
+    (found,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    return found
+
+
+def bindings_of(docs, account):
+    """(kind, role name) of every binding whose subjects name this ServiceAccount."""
+    return {(d["roleRef"]["kind"], d["roleRef"]["name"]) for d in docs
+            if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
+            and any(s.get("name") == account for s in d.get("subjects") or [])}
+
+
+def scheduler_pod(docs):
+    return named(docs, "Deployment", "hami-dcu-scheduler")["spec"]["template"]["spec"]
+
+
+def test_the_extender_has_its_own_least_privileged_identity(render):
+    """Finding 7: the network-facing extender shared kube-scheduler's ServiceAccount (and so
+    held system:kube-scheduler)."""
+    docs = render()
+    pod = scheduler_pod(docs)
+    assert pod["serviceAccountName"] == EXTENDER_SA and pod["automountServiceAccountToken"] is False
+    assert bindings_of(docs, EXTENDER_SA) == {("ClusterRole", "hami-dcu-scheduler")}
+    assert ("ClusterRole", "system:kube-scheduler") in bindings_of(docs, KUBE_SCHEDULER_SA)
+    containers = {c["name"]: c for c in pod["containers"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounted = {name: {m["mountPath"]: m["name"] for m in c["volumeMounts"]} for name, c in containers.items()}
+    # Each container gets its own identity's token, and only that one.
+    assert volumes[mounted["extender"][SA_MOUNT]]["projected"]["sources"][0]["serviceAccountToken"]["path"] == "token"
+    assert volumes[mounted["kube-scheduler"][SA_MOUNT]]["secret"]["secretName"] == "hami-dcu-kube-scheduler-token"
+    token = named(docs, "Secret", "hami-dcu-kube-scheduler-token")
+    assert token["type"] == "kubernetes.io/service-account-token"
+    assert token["metadata"]["annotations"]["kubernetes.io/service-account.name"] == KUBE_SCHEDULER_SA
+    assert "tls" not in mounted["kube-scheduler"].values()
+
+
+def test_filter_and_bind_stay_on_loopback_and_the_service_leads_to_the_webhook_only(render):
+    """Finding 6: /filter, /bind and /metrics answered anyone who reached the Service."""
+    docs = render()
+    (extender,) = [c for c in scheduler_pod(docs)["containers"] if c["name"] == "extender"]
+    args = dict(a.split("=", 1) for a in extender["args"][1:] if "=" in a)
+    assert args["--bind"] == "127.0.0.1:8443"
+    assert args["--webhook-bind"] == "0.0.0.0:9443" and args["--metrics-bind"] == "0.0.0.0:9395"
+    assert {p["name"]: p["containerPort"] for p in extender["ports"]} == {"webhook": 9443, "metrics": 9395}
+    service = named(docs, "Service", "hami-dcu-webhook")
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(443, "webhook")]
+    assert extender["readinessProbe"]["httpGet"]["port"] == "metrics"
+
+
+def test_the_serving_secret_is_0400_and_readable_by_the_extender_only(render):
+    """Finding 7: ca.key was in the serving Secret mounted into the extender, files 0644."""
+    pod = scheduler_pod(render())
+    (tls,) = [v for v in pod["volumes"] if v["name"] == "tls"]
+    assert tls["secret"]["secretName"] == "hami-dcu-webhook-tls" and tls["secret"]["defaultMode"] == 0o400
+    # 0400 files are root's: the extender (65532) reads them through fsGroup, as the kubelet
+    # group-owns Secret volumes by it.
+    assert pod["securityContext"]["runAsUser"] == pod["securityContext"]["fsGroup"] == 65532
+
+
+def test_the_ca_secret_is_mounted_nowhere(render):
+    docs = render()
+    for doc in docs:
+        spec = (doc.get("spec") or {}).get("template", {}).get("spec") or (doc["spec"] if doc["kind"] == "Pod" else {})
+        for volume in spec.get("volumes") or []:
+            assert (volume.get("secret") or {}).get("secretName") != "hami-dcu-webhook-ca"
+    (role,) = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "hami-dcu-certs"]
+    named_secrets = [r for r in role["rules"] if r.get("resourceNames")]
+    assert named_secrets[0]["resourceNames"] == ["hami-dcu-webhook-tls", "hami-dcu-webhook-ca"]
+
+
+def test_mock_device_plugin_is_not_privileged(render):
+    """Finding 7: the device plugin was privileged even with mock cards."""
+    mock = named(render("--set", "devicePlugin.smi=mock"), "DaemonSet", "hami-dcu-device-plugin")
+    (container,) = mock["spec"]["template"]["spec"]["containers"]
+    context = container["securityContext"]
+    assert context["privileged"] is False and context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"], "add": ["MKNOD"]}
+    real = named(render(), "DaemonSet", "hami-dcu-device-plugin")
+    assert real["spec"]["template"]["spec"]["containers"][0]["securityContext"]["privileged"] is True
+
+
+def test_the_plugin_state_dir_is_its_own(render):
+    """Finding 4: the state a restart rebuilds from lives where no tenant container reaches."""
+    ds = named(render(), "DaemonSet", "hami-dcu-device-plugin")
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    assert "--state-dir=/var/lib/hami-dcu/state" in container["args"]
+    assert {"name": "state", "mountPath": "/var/lib/hami-dcu/state"} in container["volumeMounts"]
+
+
+def cel_lists(expression: str) -> list[list[str]]:
+    """The list literals of a CEL expression, in order."""
+    return [re.findall(r"'([^']*)'", found) for found in re.findall(r"\[('[^\]]*)\]", expression)]
+
+
+def test_admission_policies_name_exactly_the_shared_keys_and_identities(render):
+    """The CEL states common/writers.py's rule: the same keys, the same identities."""
+    docs = render()
+    writers_policy = named(docs, "ValidatingAdmissionPolicy", "hami-dcu-allocation-writers")
+    condition = writers_policy["spec"]["matchConditions"][0]["expression"]
+    assert cel_lists(condition) == [sorted(writers.NODE_KEYS), sorted(writers.POD_KEYS)]
+    allowed = next(v for v in writers_policy["spec"]["variables"] if v["name"] == "allowed")["expression"]
+    assert cel_lists(allowed) == [sorted(writers.SCHEDULER_NODE_KEYS), sorted(writers.POD_KEYS),
+                                  sorted(writers.PLUGIN_NODE_KEYS), sorted(writers.PLUGIN_POD_KEYS), ["-"]]
+    assert allowed.index(f"'system:serviceaccount:{NS}:{EXTENDER_SA}'") < allowed.index(
+        f"'system:serviceaccount:{NS}:{PLUGIN_SA}'")
+    assert sorted(writers.PLUGIN_POD_KEYS) == sorted([keys.POD_BIND_PHASE, keys.POD_DEVICES_TO_ALLOCATE])
+    rules = writers_policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rules == [{"apiGroups": [""], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
+                      "resources": ["pods", "pods/*", "nodes", "nodes/*"]}]
+    scope = named(docs, "ValidatingAdmissionPolicy", "hami-dcu-device-plugin-scope")
+    assert scope["spec"]["matchConditions"][0]["expression"] == \
+        f"request.userInfo.username == 'system:serviceaccount:{NS}:{PLUGIN_SA}'"
+    for name in ("hami-dcu-allocation-writers", "hami-dcu-device-plugin-scope"):
+        binding = named(docs, "ValidatingAdmissionPolicyBinding", name)
+        assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+        assert named(docs, "ValidatingAdmissionPolicy", name)["spec"]["failurePolicy"] == "Fail"
+
+
+@pytest.mark.parametrize(("version", "values", "expected"), [("1.29.0", [], 0), ("1.30.0", [], 2),
+                                                             ("1.31.0", ["--set", "admissionPolicy.enabled=false"], 0)])
+def test_admission_policies_need_kubernetes_1_30(render, version, values, expected):
+    docs = render(*values, kube_version=version)
+    assert len([d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]) == expected
