@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hami_dcu.common import keys
+from hami_dcu.deviceplugin.numa import read_numa_node
 from hami_dcu.deviceplugin.smi import Card
 
 log = logging.getLogger(__name__)
@@ -100,5 +101,8 @@ def discover(cards: list[Card], sys_root: str | Path, dev_root: str | Path) -> l
             log.error("card %d (%s): no Hygon DRM device with that PCI bus id under %s, not served",
                       card.index, card.pci_bus_id, sys_root)
             continue
+        numa = read_numa_node(sys_root, card.pci_bus_id)
+        if numa is not None and numa != card.numa:
+            card = replace(card, numa=numa)  # the kernel knows; the SMI layer does not
         served.append(DcuCard(card=card, drm=drm))
     return served

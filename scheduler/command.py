@@ -23,6 +23,7 @@ from aiohttp import web
 
 from hami_dcu.common import keys
 from hami_dcu.common.kube import AsyncKube, Kube, KubeConfigError
+from hami_dcu.common.preferences import CARD_WORDS
 from hami_dcu.common.tls import ReloadingTLS
 from hami_dcu.common.writer_flags import add_identity_arguments
 from hami_dcu.scheduler import policy
@@ -45,13 +46,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-key", help="serving key (PEM)")
     parser.add_argument("--scheduler-name", default=keys.DEFAULT_SCHEDULER_NAME)
     parser.add_argument("--node-policy", choices=policy.POLICIES, default=policy.DEFAULT_NODE_POLICY)
-    parser.add_argument("--device-policy", choices=policy.POLICIES, default=policy.DEFAULT_CARD_POLICY)
+    parser.add_argument("--device-policy", type=_card_policy, default=policy.DEFAULT_CARD_POLICY,
+                        help="card policy: a word or a comma chain of binpack, spread, numa, mutex, topology-aware "
+                             "(default %(default)s)")
     parser.add_argument("--lock-timeout", type=float, default=300, help="seconds after which a node lock expires")
     parser.add_argument("--lock-wait", type=float, default=20,
                         help="seconds /bind waits for a locked node (keep below the extender httpTimeout)")
     parser.add_argument("--resync", type=float, default=300, help="seconds between full relists")
     parser.add_argument("--serve-webhook", action="store_true", help="also serve POST /webhook on --bind")
     add_identity_arguments(parser)
+
+
+def _card_policy(value: str) -> str:
+    parsed = policy.parse_card_policy(value)
+    if parsed is None:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a word or a comma chain of {', '.join(CARD_WORDS)}")
+    return str(parsed)
 
 
 def settings_from(args: argparse.Namespace) -> ServiceSettings:

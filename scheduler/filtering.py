@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from hami_dcu.common import keys
 from hami_dcu.common.keys import DEFAULT_RESOURCES, ResourceNames
+from hami_dcu.common.preferences import WeightsError, parse_weights
 from hami_dcu.common.requests import DcuRequest, RequestError, parse_pod_requests, pod_containers
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.cache import ClusterCache, NodeEntry
@@ -44,24 +46,34 @@ class PodPlan:
     selection: Selection
     node_policy: str
     card_policy: policies.CardPolicy
+    weights: policies.Weights = policies.DEFAULT_WEIGHTS
 
     @property
     def shape(self) -> tuple[object, ...]:
         # Two pods with the same shape fit the same way on the same node state.
-        return (self.requests, self.init_count, self.selection, self.card_policy)
+        return (self.requests, self.init_count, self.selection, self.card_policy, self.weights)
 
     def fit(self, cards: Sequence[CardSpec], used: Sequence[Usage]) -> PodFit | PodMiss:
         """The pod on `cards` whose current holdings are `used` (filter and bind's re-fit)."""
-        return fit_pod(cards, used, self.requests, self.names, self.init_count, self.selection, self.card_policy)
+        return fit_pod(cards, used, self.requests, self.names, self.init_count, self.selection, self.card_policy,
+                       self.weights)
 
 
 def plan_pod(pod: JSON, settings: FilterSettings) -> PodPlan | None:
-    """None when the pod asks for no DCU. Raises RequestError for a malformed request."""
+    """None when the pod asks for no DCU. Raises RequestError for a malformed request or
+    scoring weights HAMi refuses (the pod is unschedulable, as in HAMi, with the reason)."""
     requests = tuple(parse_pod_requests(pod, settings.resources))
     if not any(requests):
         return None
     meta = pod.get("metadata") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
+    weights = policies.DEFAULT_WEIGHTS
+    written = annotations.get(keys.DEVICE_SCORING_WEIGHTS)
+    if written is not None:
+        try:
+            weights = parse_weights(written)
+        except WeightsError as exc:
+            raise RequestError(f"annotation {keys.DEVICE_SCORING_WEIGHTS}: {exc}") from exc
     card_default = policies.parse_card_policy(settings.card_policy) or policies.CardPolicy((policies.SPREAD,))
     node_policy, card_policy = policies.pod_policies(annotations, settings.node_policy, card_default)
     return PodPlan(
@@ -71,6 +83,7 @@ def plan_pod(pod: JSON, settings: FilterSettings) -> PodPlan | None:
         selection=Selection.from_annotations(annotations),
         node_policy=node_policy,
         card_policy=card_policy,
+        weights=weights,
     )
 
 

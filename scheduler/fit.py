@@ -9,12 +9,16 @@ card is taken when every check passes (in this order, each failure a reason code
 3. id is listed in `hygon.com/use-gpuuuid` (if given) and not in `nouse-gpuuuid`;
                                                    CardUuidMismatch
 4. a free slot (slots come from the card's Count); CardSlotsExhausted
+   with the mutex policy, no share in use at all;  CardBusyMutex
 5. memory: the request, or the whole card when dcumem is absent;
                                                    CardInsufficientMemory
 6. cores (percent);                                CardInsufficientCores
 7. a 100 % request needs an idle card;             CardExclusiveConflict
 8. a 0 % request cannot go on a card whose compute is all taken;
                                                    CardComputeExhausted
+
+With `numa` in the card policy a multi-card container gets all its cards from one NUMA
+node, or the node fails with NodeNumaInsufficient (HAMi only sorts by NUMA node for DCUs).
 
 What we fix relative to HAMi: empty selection values mean "no constraint", use and nouse
 both apply, a multi-card container gets distinct cards, init containers are fitted each
@@ -170,28 +174,11 @@ def fit_container(
         for c, u in zip(cards, usage, strict=True)
     ]
     order = policies.card_order(states, card_policy)
-    chosen: list[ContainerDevice] = []
-    rejections: list[CardRejection] = []
-    for i in order:
-        card, row = cards[i], usage[i]
-        memory = request.memory_mib or card.memory
-        rejection = check_card(card, row, request, memory, selection)
-        if rejection is not None:
-            rejections.append(rejection)
-            continue
-        row[0] += 1
-        row[1] += memory
-        row[2] += request.cores
-        chosen.append(ContainerDevice(uuid=card.id, type=keys.DEVICE_TYPE, usedmem=memory, usedcores=request.cores))
-        if len(chosen) == request.count:
-            return chosen
-    # Give back what this container took: the caller discards usage on a miss anyway, but a
-    # partial placement must never look like a holding.
-    for device in chosen:
-        row = usage[next(i for i, c in enumerate(cards) if c.id == device.uuid)]
-        row[0] -= 1
-        row[1] -= device.usedmem
-        row[2] -= device.usedcores
+    if card_policy.numa and request.count > 1:
+        return _fit_on_one_numa_node(cards, usage, request, name, selection, card_policy, order)
+    chosen, rejections = _take(cards, usage, request, selection, card_policy, order)
+    if len(chosen) == request.count:
+        return chosen
     code = primary_code(rejections) or Code.NODE_TOO_FEW_CARDS
     found = f"{len(chosen)} of {len(cards)} cards fit"
     details = "; ".join(r.text() for r in rejections)
@@ -199,10 +186,75 @@ def fit_container(
                    describe(request))
 
 
+def _take(
+    cards: Sequence[CardSpec],
+    usage: list[list[int]],
+    request: DcuRequest,
+    selection: Selection,
+    card_policy: policies.CardPolicy,
+    positions: Sequence[int],
+) -> tuple[list[ContainerDevice], list[CardRejection]]:
+    """Walk `positions` taking cards until the request is met. On a shortfall what was
+    taken is given back to `usage` (a partial placement must never look like a holding)
+    and the cards that did fit are still returned, for the reason."""
+    chosen: list[tuple[int, ContainerDevice]] = []
+    rejections: list[CardRejection] = []
+    for i in positions:
+        card, row = cards[i], usage[i]
+        memory = request.memory_mib or card.memory
+        rejection = check_card(card, row, request, memory, selection, card_policy.mutex)
+        if rejection is not None:
+            rejections.append(rejection)
+            continue
+        row[0] += 1
+        row[1] += memory
+        row[2] += request.cores
+        chosen.append((i, ContainerDevice(uuid=card.id, type=keys.DEVICE_TYPE, usedmem=memory,
+                                          usedcores=request.cores)))
+        if len(chosen) == request.count:
+            break
+    if len(chosen) < request.count:
+        for i, device in chosen:
+            usage[i][0] -= 1
+            usage[i][1] -= device.usedmem
+            usage[i][2] -= device.usedcores
+    return [device for _, device in chosen], rejections
+
+
+def _fit_on_one_numa_node(
+    cards: Sequence[CardSpec],
+    usage: list[list[int]],
+    request: DcuRequest,
+    name: str,
+    selection: Selection,
+    card_policy: policies.CardPolicy,
+    order: Sequence[int],
+) -> list[ContainerDevice] | PodMiss:
+    """With `numa` in the policy a multi-card container gets all its cards from one NUMA
+    node: the nodes are tried in the order their first card comes in `order` (so the
+    policy's preference holds), each walked in that order."""
+    groups: dict[int, list[int]] = {}
+    for i in order:
+        groups.setdefault(cards[i].numa, []).append(i)
+    found: list[str] = []
+    rejections: list[CardRejection] = []
+    for numa, positions in groups.items():
+        chosen, rejected = _take(cards, usage, request, selection, card_policy, positions)
+        if len(chosen) == request.count:
+            return chosen
+        found.append(f"NUMA node {numa}: {len(chosen)} of {len(positions)} cards fit")
+        rejections.extend(rejected)
+    details = "; ".join([*found, *(r.text() for r in rejections)])
+    return PodMiss(name, Code.NODE_NUMA_INSUFFICIENT,
+                   f"container {name} needs {describe(request)} on one NUMA node (numa policy): {details}",
+                   tuple(rejections), describe(request))
+
+
 def check_card(
-    card: CardSpec, row: list[int], request: DcuRequest, memory: int, selection: Selection
+    card: CardSpec, row: list[int], request: DcuRequest, memory: int, selection: Selection, mutex: bool = False
 ) -> CardRejection | None:
-    """The first check `card` fails for `request`, None when it can take it."""
+    """The first check `card` fails for `request`, None when it can take it. `mutex`: only
+    an idle card may be taken (the mutex policy)."""
     used_slots, used_memory, used_cores = row
     if not card.health:
         return CardRejection(card.id, Code.CARD_UNHEALTHY, "reported unhealthy by the device plugin")
@@ -214,6 +266,8 @@ def check_card(
         return CardRejection(card.id, Code.CARD_UUID_MISMATCH, problem)
     if used_slots >= card.slots:
         return CardRejection(card.id, Code.CARD_SLOTS_EXHAUSTED, f"{used_slots}/{card.slots} slots used")
+    if mutex and used_slots > 0:
+        return CardRejection(card.id, Code.CARD_BUSY_MUTEX, f"mutex policy: {used_slots} share(s) in use")
     free_memory = card.memory - used_memory
     if card.memory <= 0:
         # A "whole card" of 0 MiB would fit; the plugin never registers such a card.

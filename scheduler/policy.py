@@ -28,9 +28,10 @@ before the pod is placed. binpack (default) picks the highest score among fittin
 spread the lowest; ties go to the node name ascending.
 
 Per-pod overrides: `hami.io/node-scheduler-policy` (one word) and
-`hami.io/gpu-scheduler-policy` (a word or a comma chain). As in HAMi, a value with any word
-HAMi does not know is ignored as a whole and the configured default stands; the webhook
-warns about it at admission (advice.py), so the fallback is never silent.
+`hami.io/gpu-scheduler-policy` (a word or a comma chain), parsed in common/preferences.py.
+As in HAMi, a value with any word HAMi does not know is ignored as a whole and the
+configured default stands; the webhook warns about it at admission (webhook/advice.py), so
+the fallback is never silent.
 """
 
 from __future__ import annotations
@@ -39,73 +40,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from hami_dcu.common import keys
+from hami_dcu.common.preferences import (
+    BINPACK,
+    DEFAULT_WEIGHTS,
+    MUTEX,
+    NODE_WORDS,
+    NUMA,
+    SPREAD,
+    CardPolicy,
+    Weights,
+    parse_card_policy,
+    parse_node_policy,
+)
 
-BINPACK = "binpack"
-SPREAD = "spread"
-NUMA = "numa"
-MUTEX = "mutex"
-TOPOLOGY_AWARE = "topology-aware"
-POLICIES = (BINPACK, SPREAD)  # node policies
-CARD_WORDS = (BINPACK, SPREAD, NUMA, MUTEX, TOPOLOGY_AWARE)
+POLICIES = NODE_WORDS  # node policies
 DEFAULT_NODE_POLICY = BINPACK
 DEFAULT_CARD_POLICY = SPREAD
 WEIGHT = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class CardPolicy:
-    """A valid card policy value, split into its words (in the order written)."""
-
-    words: tuple[str, ...]
-
-    @property
-    def chained(self) -> bool:
-        # HAMi takes the chain path for any value with a comma, and for "numa" alone.
-        return len(self.words) > 1 or self.words == (NUMA,)
-
-    @property
-    def mutex(self) -> bool:
-        """Only idle cards may be taken."""
-        return MUTEX in self.words
-
-    @property
-    def numa(self) -> bool:
-        """A multi-card container must get its cards from one NUMA node (our addition)."""
-        return NUMA in self.words
-
-    def __str__(self) -> str:
-        return ",".join(self.words)
-
-
-@dataclass(frozen=True, slots=True)
-class Weights:
-    """Per-term weights of the card score (`hami.io/device-scoring-weights`)."""
-
-    slot: int = 1
-    core: int = 1
-    memory: int = 1
-
-
-DEFAULT_WEIGHTS = Weights()
-
-
-def parse_card_policy(value: str | None) -> CardPolicy | None:
-    """The policy `value` names, None when it is empty or names a word HAMi does not know
-    (HAMi compares the trimmed words exactly, so "BinPack" is not binpack)."""
-    if value is None or not value.strip():
-        return None
-    words = tuple(word.strip() for word in value.split(","))
-    if any(word not in CARD_WORDS for word in words):
-        return None
-    return CardPolicy(words)
-
-
-def parse_node_policy(value: str | None) -> str | None:
-    """The node policy `value` names (one word, trimmed, exact), else None."""
-    if value is None:
-        return None
-    word = value.strip()
-    return word if word in POLICIES else None
 
 
 def pod_policies(annotations: Mapping[str, str], node_default: str,

@@ -18,12 +18,14 @@ class Code(StrEnum):
     CARD_TYPE_MISMATCH = "CardTypeMismatch"
     CARD_UUID_MISMATCH = "CardUuidMismatch"
     CARD_SLOTS_EXHAUSTED = "CardSlotsExhausted"
+    CARD_BUSY_MUTEX = "CardBusyMutex"  # the mutex policy takes idle cards only
     CARD_INSUFFICIENT_MEMORY = "CardInsufficientMemory"
     CARD_INSUFFICIENT_CORES = "CardInsufficientCores"
     CARD_EXCLUSIVE_CONFLICT = "CardExclusiveConflict"
     CARD_COMPUTE_EXHAUSTED = "CardComputeExhausted"
     # node level
     NODE_TOO_FEW_CARDS = "NodeInsufficientCards"
+    NODE_NUMA_INSUFFICIENT = "NodeNumaInsufficient"  # numa policy: no NUMA node holds the whole request
     NODE_UNKNOWN = "NodeUnknown"
     NODE_UNREGISTERED = "NodeUnregistered"
     NODE_HANDSHAKE_STALE = "NodeHandshakeStale"
@@ -37,11 +39,13 @@ SUMMARY_PHRASE: Mapping[Code, str] = {
     Code.CARD_TYPE_MISMATCH: "card type mismatch",
     Code.CARD_UUID_MISMATCH: "card uuid not selected",
     Code.CARD_SLOTS_EXHAUSTED: "card slots exhausted",
+    Code.CARD_BUSY_MUTEX: "card in use (mutex policy takes idle cards only)",
     Code.CARD_INSUFFICIENT_MEMORY: "insufficient card memory",
     Code.CARD_INSUFFICIENT_CORES: "insufficient card cores",
     Code.CARD_EXCLUSIVE_CONFLICT: "whole-card request on a shared card",
     Code.CARD_COMPUTE_EXHAUSTED: "card compute exhausted",
     Code.NODE_TOO_FEW_CARDS: "too few cards",
+    Code.NODE_NUMA_INSUFFICIENT: "no NUMA node can hold all the cards (numa policy)",
     Code.NODE_UNKNOWN: "node not in scheduler cache",
     Code.NODE_UNREGISTERED: "no DCU registered",
     Code.NODE_HANDSHAKE_STALE: "device plugin not reporting",

@@ -15,6 +15,7 @@ import jsonpatch
 from hami_dcu.common import keys
 from hami_dcu.common.requests import RequestError, asks_for_dcu, names_dcu, parse_container_request
 from hami_dcu.common.writers import Identities
+from hami_dcu.webhook.advice import scheduling_warnings
 
 JSON = dict[str, Any]
 
@@ -96,9 +97,10 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
                          f"one container gets one shared vDCU, or several whole cards: use {names.count}: 1 "
                          f"with {names.memory}/{names.cores}, or drop them to get {request.count} whole cards")
 
+    hints = scheduling_warnings(meta.get("annotations") or {})
     current = spec.get("schedulerName") or ""
     if current == settings.scheduler_name:
-        return Decision(allowed=True, reason="already-routed")
+        return Decision(allowed=True, reason="already-routed", warnings=hints)
     if current and current not in settings.overwritable_schedulers:
         return Decision(allowed=True, reason="other-scheduler",
                         warnings=[f"schedulerName {current} is kept: its DCU request will not be honoured by "
@@ -106,4 +108,4 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
     # Only spec changes, so only spec is diffed (the whole pod costs 3x the time).
     mutated_spec = {**spec, "schedulerName": settings.scheduler_name}
     patch = jsonpatch.make_patch({"spec": spec}, {"spec": mutated_spec}).patch
-    return Decision(allowed=True, reason="routed", patch=patch)
+    return Decision(allowed=True, reason="routed", patch=patch, warnings=hints)

@@ -1,0 +1,55 @@
+"""Admission warnings about scheduling annotations the scheduler would ignore or refuse (pure).
+
+HAMi ignores a policy value with a word it does not know (the configured default applies)
+and leaves a pod with invalid scoring weights Pending. Both are easy to miss, so the webhook
+says so when the pod is created (`kubectl apply` prints admission warnings). Each warning
+stays within 120 characters, the length kubectl shows in full.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from hami_dcu.common import keys
+from hami_dcu.common.preferences import (
+    CARD_WORDS,
+    CARD_WORDS_WITHOUT_EFFECT,
+    NODE_WORDS,
+    WeightsError,
+    parse_card_policy,
+    parse_node_policy,
+    parse_weights,
+    unknown_card_words,
+)
+
+WARNING_MAX = 120
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= WARNING_MAX else text[: WARNING_MAX - 3] + "..."
+
+
+def scheduling_warnings(annotations: Mapping[str, str]) -> list[str]:
+    warnings = []
+    card = annotations.get(keys.DEVICE_SCHEDULER_POLICY)
+    if card is not None:
+        policy = parse_card_policy(card)
+        if policy is None:
+            unknown = ", ".join(repr(word[:20]) for word in unknown_card_words(card)) or "''"
+            warnings.append(f"{keys.DEVICE_SCHEDULER_POLICY}: {unknown} unknown, value ignored "
+                            f"(words: {', '.join(CARD_WORDS)})")
+        else:
+            idle = [word for word in policy.words if word in CARD_WORDS_WITHOUT_EFFECT]
+            if idle:
+                warnings.append(f"{keys.DEVICE_SCHEDULER_POLICY}: {', '.join(idle)} has no effect on DCU cards")
+    node = annotations.get(keys.NODE_SCHEDULER_POLICY)
+    if node is not None and parse_node_policy(node) is None:
+        warnings.append(f"{keys.NODE_SCHEDULER_POLICY}: {node[:20]!r} unknown, value ignored "
+                        f"(words: {', '.join(NODE_WORDS)})")
+    weights = annotations.get(keys.DEVICE_SCORING_WEIGHTS)
+    if weights is not None:
+        try:
+            parse_weights(weights)
+        except WeightsError as exc:
+            warnings.append(f"{keys.DEVICE_SCORING_WEIGHTS} invalid, pod stays Pending: {exc}")
+    return [_short(warning) for warning in warnings]
