@@ -79,7 +79,8 @@ def main() -> int:
         kube = Kube.from_kubeconfig(str(kubeconfig))
         kube.create_node({"metadata": {"name": "n1"}})
         core = PluginCore(kube, "n1", discover(smi, work / "sys", work / "dev"),
-                          Paths(vdev_dir=work / "vgpu", etc_vdev=work / "etc", dev_root=work / "dev"))
+                          Paths(vdev_dir=work / "vgpu", etc_vdev=work / "etc", state_dir=work / "state",
+                                dev_root=work / "dev"))
         server = grpc.server(futures.ThreadPoolExecutor(4))
         api_pb2_grpc.add_DevicePluginServicer_to_server(
             Servicer(core, dict, threading.Condition(), threading.Event()), server)

@@ -86,6 +86,7 @@ def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str
     index = next((i for i, entry in enumerate(entries) if entry), None)
     if index is None:
         raise AllocateRefused(f"pod {who(pod)}: every container already got its DCU, none left for this request")
+    _refuse_unless_recorded(pod, annotations, entries, index)
     containers = pod_containers(pod)
     if index >= len(containers):
         raise AllocateRefused(
@@ -113,6 +114,28 @@ def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str
     remaining = [list(e) for e in entries]
     remaining[index] = []
     return ContainerPlan(index=index, container=cname, devices=devices, remaining=remaining, ids_match=ids_match)
+
+
+def _refuse_unless_recorded(pod: JSON, annotations: JSON, entries: PodDevices, index: int) -> None:
+    """What is served must be what hami-scheduler recorded: `dcu-devices-to-allocate` is
+    erased entry by entry as containers are served, `dcu-devices-allocated` keeps every entry
+    and is written only by the scheduler (admission refuses anyone else). An entry that differs
+    was edited after the bind (a whole card, more memory, another card): refused."""
+    value = annotations.get(keys.POD_DEVICES_ALLOCATED)
+    if value is None:
+        raise AllocateRefused(f"pod {who(pod)} has no {keys.POD_DEVICES_ALLOCATED}: it was not bound by hami-scheduler")
+    try:
+        recorded = decode_pod_devices(value)
+    except CodecError as exc:
+        raise AllocateRefused(f"pod {who(pod)}: {exc}") from exc
+    wanted = entries[index]
+    if index >= len(recorded) or recorded[index] != wanted:
+        scheduled = encode_pod_devices([recorded[index]] if index < len(recorded) else [[]])
+        raise AllocateRefused(
+            f"pod {who(pod)} container #{index}: {keys.POD_DEVICES_TO_ALLOCATE} ({encode_pod_devices([wanted])}) "
+            f"disagrees with {keys.POD_DEVICES_ALLOCATED} ({scheduled}), which only hami-scheduler writes: "
+            "refused, nothing is served that the scheduler did not account for"
+        )
 
 
 def _requests_count(container: JSON, resource: str) -> bool:

@@ -29,14 +29,13 @@ from hami_dcu.common.nodelock import LockError, NodeLock, lock_annotation
 from hami_dcu.deviceplugin import plan as planning
 from hami_dcu.deviceplugin.allocator import AllocationError, Grant, NodeState
 from hami_dcu.deviceplugin.discovery import DcuCard
+from hami_dcu.deviceplugin.grantstore import GrantStore
 from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.deviceplugin.smi import FALLBACK_MODEL
 from hami_dcu.deviceplugin.vdev import (
     VDEV_CONF,
     VdevDir,
     VdevSpec,
-    conf_bus_id,
-    parse_dirname,
     render_conf,
     write_atomic,
 )
@@ -105,14 +104,17 @@ class PluginCore:
         self.lock = threading.Lock()
         self.metrics = metrics or PluginMetrics()
         self.metrics.unknown_models.labels(node).set(sum(1 for c in cards if c.card.model == FALLBACK_MODEL))
+        self.grants = GrantStore(self.paths.state_dir)
         self.rebuild()
 
     # --- restart safety ------------------------------------------------------------------
 
     def rebuild(self) -> int:
-        """Take back every grant recorded in the vdev directory (run at start)."""
+        """Take back every grant recorded in the plugin's own state dir (run at start); the
+        reconcile then drops those of pods no longer live on this node."""
         restored = 0
         with self.lock:
+            self.grants.adopt_legacy(self.paths.vdev_dir)
             for record in self._records():
                 # Restored even for a card no longer served: its vdev id stays taken until the
                 # pod goes, so /etc/vdev/vdev<N>.conf is never shared by two live vDCUs.
@@ -120,31 +122,19 @@ class PluginCore:
                 restored += 1
             self.metrics.vdevs.labels(self.node).set(len(self.state.vdevs_used))
         if restored:
-            log.info("node %s: restored %d vDCU grants from %s", self.node, restored, self.paths.vdev_dir)
+            log.info("node %s: restored %d vDCU grants from %s", self.node, restored, self.paths.state_dir)
         return restored
 
     def _records(self) -> list[VdevDir]:
         return [record for _, record in self._named_records()]
 
     def _named_records(self) -> list[tuple[str, VdevDir]]:
-        try:
-            names = sorted(p.name for p in self.paths.vdev_dir.iterdir() if p.is_dir())
-        except FileNotFoundError:
-            return []
-        records = []
-        for name in names:
-            record = parse_dirname(name)
-            if record is not None:
-                records.append((name, self._current_index(name, record)))
-        return records
+        # From the state dir only: the vdev dirs are mounted into containers.
+        return [(name, self._current_index(name, record, bus_id)) for name, record, bus_id in self.grants.records()]
 
-    def _current_index(self, dirname: str, record: VdevDir) -> VdevDir:
+    def _current_index(self, dirname: str, record: VdevDir, bus_id: str | None) -> VdevDir:
         """The record with the card index this plugin now uses for that card. SMI indices shift
-        when a card disappears; the PCI bus id in the vDCU's own config file does not."""
-        try:
-            bus_id = conf_bus_id((self.paths.vdev_dir / dirname / VDEV_CONF).read_text())
-        except OSError:
-            return record
+        when a card disappears; the PCI bus id in the grant's own record does not."""
         if bus_id is None:
             return record
         # A card no longer served: its grant is kept apart (index -1) so its CUs and pipe are
@@ -363,13 +353,15 @@ class PluginCore:
                 pci_bus_id=card.card.pci_bus_id,
             )
             written.append((grant, spec))
+            self.grants.save(spec)  # first: a vdev dir never exists without the plugin's record
             host_dir = self.paths.vdev_dir / spec.dirname
             write_atomic(host_dir / VDEV_CONF, render_conf(spec, device_id=0))
             # The exporter's copy is not what the container reads: atomic is enough, no fsync.
             write_atomic(self.paths.etc_vdev / f"vdev{grant.vdev}.conf", render_conf(spec, device_id=card.index),
                          durable=False)
-            response.mounts.append((planning.VDEV_CONTAINER_DIR, str(host_dir), False))
-        response.mounts.append((planning.DRIVER_CONTAINER_DIR, str(self.paths.driver_dir), False))
+            # Read-only, like the driver: nothing a container writes is read back or executed.
+            response.mounts.append((planning.VDEV_CONTAINER_DIR, str(host_dir), True))
+        response.mounts.append((planning.DRIVER_CONTAINER_DIR, str(self.paths.driver_dir), True))
         response.mounts.append((planning.HYHAL_DIR, str(self.paths.hyhal_dir), True))
         return response
 
@@ -495,10 +487,25 @@ class PluginCore:
             self.state.release(record)
             removed.append(dirname)
             log.info("node %s: removed vdev %s of a pod that is gone or finished", self.node, dirname)
+        removed += self._remove_unrecorded_vdevs()
         self.metrics.vdevs.labels(self.node).set(len(self.state.vdevs_used))
         return removed
 
+    def _remove_unrecorded_vdevs(self) -> list[str]:
+        """vdev dirs the plugin holds no record of were not made by it (or their grant is gone):
+        never taken for a grant, removed."""
+        recorded = {name for name, _, _ in self.grants.records()}
+        try:
+            stray = sorted(p.name for p in self.paths.vdev_dir.iterdir() if p.is_dir() and p.name not in recorded)
+        except FileNotFoundError:
+            return []
+        for name in stray:
+            shutil.rmtree(self.paths.vdev_dir / name, ignore_errors=True)
+            log.warning("node %s: removed vdev dir %s, of which the plugin holds no record", self.node, name)
+        return stray
+
     def _remove_vdev(self, dirname: str, vdev: int) -> None:
+        self.grants.remove(dirname)
         shutil.rmtree(self.paths.vdev_dir / dirname, ignore_errors=True)
         (self.paths.etc_vdev / f"vdev{vdev}.conf").unlink(missing_ok=True)
 

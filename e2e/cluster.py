@@ -74,6 +74,7 @@ class LocalNode:
         return Paths(
             vdev_dir=self.root / "usr/local/vgpu/dcu",
             etc_vdev=self.root / "etc/vdev",
+            state_dir=self.root / "var/lib/hami-dcu/state",
             dev_root=self.root / "dev",
             driver_dir=self.root / "opt/dtk",
             hyhal_dir=self.root / "opt/hyhal",

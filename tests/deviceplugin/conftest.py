@@ -95,7 +95,8 @@ def dcu_node(kube, tmp_path) -> Node:
         kube,
         root,
         mock_file,
-        Paths(vdev_dir=root / "vgpu", etc_vdev=root / "etc-vdev", dev_root=root / "dev", driver_dir=Path("/opt/dtk")),
+        Paths(vdev_dir=root / "vgpu", etc_vdev=root / "etc-vdev", state_dir=root / "state", dev_root=root / "dev",
+              driver_dir=Path("/opt/dtk")),
         plugin_dir,
     )
     shutil.rmtree(plugin_dir, ignore_errors=True)

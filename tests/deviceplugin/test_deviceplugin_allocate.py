@@ -48,8 +48,10 @@ def test_shared_vdcu_golden_file_and_response(dcu_node):
         "/dev/dri/renderD129": str(root / "dri/renderD129"),
     }
     mounts = {c: (h, ro) for c, h, ro in response.mounts}
-    assert mounts["/etc/vdev/docker/"] == (str(dcu_node.paths.vdev_dir / dirname), False)
-    assert mounts["/opt/hygondriver"] == ("/opt/dtk", False)
+    # Read-only, every one (issue 11, findings 4 and 5): a tenant rewrote its vdev file, and
+    # could plant a library in /opt/dtk, where the plugin loads librocm_smi64.so from.
+    assert mounts["/etc/vdev/docker/"] == (str(dcu_node.paths.vdev_dir / dirname), True)
+    assert mounts["/opt/hygondriver"] == ("/opt/dtk", True)
     assert mounts["/opt/hyhal"] == ("/opt/hyhal", True)
     assert dcu_node.annotation("p", keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS
     assert dcu_node.annotation("p", keys.POD_DEVICES_TO_ALLOCATE) == ";"
@@ -460,3 +462,65 @@ def test_a_lock_whose_holder_is_not_bound_yet_is_left_alone(dcu_node):
         core.allocate([["DCU-S1-fake-0"]])
     assert dcu_node.lock_value() == held.value
     assert dcu_node.annotation("p", keys.POD_BIND_PHASE) is None
+
+
+def test_restart_trusts_its_own_record_not_the_tenants_vdev_file(dcu_node):
+    """Issue 11, finding 4: a tenant rewrote the PciBusId in its vdev file; after a restart the
+    plugin charged the grant to the other card, and the next pod on the first card got the
+    tampered pod's CU mask. The plugin now rebuilds from its own state dir."""
+    core = dcu_node.core()
+    tampered = dcu_node.bind("tampered", [("c", [dev("S1", 1000, 50)])])
+    core.allocate([["DCU-S1-fake-0"]])
+    text, dirname = read_conf(dcu_node, tampered, "c")
+    (dcu_node.paths.vdev_dir / dirname / "vdev0.conf").write_text(text.replace("0000:3D:00.0", "0000:9F:00.0"))
+    restarted = dcu_node.core()
+    assert restarted.state == core.state and restarted.state.cu_used[0] == (1 << 60) - 1
+    victim = dcu_node.bind("next", [("c", [dev("S1", 1000, 50)])])
+    restarted.allocate([["DCU-S1-fake-1"]])
+    mine, _ = read_conf(dcu_node, victim, "c")
+    assert "cu_mask: 0x0fffffffc0000000" in mine or "cu_mask: 0xf000000000000000" in mine
+    assert "cu_mask: 0x0fffffffffffffff\ncu_mask: 0x0000000000000000" not in mine
+
+
+def test_vdev_dirs_without_a_record_of_ours_are_removed_not_trusted(dcu_node):
+    core = dcu_node.core()
+    live = dcu_node.bind("live", [("c", [dev("S1", 1000, 50)])])
+    core.allocate([["DCU-S1-fake-0"]])
+    planted = dcu_node.paths.vdev_dir / f"{live['metadata']['uid']}_x_1_0_7_ffffffffffffffff_0000000000000000"
+    planted.mkdir()
+    (planted / "vdev0.conf").write_text("PciBusId: 0000:9F:00.0\n")
+    restarted = dcu_node.core()
+    assert restarted.state == core.state  # the planted grant is not taken back
+    assert restarted.reconcile() == [planted.name] and not planted.exists()
+    assert restarted.state == core.state
+
+
+def test_grants_from_before_the_state_dir_are_adopted_by_their_directory_name(dcu_node):
+    """An upgrade from a plugin without a state dir keeps every live grant: the directory's
+    own name (the plugin made it; a container cannot rename its mount root) is the record."""
+    core = dcu_node.core()
+    dcu_node.bind("old", [("c", [dev("S2", 1000, 25)])])
+    core.allocate([["DCU-S2-fake-0"]])
+    for record in dcu_node.paths.state_dir.iterdir():
+        record.unlink()
+    upgraded = dcu_node.core()
+    assert upgraded.state == core.state
+    assert [p.name for p in dcu_node.paths.state_dir.iterdir()] == [p.name + ".conf" for p in
+                                                                   dcu_node.paths.vdev_dir.iterdir()]
+
+
+@pytest.mark.parametrize("rewrite", [dev("S1", 65520, 100), dev("S1", 60000, 10), dev("S2", 1000, 10)],
+                         ids=["whole-card", "60000MiB", "other-card"])
+def test_a_to_allocate_that_disagrees_with_the_scheduler_is_refused(dcu_node, rewrite):
+    """Issue 11, finding 2: a post-bind edit of dcu-devices-to-allocate was served as written.
+    Allocate serves only what -allocated (the scheduler's record) says."""
+    from hami_dcu.common.codec import encode_pod_devices
+
+    core = dcu_node.core()
+    dcu_node.bind("p", [("c", [dev("S1", 1000, 10)])])
+    dcu_node.kube.patch_pod_metadata("default", "p", annotations={
+        keys.POD_DEVICES_TO_ALLOCATE: encode_pod_devices([[rewrite]], keys.POD_DEVICES_TO_ALLOCATE)})
+    with pytest.raises(AllocateFailed, match=r"disagrees with hami\.io/dcu-devices-allocated"):
+        core.allocate([[f"{rewrite.uuid}-fake-0"]])
+    assert vdev_dirs(dcu_node) == [] and not any(core.state.cu_used.values())
+    assert dcu_node.annotation("p", keys.POD_BIND_PHASE) == keys.BIND_PHASE_FAILED

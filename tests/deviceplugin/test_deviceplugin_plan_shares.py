@@ -15,7 +15,8 @@ CARD = DcuCard(Card(index=0, serial="S0", model="K100_AI", memory_mib=65520, com
 def pending_pod(allocation: str) -> dict:
     return {"metadata": {"name": "p", "namespace": "default", "uid": "u1",
                          "annotations": {keys.POD_BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
-                                         keys.POD_DEVICES_TO_ALLOCATE: allocation}},
+                                         keys.POD_DEVICES_TO_ALLOCATE: allocation,
+                                         keys.POD_DEVICES_ALLOCATED: allocation}},
             "spec": {"nodeName": "n1", "containers": [{"name": "main"}]}, "status": {"phase": "Pending"}}
 
 
