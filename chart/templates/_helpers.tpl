@@ -1,13 +1,24 @@
+{{/* The app name (nameOverride) and the prefix of every object's name (fullnameOverride,
+else the release name when it already contains the app name, else <release>-<name>). */}}
+{{- define "hami-dcu.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "hami-dcu.fullname" -}}
-{{- if contains "hami-dcu" .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "hami-dcu.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-hami-dcu" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "hami-dcu.labels" -}}
-app.kubernetes.io/name: hami-dcu
+app.kubernetes.io/name: {{ include "hami-dcu.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -15,7 +26,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "hami-dcu.selector" -}}
-app.kubernetes.io/name: hami-dcu
+app.kubernetes.io/name: {{ include "hami-dcu.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
