@@ -5,8 +5,11 @@ and per card what live pods hold. A pod holds its share while it is not Succeede
 and not deleted (terminating pods still hold theirs), read from its
 `hami.io/dcu-devices-allocated` annotation; `/filter` adds in-memory assumptions on top,
 dropped when the pod's own allocation is seen, when the pod goes away, when bind fails, or
-after a TTL. A holding that names a card the node does not report, or an allocation that
-cannot be decoded, makes the node degraded: unusable, with the reason, never "free".
+after a TTL. A pod holds only on the node it is bound to, and not at all when its `vgpu-node`
+names another (a pod never scheduled, or bound elsewhere, holds nothing: issue 11). An
+allocation that cannot be decoded makes the node degraded: unusable, with the reason, never
+"free"; a card the node does not report counts nowhere (that pod's claim is listed in
+`ignored_claims`), so no pod can make a node unusable by naming a card that does not exist.
 
 Real holdings are keyed by pod UID, assumptions by `assumed/<uid>`: an assumption can never
 overwrite what a pod really holds, and forgetting one never removes a real holding. A
@@ -77,6 +80,7 @@ class NodeEntry:
     holdings: dict[str, Holding] = field(default_factory=dict)  # by pod uid
     used: list[Usage] = field(default_factory=list)  # per card, aligned with `cards`
     degraded: list[str] = field(default_factory=list)
+    ignored_claims: list[str] = field(default_factory=list)  # shares of cards the node does not report
     generation: int = 0
     _score: tuple[int, float] = (-1, 0.0)
 
@@ -346,7 +350,7 @@ class ClusterCache:
         spec = pod.get("spec") or {}
         annotations = meta.get("annotations") or {}
         allocated = annotations.get(keys.POD_DEVICES_ALLOCATED)
-        node = spec.get("nodeName") or annotations.get(keys.POD_NODE)
+        node = _holding_node(spec, annotations)
         if state.phase in TERMINAL_PHASES:
             self._drop_pod(uid)
             self.forget(uid)
@@ -422,7 +426,7 @@ class ClusterCache:
     def _listed_differs(record: PodRecord, pod: JSON) -> bool:
         meta = pod.get("metadata") or {}
         annotations = meta.get("annotations") or {}
-        node = (pod.get("spec") or {}).get("nodeName") or annotations.get(keys.POD_NODE)
+        node = _holding_node(pod.get("spec") or {}, annotations)
         return (annotations.get(keys.POD_DEVICES_ALLOCATED) != record.allocated or node != record.node
                 or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES)
 
@@ -535,7 +539,7 @@ class ClusterCache:
 
     def _recompute(self, entry: NodeEntry) -> None:
         used = [Usage() for _ in entry.cards]
-        degraded = []
+        degraded, ignored = [], []
         for holding in entry.holdings.values():
             if holding.held is None:
                 degraded.append(f"pod {holding.label}: {holding.error}")
@@ -544,12 +548,22 @@ class ClusterCache:
                 pos = entry.card_pos.get(card)
                 if pos is None:
                     if entry.cards:
-                        degraded.append(f"pod {holding.label} holds card {card} that the node does not report")
+                        ignored.append(f"pod {holding.label} holds card {card} that the node does not report")
                     continue
                 used[pos].add(share)
         entry.used = used
         entry.degraded = degraded
+        entry.ignored_claims = ignored
         entry.generation += 1
+
+
+def _holding_node(spec: JSON, annotations: JSON) -> str | None:
+    """The node a pod's allocation counts on: the one it is bound to, unless its `vgpu-node`
+    names another (the Binding sets both at once, so they never differ for a pod we bound);
+    an unbound pod holds nothing, whatever its annotations say."""
+    node = spec.get("nodeName")
+    claimed = annotations.get(keys.POD_NODE)
+    return node if node and claimed in (None, node) else None
 
 
 def _assumed_holding(assumption: Assumption) -> Holding:

@@ -6,6 +6,7 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from itertools import count
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, multiple, rule
@@ -149,14 +150,38 @@ def allocated_pod(uid: str, node: str, value: str, phase: str = "Running") -> di
             "spec": {"nodeName": node, "containers": [{"name": "c"}]}, "status": {"phase": phase}}
 
 
-def test_allocation_naming_an_unknown_card_degrades_the_node_never_frees_it():
+def test_an_unknown_card_degrades_that_pods_claim_not_the_node():
+    """Issue 11, finding 3: a pod naming a card that does not exist made the whole node
+    unusable. The card it names counts nowhere; what it holds of real cards still counts."""
     cache = ClusterCache()
     cache.apply_node(node_object("n1"), NOW)
-    cache.apply_pod(allocated_pod("u1", "n1", "DCU-GONE,DCU,1000,10:;"))
+    cache.apply_pod(allocated_pod("u1", "n1", "DCU-GONE,DCU,1000,10:DCU-n1-S0,DCU,2000,20:;"))
     entry = cache.nodes["n1"]
-    assert entry.degraded == ["pod default/u1 holds card DCU-GONE that the node does not report"]
-    cache.delete_pod(allocated_pod("u1", "n1", ""))
     assert entry.degraded == []
+    assert entry.ignored_claims == ["pod default/u1 holds card DCU-GONE that the node does not report"]
+    assert [(u.slots, u.memory, u.cores) for u in entry.used] == [(1, 2000, 20), (0, 0, 0)]
+    cache.delete_pod(allocated_pod("u1", "n1", ""))
+    assert entry.ignored_claims == [] and entry.used[0].memory == 0
+
+
+@pytest.mark.parametrize(("bound_to", "claimed"), [(None, "n1"), ("n2", "n1"), ("n1", "n2")],
+                         ids=["never-bound", "bound-elsewhere", "claims-elsewhere"])
+def test_an_allocation_counts_only_on_the_node_the_pod_is_bound_to(bound_to, claimed):
+    """Issue 11, finding 3: a pod never scheduled, carrying -allocated and vgpu-node, reserved
+    cards. A holding counts only where spec.nodeName and vgpu-node agree."""
+    cache = ClusterCache()
+    for name in ("n1", "n2"):
+        cache.apply_node(node_object(name), NOW)
+    pod = allocated_pod("u1", bound_to or "", "DCU-n1-S0,DCU,65520,100:;")
+    pod["metadata"]["annotations"][keys.POD_NODE] = claimed
+    if bound_to is None:
+        del pod["spec"]["nodeName"]
+    cache.apply_pod(pod)
+    assert all(u.memory == 0 for entry in cache.nodes.values() for u in entry.used)
+    assert "u1" not in cache.pods
+    pod["spec"]["nodeName"] = pod["metadata"]["annotations"][keys.POD_NODE] = "n1"
+    cache.apply_pod(pod)  # the same pod, bound where it claims: it holds
+    assert cache.nodes["n1"].used[0].memory == 65520
 
 
 def test_unreadable_allocation_degrades_the_node():
