@@ -49,6 +49,8 @@ SUBCOMMANDS = (
                "run the local demo cluster with mock DCUs, schedule example pods, print the result"),
     Subcommand("status", "hami_dcu.cli.status",
                "show what is used where: per node and card, slots, memory, cores, pods, locks"),
+    Subcommand("cleanup", "hami_dcu.cli.cleanup",
+               "remove what hami-dcu created outside the Helm release (certificate Secrets, node annotations)"),
 )
 
 

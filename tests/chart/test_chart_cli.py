@@ -60,7 +60,7 @@ def parsed_invocations(docs):
 def test_every_invocation_parses(render, values):
     invocations = parsed_invocations(render(*values))
     commands = {command for _, command in invocations}
-    assert commands == {"scheduler", "device-plugin", "certs"}
+    assert commands == {"scheduler", "device-plugin", "certs", "cleanup"}
 
 
 def test_components_agree_on_names_and_timeouts(render):
