@@ -44,8 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="host:port for GET /metrics, plain HTTP (default: /metrics on --bind)")
     parser.add_argument("--tls-cert", help="serving certificate (PEM); plain HTTP without it")
     parser.add_argument("--tls-key", help="serving key (PEM)")
-    parser.add_argument("--scheduler-name", default=keys.DEFAULT_SCHEDULER_NAME)
-    parser.add_argument("--node-policy", choices=policy.POLICIES, default=policy.DEFAULT_NODE_POLICY)
+    parser.add_argument("--scheduler-name", default=keys.DEFAULT_SCHEDULER_NAME,
+                        help="the kube-scheduler profile this extender serves (pods' spec.schedulerName)")
+    parser.add_argument("--node-policy", choices=policy.POLICIES, default=policy.DEFAULT_NODE_POLICY,
+                        help="binpack fills busy nodes first, spread the emptiest; a pod's "
+                        "hami.io/node-scheduler-policy annotation overrides it")
     parser.add_argument("--device-policy", type=_card_policy, default=policy.DEFAULT_CARD_POLICY,
                         help="card policy: a word or a comma chain of binpack, spread, numa, mutex, topology-aware "
                              "(default %(default)s)")
