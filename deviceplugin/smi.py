@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import yaml
+
+from hami_dcu.deviceplugin import libpath
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +158,12 @@ class RsmiBackend:
     RSMI_MEM_TYPE_VRAM = 0
 
     def __init__(self, library: str = "librocm_smi64.so") -> None:
+        found = libpath.find(library, os.environ.get("LD_LIBRARY_PATH"))
+        if found is not None and (why := libpath.unsafe(found)):
+            raise SmiError(f"refusing to load {found}: {why} (a library anyone but root can replace would run "
+                           "as the device plugin)")
         try:
-            self.lib = ctypes.CDLL(library)
+            self.lib = ctypes.CDLL(str(found) if found is not None else library)
         except OSError as exc:
             raise SmiError(f"cannot load {library}: {exc} (is the DTK/hyhal library path set?)") from exc
         self.unknown_device_ids: list[str] = []
