@@ -199,6 +199,9 @@ class Kube:
     def list_nodes(self, label_selector: str | None = None) -> ObjectList:
         return _object_list(self.request("GET", "/api/v1/nodes", query={"labelSelector": label_selector}))
 
+    def list_resource_quotas(self) -> ObjectList:
+        return _object_list(self.request("GET", "/api/v1/resourcequotas"))
+
     def watch_nodes(
         self, resource_version: str, timeout_seconds: int = 300, label_selector: str | None = None
     ) -> Iterator[JSON]:
@@ -476,6 +479,9 @@ class AsyncKube:
 
     async def list_nodes(self, label_selector: str | None = None) -> ObjectList:
         return await self.call(self.kube.list_nodes, label_selector)
+
+    async def list_resource_quotas(self) -> ObjectList:
+        return await self.call(self.kube.list_resource_quotas)
 
     async def list_pods(
         self, namespace: str | None = None, field_selector: str | None = None, label_selector: str | None = None

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import ssl
 import sys
+from dataclasses import replace
 from datetime import timedelta
 
 from aiohttp import web
@@ -30,6 +31,7 @@ from hami_dcu.scheduler import policy
 from hami_dcu.scheduler.app import build_app, build_side_app
 from hami_dcu.scheduler.bind import BindSettings
 from hami_dcu.scheduler.filtering import FilterSettings
+from hami_dcu.scheduler.quotas import admission_view
 from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -97,7 +99,9 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
         resource_memory=keys.DEFAULT_MEMORY_RESOURCE, resource_cores=keys.DEFAULT_CORES_RESOURCE,
         scheduler_identity=getattr(args, "scheduler_identity", None),
         device_plugin_identity=getattr(args, "device_plugin_identity", None))
-    add_webhook_routes(app, webhook_settings(defaults), service.metrics.registry)
+    # In this process the webhook sees the extender's quota book and cache: it checks quotas at admission.
+    settings = replace(webhook_settings(defaults), quota=admission_view(service.quotas, service.cache))
+    add_webhook_routes(app, settings, service.metrics.registry)
 
 
 def _address(flag: str, value: str) -> tuple[str, int]:

@@ -8,7 +8,7 @@ when something on that node changed, which keeps a 5,000-node filter cheap.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -129,7 +129,9 @@ class Filter:
             found = self._shape_ids[shape] = len(self._shape_ids)
         return found
 
-    def run(self, plan: PodPlan, node_names: Iterable[str], now: datetime) -> FilterOutcome:
+    def run(self, plan: PodPlan, node_names: Iterable[str], now: datetime,
+            admit: Callable[[PodFit], NodeRejection | None] | None = None) -> FilterOutcome:
+        """`admit`: a last check of each node's placement (the namespace quota)."""
         outcome = FilterOutcome()
         scored: list[tuple[str, float]] = []
         fits: dict[str, PodFit] = {}
@@ -149,6 +151,10 @@ class Filter:
                 result = self.usable(entry, now) or self._fit_and_remember(entry, plan, shape)  # type: ignore[arg-type]
             if isinstance(result, NodeRejection):
                 outcome.failed[name] = result
+                continue
+            refused = admit(result) if admit is not None else None
+            if refused is not None:
+                outcome.failed[name] = refused
                 continue
             fits[name] = result
             scored.append((name, entry.score()))  # type: ignore[union-attr]

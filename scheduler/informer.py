@@ -1,10 +1,11 @@
-"""List + watch of nodes and pods into the cache (reference: k8s-protocols.md §6.5).
+"""List + watch of nodes and pods into the cache, and of ResourceQuotas into the quota book
+(reference: k8s-protocols.md §6.5).
 
 Per resource: list (fill the cache, diffing out what vanished), watch from the list's
 resourceVersion, re-watch from the last seen version when a stream ends, list again on
 410 Gone, and list again every `resync` seconds anyway so a missed event cannot leave a
 stale holding behind for long (user-pain-points row 20). Other errors back off 1 s
-doubling to 30 s. `synced` is set once both first lists are in.
+doubling to 30 s. `synced` is set once every first list is in.
 
 After every event and list, the node locks the cache found needless (their holder is
 gone, finished, running, done with its allocation or bound elsewhere) are handed to
@@ -22,6 +23,7 @@ from typing import Any
 
 from hami_dcu.common.kube import AsyncKube, GoneError
 from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock
+from hami_dcu.scheduler.quotas import QuotaBook
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -37,9 +39,12 @@ class Informer:
         resync: float = 300.0,
         watch_timeout: int = 240,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        quotas: QuotaBook | None = None,
     ) -> None:
         self.kube = kube
         self.cache = cache
+        self.quotas = quotas
+        self._resources = {"nodes", "pods"} | ({"resourcequotas"} if quotas is not None else set())
         self.on_needless_lock = on_needless_lock
         self.resync = resync
         self.watch_timeout = watch_timeout
@@ -49,7 +54,7 @@ class Informer:
         self._tasks: set[asyncio.Task[object]] = set()
 
     async def run(self) -> None:
-        await asyncio.gather(self._loop("nodes"), self._loop("pods"))
+        await asyncio.gather(*(self._loop(resource) for resource in sorted(self._resources)))
 
     async def _loop(self, resource: str) -> None:
         path = f"/api/v1/{resource}"
@@ -77,6 +82,10 @@ class Informer:
         if resource == "nodes":
             listing = await self.kube.list_nodes()
             self.cache.replace_nodes(listing.items, self.wall_clock())
+        elif resource == "resourcequotas":
+            assert self.quotas is not None
+            listing = await self.kube.list_resource_quotas()
+            self.quotas.replace(listing.items)
         else:
             listing = await self.kube.list_pods()
             self.cache.replace_pods(listing.items)
@@ -84,7 +93,7 @@ class Informer:
         self._release_needless()
         log.info("listed %d %s at resourceVersion %s", len(listing.items), resource, listing.resource_version)
         self._listed.add(resource)
-        if self._listed == {"nodes", "pods"}:
+        if self._listed == self._resources:
             self.synced.set()
         return listing.resource_version
 
@@ -101,6 +110,12 @@ class Informer:
                 self.cache.delete_node((obj.get("metadata") or {}).get("name", ""))
             else:
                 self.cache.apply_node(obj, self.wall_clock())
+        elif resource == "resourcequotas":
+            assert self.quotas is not None
+            if kind == "DELETED":
+                self.quotas.delete(obj)
+            else:
+                self.quotas.apply(obj)
         elif kind == "DELETED":
             self.cache.delete_pod(obj)
         else:

@@ -31,6 +31,7 @@ class Code(StrEnum):
     NODE_HANDSHAKE_STALE = "NodeHandshakeStale"
     NODE_DEGRADED = "NodeDegraded"
     POD_REQUEST_INVALID = "PodRequestInvalid"
+    POD_QUOTA_EXCEEDED = "QuotaExceeded"
 
 
 # How a reason reads in a per-pod summary ("3 nodes: insufficient card memory").
@@ -51,6 +52,7 @@ SUMMARY_PHRASE: Mapping[Code, str] = {
     Code.NODE_HANDSHAKE_STALE: "device plugin not reporting",
     Code.NODE_DEGRADED: "node degraded",
     Code.POD_REQUEST_INVALID: "invalid DCU request",
+    Code.POD_QUOTA_EXCEEDED: "namespace DCU quota exceeded",
 }
 
 # When a node's cards fail for different reasons, the node is summarised by the most common

@@ -23,6 +23,8 @@ from hami_dcu.scheduler.extender import BindArgs, FilterArgs, filter_result
 from hami_dcu.scheduler.filtering import Filter, FilterSettings, invalid_request, plan_pod
 from hami_dcu.scheduler.informer import Informer
 from hami_dcu.scheduler.metrics import SchedulerMetrics
+from hami_dcu.scheduler.quotametrics import QuotaMetrics
+from hami_dcu.scheduler.quotas import QuotaBook, namespace_used, quota_gate
 from hami_dcu.scheduler.reasons import summarise
 
 log = logging.getLogger(__name__)
@@ -53,14 +55,17 @@ class SchedulerService:
         self.cache = ClusterCache(assume_ttl=self.settings.assume_ttl,
                                   handshake_ttl=timedelta(seconds=self.settings.filter.handshake_ttl_seconds))
         self.filter = Filter(self.cache, self.settings.filter)
+        self.quotas = QuotaBook(self.settings.filter.resources)
         self.metrics = SchedulerMetrics(self.cache)
+        self.metrics.registry.register(QuotaMetrics(self.quotas, self.cache))
         self.events = EventSink(self._post_event)
         self.binder = (
             Binder(kube, self.cache, self.filter, self.settings.bind, self.metrics, self.events, wall_clock, monotonic)
             if kube is not None else None
         )
         self.informer = (
-            Informer(kube, self.cache, self._release_needless, self.settings.resync, wall_clock=wall_clock)
+            Informer(kube, self.cache, self._release_needless, self.settings.resync, wall_clock=wall_clock,
+                     quotas=self.quotas)
             if kube is not None else None
         )
         self._background: set[asyncio.Task[object]] = set()
@@ -129,7 +134,10 @@ class SchedulerService:
         earlier = self.cache.assumptions.get(uid) if uid else None
         if earlier is not None:
             self.cache.forget(uid)  # an earlier choice for this pod must not count against it
-        outcome = self.filter.run(plan, names, self.wall_clock())
+        limits = self.quotas.limits(namespace)
+        admit = quota_gate(limits, namespace_used(self.cache, namespace), self.settings.filter.resources) \
+            if limits else None
+        outcome = self.filter.run(plan, names, self.wall_clock(), admit)
         failed = outcome.failed_text()
         if outcome.chosen is None or outcome.fit is None:
             summary = summarise(outcome.codes()) or "no candidate nodes"

@@ -16,6 +16,7 @@ from hami_dcu.common import keys
 from hami_dcu.common.requests import RequestError, asks_for_dcu, names_dcu, parse_container_request
 from hami_dcu.common.writers import Identities
 from hami_dcu.webhook.advice import scheduling_warnings
+from hami_dcu.webhook.quotacheck import QuotaLookup, quota_problem
 
 JSON = dict[str, Any]
 
@@ -28,6 +29,8 @@ class Settings:
     resources: keys.ResourceNames = keys.DEFAULT_RESOURCES
     # Who may write allocation state (common/writers.py); nobody when not configured.
     identities: Identities = field(default_factory=Identities)
+    # Namespace DCU quotas and use (webhook/quotacheck.py); none when the webhook runs alone.
+    quota: QuotaLookup | None = None
 
 
 @dataclass(frozen=True)
@@ -99,12 +102,15 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
 
     hints = scheduling_warnings(meta.get("annotations") or {})
     current = spec.get("schedulerName") or ""
-    if current == settings.scheduler_name:
-        return Decision(allowed=True, reason="already-routed", warnings=hints)
-    if current and current not in settings.overwritable_schedulers:
+    if current and current != settings.scheduler_name and current not in settings.overwritable_schedulers:
         return Decision(allowed=True, reason="other-scheduler",
                         warnings=[f"schedulerName {current} is kept: its DCU request will not be honoured by "
                                   f"{settings.scheduler_name}"[:120]])
+    problem = quota_problem(pod, names, settings.quota)
+    if problem:
+        return _deny("quota-exceeded", f"pod {problem}")
+    if current == settings.scheduler_name:
+        return Decision(allowed=True, reason="already-routed", warnings=hints)
     # Only spec changes, so only spec is diffed (the whole pod costs 3x the time).
     mutated_spec = {**spec, "schedulerName": settings.scheduler_name}
     patch = jsonpatch.make_patch({"spec": spec}, {"spec": mutated_spec}).patch

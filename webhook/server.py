@@ -62,6 +62,10 @@ def _decide(request: dict[str, Any], pod: dict[str, Any], is_pod: bool, settings
         return Decision(allowed=False, reason="not-an-allocation-writer", message=why)
     if not is_pod or request["operation"] != "CREATE" or not pod:
         return Decision(allowed=True, reason="not-a-pod-create")
+    meta = pod.get("metadata") or {}
+    if not meta.get("namespace") and isinstance(request.get("namespace"), str) and request["namespace"]:
+        # A pod being created need not name its namespace yet; the request does (the quota is per namespace).
+        pod = {**pod, "metadata": {**meta, "namespace": request["namespace"]}}
     try:
         return review(pod, settings)
     except (AttributeError, TypeError, KeyError) as exc:

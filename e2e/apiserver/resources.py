@@ -18,6 +18,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "events": ("Event", CORE),
     "secrets": ("Secret", CORE),
     "configmaps": ("ConfigMap", CORE),
+    "resourcequotas": ("ResourceQuota", CORE),
     "mutatingwebhookconfigurations": ("MutatingWebhookConfiguration", ADMISSION),
 }
 CLUSTER_SCOPED = frozenset({"nodes", "namespaces", "mutatingwebhookconfigurations"})

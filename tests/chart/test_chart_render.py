@@ -83,6 +83,7 @@ def test_rbac_is_least_privilege(render):
     assert verbs[(("",), ("nodes",))] == {"get", "list", "watch", "patch"}
     assert verbs[(("",), ("pods",))] == {"get", "list", "watch"}  # the allocation travels on the Binding
     assert verbs[(("",), ("events",))] == {"create"}
+    assert verbs[(("",), ("resourcequotas",))] == {"get", "list", "watch"}  # namespace DCU quotas, read only
     plugin = by_kind(docs, "ClusterRole", "device-plugin")["rules"]
     assert all("delete" not in r["verbs"] and "update" not in r["verbs"] for r in plugin)
     assert not any("secrets" in r["resources"] for r in scheduler + plugin)

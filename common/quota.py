@@ -1,0 +1,117 @@
+"""Namespace quotas on DCU totals, as HAMi reads them (pure). Reference: hami-since-v2.10.md §3.
+
+A ResourceQuota caps a namespace's DCU use with `spec.hard` keys `limits.<memory resource>`
+(MiB) and `limits.<cores resource>` (percent of one card), e.g. `limits.hygon.com/dcumem`.
+Kubernetes' own quota admission has no evaluator for these keys, so it neither counts nor
+enforces them: we do, at admission (webhook) and again at filter time (extender), where
+the exact cards are known.
+
+* What a pod holds: per card its memory and cores, summed over its cards (a whole card
+  holds the card's memory; init containers count by their peak, usage.py).
+* What a pod asks for at admission: max(sum over app containers of cards x per-card
+  request, the largest init container's), HAMi's rule. A whole-card request's memory is
+  unknown before the card is chosen and counts 0 there; the filter then checks the card's
+  real memory.
+* Several quotas in one namespace: each must hold (the tightest decides).
+* An explicit limit of 0 blocks every DCU pod of the namespace (HAMi #2313).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
+
+from hami_dcu.common.keys import ResourceNames
+from hami_dcu.common.requests import DcuRequest
+
+JSON = dict[str, Any]
+_QUANTITY_MAX_CHARS = 64
+
+
+def quota_key(resource: str) -> str:
+    return f"limits.{resource}"
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    value: int
+    quota: str  # the ResourceQuota that sets it (the tightest one)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaLimits:
+    memory: Limit | None = None  # MiB
+    cores: Limit | None = None  # percent of one card
+
+    def __bool__(self) -> bool:
+        return self.memory is not None or self.cores is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Amount:
+    memory: int = 0
+    cores: int = 0
+
+    def __add__(self, other: Amount) -> Amount:
+        return Amount(self.memory + other.memory, self.cores + other.cores)
+
+
+def limits_from(quotas: Iterable[JSON], names: ResourceNames) -> QuotaLimits:
+    """The tightest DCU limits among a namespace's ResourceQuota objects. A value that is
+    not a quantity is skipped (the API server validates quantities, so only a hand-made
+    object can carry one)."""
+    memory: Limit | None = None
+    cores: Limit | None = None
+    for quota in quotas:
+        name = str((quota.get("metadata") or {}).get("name") or "")
+        hard = (quota.get("spec") or {}).get("hard") or {}
+        found = _amount(hard.get(quota_key(names.memory)))
+        if found is not None and (memory is None or found < memory.value):
+            memory = Limit(found, name)
+        found = _amount(hard.get(quota_key(names.cores)))
+        if found is not None and (cores is None or found < cores.value):
+            cores = Limit(found, name)
+    return QuotaLimits(memory, cores)
+
+
+def _amount(raw: object) -> int | None:
+    if isinstance(raw, bool) or not isinstance(raw, str | int) or len(str(raw)) > _QUANTITY_MAX_CHARS:
+        return None
+    try:
+        value = parse_quantity(raw)
+    except (ValueError, ArithmeticError):
+        return None
+    if not value.is_finite():
+        return None
+    return max(int(value), 0)  # a fraction of a MiB or percent allows no more than its floor
+
+
+def requested(requests: Sequence[DcuRequest | None], init_count: int) -> Amount:
+    """What a pod asks for at admission (HAMi's rule, whole-card memory counted as 0)."""
+    app = Amount()
+    init_peak = Amount()
+    for position, request in enumerate(requests):
+        if request is None:
+            continue
+        each = Amount(request.count * request.memory_mib, request.count * request.cores)
+        if position < init_count:
+            init_peak = Amount(max(init_peak.memory, each.memory), max(init_peak.cores, each.cores))
+        else:
+            app = app + each
+    return Amount(max(app.memory, init_peak.memory), max(app.cores, init_peak.cores))
+
+
+def exceeded(limits: QuotaLimits, used: Amount, asked: Amount, names: ResourceNames) -> str | None:
+    """Why `asked` on top of `used` breaks `limits`, None when it fits."""
+    for resource, limit, in_use, wanted in ((names.memory, limits.memory, used.memory, asked.memory),
+                                            (names.cores, limits.cores, used.cores, asked.cores)):
+        if limit is None:
+            continue
+        if limit.value == 0 or in_use + wanted > limit.value:
+            blocked = " (a limit of 0 blocks every DCU pod)" if limit.value == 0 else ""
+            return (f"exceeds ResourceQuota {limit.quota} {quota_key(resource)}: quota {limit.value}, "
+                    f"used {in_use}, requested {wanted}{blocked}")
+    return None
