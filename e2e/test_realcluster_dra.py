@@ -1,0 +1,277 @@
+"""DRA mode on a real control plane: the chart installed with `mode: dra`, the real
+kube-scheduler allocating claims against the driver's ResourceSlice (consumable capacity), the
+kubelet stand-in registering the driver and calling NodePrepare/NodeUnprepareResources as a
+kubelet does, the driver turning shares into vDCUs with the device plugin's allocator.
+
+    pytest e2e/test_realcluster_dra.py
+
+Skips with the real-cluster suite's one-line reason where it cannot run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from hami_dcu.common.kube import NotFoundError
+from hami_dcu.deviceplugin.vdev import parse_dirname
+from hami_dcu.dra import names
+from hami_dcu.dra.quantity import to_int
+from hami_dcu.e2e.realcluster.cluster import unavailable
+from hami_dcu.e2e.realcluster.dra_cluster import DraRealCluster
+from hami_dcu.e2e.scenarios import MockCard, phase, wait_until
+
+JSON = dict[str, Any]
+NODE = "node0"
+CARD = MockCard(serial="DRA0", pci_bus_id="0000:3D:00.0")  # K100_AI: 120 CUs, 65520 MiB
+DEVICE = names.device_name(CARD.pci_bus_id)
+CLAIMS = f"{names.RESOURCE_API}/namespaces/hami-e2e/resourceclaims"
+_REASON = unavailable()
+pytestmark = pytest.mark.realcluster
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[DraRealCluster]:
+    if _REASON:
+        pytest.skip(_REASON)
+    with DraRealCluster({NODE: [CARD]}) as real:
+        yield real
+
+
+@pytest.fixture
+def dra(cluster: DraRealCluster) -> DraRealCluster:
+    _clean(cluster)
+    return cluster
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def request_spec(cores: str | None = None, memory: str | None = None) -> JSON:
+    exactly: JSON = {"deviceClassName": names.DEVICE_CLASS, "allocationMode": "ExactCount", "count": 1}
+    capacity = {k: v for k, v in (("cores", cores), ("memory", memory)) if v}
+    if capacity:
+        exactly["capacity"] = {"requests": capacity}
+    return {"devices": {"requests": [{"name": "dcu", "exactly": exactly}]}}
+
+
+def create_claim(cluster: DraRealCluster, name: str, cores: str | None = None, memory: str | None = None) -> JSON:
+    return cluster.kube.request("POST", CLAIMS, body={"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                                                      "metadata": {"name": name},
+                                                      "spec": request_spec(cores, memory)})
+
+
+def claim_pod(name: str, claim: JSON) -> JSON:
+    return {"metadata": {"name": name},
+            "spec": {"terminationGracePeriodSeconds": 0, "resourceClaims": [{"name": "dcu", **claim}],
+                     "containers": [{"name": "main", "image": "busybox", "resources": {"claims": [{"name": "dcu"}]}}]}}
+
+
+def run_share(cluster: DraRealCluster, name: str, cores: str | None = None, memory: str | None = None) -> JSON:
+    """A claim and a pod using it."""
+    claim = create_claim(cluster, name, cores, memory)
+    return cluster.kube.create_pod(cluster.namespace, claim_pod(name, {"resourceClaimName": claim["metadata"]["name"]}))
+
+
+def get_claim(cluster: DraRealCluster, name: str) -> JSON:
+    return cluster.kube.request("GET", f"{CLAIMS}/{name}")
+
+
+def wait_running(cluster: DraRealCluster, name: str, timeout: float = 60) -> JSON:
+    def running() -> JSON | None:
+        pod = cluster.kube.get_pod(cluster.namespace, name)
+        return pod if (pod.get("status") or {}).get("phase") == "Running" else None
+
+    try:
+        return wait_until(f"pod {name} Running", running, timeout=timeout, interval=0.2)
+    except AssertionError as exc:
+        kubelet = cluster.kubelets[NODE]
+        raise AssertionError(f"{exc}\nkubelet DRA errors: {kubelet.prepare_errors}\n{cluster.diagnose()}") from None
+
+
+def vdevs(cluster: DraRealCluster) -> dict[str, str]:
+    """Claim UID -> the vdev0.conf of its vDCU, on the node."""
+    out = {}
+    for dirname, conf in cluster.vdev_files(NODE).items():
+        record = parse_dirname(dirname)
+        assert record is not None, dirname
+        out[record.pod_uid] = conf
+    return out
+
+
+def consumed(result: JSON) -> dict[str, int]:
+    """A result's consumed capacity as numbers (the API server writes "8589934592" for 8Gi)."""
+    return {k: to_int(v, k) for k, v in result["consumedCapacity"].items()}
+
+
+def conf_value(conf: str, key: str) -> list[str]:
+    return [line.split(":", 1)[1].strip() for line in conf.splitlines() if line.split(":", 1)[0] == key]
+
+
+def cu_mask(conf: str) -> int:
+    low, high = (int(v, 16) for v in conf_value(conf, "cu_mask"))
+    return low | high << 64
+
+
+def _clean(cluster: DraRealCluster) -> None:
+    kube, namespace = cluster.kube, cluster.namespace
+    pods = [p["metadata"]["name"] for p in kube.list_pods(namespace=namespace).items]
+    for name in pods:
+        kube.delete_pod(namespace, name)
+    wait_until("the previous test's pods gone", lambda: all(phase(kube, namespace, n) == "Gone" for n in pods),
+               timeout=60)
+    for claim in kube.request("GET", CLAIMS).get("items") or []:
+        try:
+            kube.request("DELETE", f"{CLAIMS}/{claim['metadata']['name']}")
+        except NotFoundError:
+            pass
+    wait_until("the previous test's claims gone", lambda: not kube.request("GET", CLAIMS).get("items"), timeout=60)
+    wait_until("no vDCU or CDI spec left on the node",
+               lambda: not cluster.vdev_files(NODE) and not cluster.cdi_specs(NODE), timeout=30)
+
+
+# --- the tests -----------------------------------------------------------------------------------
+
+
+def test_the_driver_publishes_the_card_in_hygons_shape(cluster: DraRealCluster) -> None:
+    published = cluster.resource_slice(NODE)
+    assert published is not None
+    spec = published["spec"]
+    assert (spec["driver"], spec["nodeName"], spec["pool"]["name"]) == ("dra.hygon.com", NODE, NODE)
+    [device] = spec["devices"]
+    assert device["name"] == DEVICE == "hcu-0000-3d-00-0"
+    # Kept by the API server: DRAConsumableCapacity is on (it drops these fields otherwise).
+    assert device["allowMultipleAllocations"] is True
+    assert device["capacity"]["cores"]["value"] == "120"
+    assert to_int(device["capacity"]["memory"]["value"], "memory") == 65520 * 1024 * 1024
+    assert device["capacity"]["slices"]["requestPolicy"]["default"] == "1"
+    assert device["attributes"]["type"] == {"string": "hcu"}
+    assert device["attributes"]["uuid"] == {"string": "DRA0"}
+    device_class = cluster.kube.request("GET", f"{names.RESOURCE_API}/deviceclasses/dra.hygon.com")
+    assert "dra.hygon.com" in device_class["spec"]["selectors"][0]["cel"]["expression"]
+    # One mode per node: no device plugin serves it.
+    assert not (cluster.kube.get_node(NODE)["status"].get("allocatable") or {}).get("hygon.com/dcunum")
+
+
+def test_a_share_is_allocated_by_kube_scheduler_and_prepared_by_the_driver(dra: DraRealCluster) -> None:
+    run_share(dra, "share-a", cores="30", memory="8Gi")
+    pod = wait_running(dra, "share-a")
+    assert pod["spec"]["nodeName"] == NODE
+    claim = get_claim(dra, "share-a")
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["driver"], result["pool"], result["device"]) == ("dra.hygon.com", NODE, DEVICE)
+    # kube-scheduler's own accounting of the share: what was asked, and the one slot it takes.
+    assert consumed(result) == {"cores": 30, "memory": 8 << 30, "slices": 1}
+    assert result.get("shareID")
+    assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+
+    conf = vdevs(dra)[claim["metadata"]["uid"]]
+    assert conf_value(conf, "cu_count") == ["30"] and conf_value(conf, "mem") == ["8192 MiB"]
+    assert conf_value(conf, "PciBusId") == ["0000:3D:00.0"]
+    assert bin(cu_mask(conf)).count("1") == 30
+
+    # What the kubelet handed the runtime: the CDI devices the driver returned, resolved.
+    edits = dra.kubelets[NODE].container_edits[pod["metadata"]["uid"]]["main"]
+    assert {n["path"] for n in edits.device_nodes} == {"/dev/kfd", "/dev/mkfd", "/dev/dri/card0",
+                                                       "/dev/dri/renderD128"}
+    mounts = {m["containerPath"]: m for m in edits.mounts}
+    assert set(mounts) == {"/etc/vdev/docker", "/opt/hygondriver", "/opt/hyhal"}
+    assert all("ro" in m["options"] for m in mounts.values())
+    assert mounts["/etc/vdev/docker"]["hostPath"].endswith(next(d for d in dra.vdev_files(NODE)))
+
+
+def test_two_pods_share_one_card_with_disjoint_compute_units(dra: DraRealCluster) -> None:
+    run_share(dra, "share-a", cores="60", memory="8Gi")
+    run_share(dra, "share-b", cores="50", memory="16Gi")
+    wait_running(dra, "share-a")
+    wait_running(dra, "share-b")
+    a, b = (vdevs(dra)[get_claim(dra, n)["metadata"]["uid"]] for n in ("share-a", "share-b"))
+    assert bin(cu_mask(a)).count("1") == 60 and bin(cu_mask(b)).count("1") == 50
+    assert cu_mask(a) & cu_mask(b) == 0
+    assert conf_value(a, "pipe_id") != conf_value(b, "pipe_id")
+    assert conf_value(a, "vdev_id") != conf_value(b, "vdev_id")
+
+
+def test_four_shares_fill_the_slots_the_fifth_waits_and_a_deletion_frees_one(dra: DraRealCluster) -> None:
+    for i in range(5):
+        run_share(dra, f"share-{i}", cores="10", memory="1Gi")
+    for i in range(4):
+        wait_running(dra, f"share-{i}")
+    time.sleep(3)  # time for kube-scheduler to try the fifth
+    waiting = dra.kube.get_pod(dra.namespace, "share-4")
+    assert waiting["status"].get("phase") == "Pending" and not waiting["spec"].get("nodeName")
+    scheduled = next(c for c in waiting["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert scheduled["status"] == "False" and "claim" in scheduled.get("message", "")
+    assert len(vdevs(dra)) == 4
+
+    dra.kube.delete_pod(dra.namespace, "share-0")
+    wait_until("share-0 gone", lambda: phase(dra.kube, dra.namespace, "share-0") == "Gone", timeout=60)
+    dra.kube.request("DELETE", f"{CLAIMS}/share-0")
+    wait_running(dra, "share-4", timeout=90)
+    masks = [cu_mask(c) for c in vdevs(dra).values()]
+    assert len(masks) == 4 and all(a & b == 0 for i, a in enumerate(masks) for b in masks[i + 1:])
+
+
+def test_deleting_the_pod_unprepares_the_claim(dra: DraRealCluster) -> None:
+    run_share(dra, "share-a", cores="30", memory="8Gi")
+    wait_running(dra, "share-a")
+    uid = get_claim(dra, "share-a")["metadata"]["uid"]
+    assert uid in vdevs(dra) and any(uid in name for name in dra.cdi_specs(NODE))
+    dra.kube.delete_pod(dra.namespace, "share-a")
+    wait_until("the vDCU and its CDI spec removed", lambda: uid not in vdevs(dra) and not dra.cdi_specs(NODE),
+               timeout=60)
+    # The claim controller drops the reservation and the allocation once no pod uses it.
+    wait_until("the claim deallocated", lambda: not (get_claim(dra, "share-a").get("status") or {}).get("allocation"),
+               timeout=60)
+    assert not dra.kubelets[NODE].unprepare_errors
+
+
+def test_a_claim_without_capacity_gets_the_whole_card(dra: DraRealCluster) -> None:
+    run_share(dra, "whole")
+    pod = wait_running(dra, "whole")
+    [result] = get_claim(dra, "whole")["status"]["allocation"]["devices"]["results"]
+    assert consumed(result) == {"cores": 120, "memory": 65520 << 20, "slices": 1}
+    assert vdevs(dra) == {}  # the whole card: device nodes, no vDCU
+    edits = dra.kubelets[NODE].container_edits[pod["metadata"]["uid"]]["main"]
+    assert "/etc/vdev/docker" not in {m["containerPath"] for m in edits.mounts}
+    run_share(dra, "share-late", cores="1", memory="1Gi")
+    time.sleep(3)
+    assert phase(dra.kube, dra.namespace, "share-late") == "Pending"
+
+
+def test_a_claim_template_gives_each_pod_its_own_share(dra: DraRealCluster) -> None:
+    """The mechanism the webhook's translation uses: one ResourceClaimTemplate per request shape."""
+    templates = f"{names.RESOURCE_API}/namespaces/{dra.namespace}/resourceclaimtemplates"
+    try:
+        dra.kube.request("DELETE", f"{templates}/dcu-20cores")
+    except NotFoundError:
+        pass
+    dra.kube.request("POST", templates, body={"metadata": {"name": "dcu-20cores"},
+                                              "spec": {"spec": request_spec("20", "2Gi")}})
+    for name in ("tpl-a", "tpl-b"):
+        dra.kube.create_pod(dra.namespace, claim_pod(name, {"resourceClaimTemplateName": "dcu-20cores"}))
+    for name in ("tpl-a", "tpl-b"):
+        wait_running(dra, name)
+    confs = list(vdevs(dra).values())
+    assert len(confs) == 2 and cu_mask(confs[0]) & cu_mask(confs[1]) == 0
+    assert all(conf_value(c, "cu_count") == ["20"] for c in confs)
+
+
+def test_a_driver_restart_loses_nothing(dra: DraRealCluster) -> None:
+    run_share(dra, "before", cores="70", memory="4Gi")
+    wait_running(dra, "before")
+    before = dict(vdevs(dra))
+    dra.restart_dra_driver(NODE)
+    assert vdevs(dra) == before
+    run_share(dra, "after", cores="50", memory="4Gi")
+    wait_running(dra, "after")
+    after = vdevs(dra)
+    [new] = set(after) - set(before)
+    [old] = before
+    assert cu_mask(after[new]) & cu_mask(after[old]) == 0
+    # The restarted driver still unprepares what its predecessor prepared.
+    dra.kube.delete_pod(dra.namespace, "before")
+    wait_until("the old vDCU freed", lambda: old not in vdevs(dra), timeout=60)
