@@ -14,12 +14,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import jsonpatch
 import pytest
 
 from hami_dcu.common.kube import NotFoundError
 from hami_dcu.deviceplugin.vdev import parse_dirname
 from hami_dcu.dra import names
 from hami_dcu.dra.quantity import to_int
+from hami_dcu.dra.translate import translate
 from hami_dcu.e2e.realcluster.cluster import unavailable
 from hami_dcu.e2e.realcluster.dra_cluster import DraRealCluster
 from hami_dcu.e2e.scenarios import MockCard, phase, wait_until
@@ -258,6 +260,27 @@ def test_a_claim_template_gives_each_pod_its_own_share(dra: DraRealCluster) -> N
     confs = list(vdevs(dra).values())
     assert len(confs) == 2 and cu_mask(confs[0]) & cu_mask(confs[1]) == 0
     assert all(conf_value(c, "cu_count") == ["20"] for c in confs)
+
+
+def test_a_hami_style_pod_spec_translated_into_claims_runs(dra: DraRealCluster) -> None:
+    """The same pod spec as in device-plugin mode, translated as the webhook will (dra/translate.py):
+    its templates are valid for the real API server and kube-scheduler allocates them."""
+    hami_pod = {"metadata": {"name": "hami-style"}, "spec": {"terminationGracePeriodSeconds": 0, "containers": [
+        {"name": "main", "image": "busybox",
+         "resources": {"limits": {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000", "hygon.com/dcucores": "25"}}}]}}
+    published = dra.resource_slice(NODE)
+    assert published is not None
+    units = tuple(to_int(d["capacity"]["cores"]["value"], "cores") for d in published["spec"]["devices"])
+    translation = translate(hami_pod, units)
+    templates = f"{names.RESOURCE_API}/namespaces/{dra.namespace}/resourceclaimtemplates"
+    for made in translation.templates:
+        dra.kube.request("POST", templates, body=made)
+    dra.kube.create_pod(dra.namespace, jsonpatch.apply_patch(hami_pod, translation.patch))
+    wait_running(dra, "hami-style")
+    [conf] = vdevs(dra).values()
+    assert conf_value(conf, "cu_count") == ["30"] and conf_value(conf, "mem") == ["2000 MiB"]
+    for made in translation.templates:
+        dra.kube.request("DELETE", f"{templates}/{made['metadata']['name']}")
 
 
 def test_a_driver_restart_loses_nothing(dra: DraRealCluster) -> None:

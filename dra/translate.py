@@ -1,0 +1,159 @@
+"""HAMi-style requests as DRA claims: pure, no I/O (the webhook that applies it does the I/O).
+
+A container asking `dcunum`/`dcumem`/`dcucores` (either naming set) gets a pod claim made
+from a ResourceClaimTemplate per request shape, so users write the same pod spec in both
+modes. The template's name is a hash of its spec: the same shape in a namespace shares one
+template, created once (a create that finds it is not an error), and never edited.
+
+Shape -> device request (DeviceClass dra.hygon.com, Hygon's capacity names):
+* whole cards (`dcunum: N`, no memory or cores): N devices, no capacity, so each takes all
+  of a card's cores and memory (the policies' defaults);
+* a share (`dcunum: 1` with `dcumem` MiB and/or `dcucores` %): `memory: <MiB>Mi`, and for
+  cores below 100 % the compute units that percentage is of the card. Cards differ in
+  compute units (K100_AI 120, Z100 60), so the request names them: one request pinned to
+  the cards with that many units, or, with several models published, `firstAvailable`
+  subrequests, one per CU count, smallest cards first (a share then leaves the big cards
+  for what needs them). Cores given as 100 % (or not at all) take the whole card's units.
+The dcu resources are removed from the container (no node has them in DRA mode) and the
+claim is added to `spec.resourceClaims` and the container's `resources.claims`. A pod that
+already has `resourceClaims` is left alone: its author wrote DRA by hand.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonpatch
+
+from hami_dcu.common import keys
+from hami_dcu.common.keys import ResourceNames
+from hami_dcu.common.requests import DcuRequest, RequestError, names_dcu, parse_container_request
+from hami_dcu.dra import names
+
+JSON = dict[str, Any]
+MAX_SUBREQUESTS = 8  # the API's limit on firstAvailable
+REQUEST = "dcu"
+TEMPLATE_PREFIX = "hami-dcu-"
+LABEL_MAX = 63
+
+
+class TranslateError(ValueError):
+    """The request cannot be written as a claim; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Translation:
+    patch: list[JSON] = field(default_factory=list)  # JSON Patch for the pod
+    templates: list[JSON] = field(default_factory=list)  # ResourceClaimTemplates the pod names
+
+
+def compute_units(percent: int, units: int) -> int:
+    """`percent` of a card with `units` compute units, rounded up, at least one."""
+    return max(1, math.ceil(percent * units / 100))
+
+
+def _cores_selector(units: int) -> list[JSON]:
+    return [{"cel": {"expression": f'device.capacity["{names.DRIVER}"].{names.CAP_CORES}'
+                                   f'.compareTo(quantity("{units}")) == 0'}}]
+
+
+def device_request(request: DcuRequest, unit_counts: tuple[int, ...]) -> JSON:
+    """The claim's one device request for a container's DCU request."""
+    base: JSON = {"deviceClassName": names.DEVICE_CLASS, "allocationMode": "ExactCount", "count": request.count}
+    if not request.shared:
+        return {"name": REQUEST, "exactly": base}
+    capacity: JSON = {}
+    if request.memory_mib:
+        capacity[names.CAP_MEMORY] = f"{request.memory_mib}Mi"
+    if request.cores >= 100:
+        return {"name": REQUEST, "exactly": {**base, "capacity": {"requests": capacity}}}
+    counts = sorted(set(unit_counts))
+    if not counts:
+        raise TranslateError("no DCU is published in DRA mode yet (no ResourceSlice of dra.hygon.com), so "
+                             f"{request.cores}% of a card cannot be turned into compute units; try again once "
+                             "the DRA driver runs on a node")
+    if len(counts) > MAX_SUBREQUESTS:
+        raise TranslateError(f"{len(counts)} card sizes are published; a percentage of cores can be written for "
+                             f"at most {MAX_SUBREQUESTS}: ask for cores in compute units with a ResourceClaim")
+
+    def pinned(units: int) -> JSON:
+        return {**base, "selectors": _cores_selector(units), "capacity": {"requests": {
+            **capacity, names.CAP_CORES: str(compute_units(request.cores, units))}}}
+
+    if len(counts) == 1:
+        return {"name": REQUEST, "exactly": pinned(counts[0])}
+    return {"name": REQUEST, "firstAvailable": [{"name": f"cu{units}", **pinned(units)} for units in counts]}
+
+
+def template(request: DcuRequest, unit_counts: tuple[int, ...]) -> JSON:
+    spec = {"spec": {"devices": {"requests": [device_request(request, unit_counts)]}}}
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": TEMPLATE_PREFIX + digest, "labels": {"app.kubernetes.io/managed-by": "hami-dcu"}},
+            "spec": spec}
+
+
+def pod_claim_name(container: str) -> str:
+    """A DNS label per container: `dcu-<container>`, hashed when that is too long."""
+    name = f"{REQUEST}-{container}"
+    if len(name) <= LABEL_MAX:
+        return name
+    return name[:LABEL_MAX - 9] + "-" + hashlib.sha256(container.encode()).hexdigest()[:8]
+
+
+def _naming_of(container: JSON, namings: tuple[ResourceNames, ...]) -> ResourceNames | None:
+    used = [n for n in namings if names_dcu(container, n)]
+    if len(used) > 1:
+        raise TranslateError(f"container {container.get('name')}: names DCU resources of two naming sets; use one")
+    return used[0] if used else None
+
+
+def translate(pod: JSON, unit_counts: tuple[int, ...],
+              namings: tuple[ResourceNames, ...] = tuple(n.resources for n in keys.NAMINGS.values())) -> Translation:
+    """The patch and templates that make `pod` ask through claims; empty when it asks no DCU
+    or already uses resourceClaims. Raises TranslateError or RequestError for a request that
+    cannot be honoured."""
+    spec = pod.get("spec") or {}
+    if spec.get("resourceClaims"):
+        return Translation()
+    after = copy.deepcopy(spec)
+    claims: list[JSON] = []
+    templates: dict[str, JSON] = {}
+    for section in ("initContainers", "containers"):
+        for container in after.get(section) or []:
+            naming = _naming_of(container, namings)
+            if naming is None:
+                continue
+            request = parse_container_request(container, naming)
+            resources = container.setdefault("resources", {})
+            for part in ("limits", "requests"):
+                values = resources.get(part)
+                if values is None:
+                    continue
+                for resource in naming.all():
+                    values.pop(resource, None)
+                if not values:
+                    del resources[part]
+            if request is None:  # `dcunum: 0`: asks for nothing, and keeps asking for nothing
+                continue
+            if request.count > 1 and request.shared:
+                raise TranslateError(f"container {container.get('name')}: a shared vDCU is one card; ask for "
+                                     f"{naming.count}: 1 with {naming.memory}/{naming.cores}, or whole cards")
+            made = template(request, unit_counts)
+            templates[made["metadata"]["name"]] = made
+            claim = pod_claim_name(container["name"])
+            claims.append({"name": claim, "resourceClaimTemplateName": made["metadata"]["name"]})
+            resources.setdefault("claims", []).append({"name": claim})
+    if not claims:
+        return Translation()
+    after["resourceClaims"] = claims
+    return Translation(patch=jsonpatch.make_patch({"spec": spec}, {"spec": after}).patch,
+                       templates=list(templates.values()))
+
+
+__all__ = ["RequestError", "TranslateError", "Translation", "translate"]
