@@ -92,19 +92,19 @@ def test_webhook_down_fails_closed_for_dcu_pods_only(real_cluster: RealCluster) 
 
 @pytest.fixture(scope="module")
 def two_replicas() -> Iterator[RealCluster]:
-    """Two scheduler replicas with leader election, and an extender timeout (5 s, kube-scheduler's
-    default) shorter than the extender's wait for a locked node (8 s), so binds time out."""
+    """Two scheduler replicas with leader election, and kube-scheduler's default extender timeout
+    (5 s), above the extender's wait for a locked node (4 s), as the chart requires."""
     if _REASON:
         pytest.skip(_REASON)
     nodes = {f"node{i}": default_cards(f"node{i}", CARDS_PER_NODE) for i in range(NODES)}
-    values = {"scheduler": {"replicas": 2, "httpTimeoutSeconds": 5, "lockWaitSeconds": 8}}
+    values = {"scheduler": {"replicas": 2, "httpTimeoutSeconds": 5, "lockWaitSeconds": 4}}
     with RealCluster(nodes, values=values) as cluster:
         yield cluster
 
 
 def test_bind_retried_after_an_extender_timeout(two_replicas: RealCluster) -> None:
     _clean(two_replicas)
-    real.bind_retried_after_extender_timeout(two_replicas, wait_before_unlock=7)
+    real.bind_retried_after_extender_timeout(two_replicas)
 
 
 def test_leader_killed_mid_burst(two_replicas: RealCluster) -> None:

@@ -235,7 +235,10 @@ class RealCluster:
         for pod in self._system_pods("device-plugin", node):
             self.kube.delete_pod(SYSTEM_NAMESPACE, pod["metadata"]["name"])
         # The DaemonSet controller creates a new pod; the default scheduler places it; it registers.
-        wait_for(f"the device plugin on {node} to register again", lambda: kubelet.registrations > before, 120)
+        try:
+            wait_for(f"the device plugin on {node} to register again", lambda: kubelet.registrations > before, 120)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}\n{self.diagnose()}") from None
 
     def restart_scheduler(self) -> None:
         old = {p["metadata"]["uid"] for p in self._system_pods("scheduler")}
@@ -254,7 +257,10 @@ class RealCluster:
                 for p in pods
             )
 
-        wait_for("the scheduler pods Ready", ready, timeout)
+        try:
+            wait_for("the scheduler pods Ready", ready, timeout)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}\n{self.diagnose()}") from None
 
 
 def _merge(base: JSON, extra: JSON) -> JSON:

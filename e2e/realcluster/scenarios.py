@@ -14,6 +14,7 @@ import yaml
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import LockValue, encode_lock
+from hami_dcu.common.kube import KubeError
 from hami_dcu.e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster
 from hami_dcu.e2e.scenarios import (
     Ctr,
@@ -110,18 +111,29 @@ def _unlock_every_node(cluster: RealCluster) -> None:
         extender.patch_node_metadata(node, annotations={keys.NODE_LOCK: None})
 
 
-def bind_retried_after_extender_timeout(cluster: RealCluster, wait_before_unlock: float) -> None:
-    """Every node is locked by a pod still being admitted, longer than kube-scheduler's extender
-    timeout: kube-scheduler gives up on the first /bind and sends another for the same pod while
-    the first is still waiting. Once the holder lets go, the pod is bound once, runs, and no lock
-    is left behind by either attempt."""
+def bind_retried_after_extender_timeout(cluster: RealCluster) -> None:
+    """kube-scheduler gives up on a /bind after its extender timeout and sends another for the
+    same pod while the first is still being served. Here the extender stalls (SIGSTOP, as in a
+    long GC pause or CPU starvation) while its first bind waits on a node locked by a pod still
+    being admitted; when it resumes, the holder has let go: the first bind completes after its
+    caller left, and the retries find the pod bound. The pod is bound once, runs, and no lock is
+    left behind by either attempt."""
     holder = pod_manifest("lock-holder", [Ctr("main")])
     holder["spec"]["schedulerName"] = "nobody"  # stays Pending and unbound, a live holder
     cluster.kube.create_pod(cluster.namespace, holder)
     _lock_every_node(cluster, "lock-holder")
     cluster.kube.create_pod(cluster.namespace, pod_manifest("retried", [Ctr("main", 1, 2000, 20)]))
-    time.sleep(wait_before_unlock)
-    _unlock_every_node(cluster)
+    extenders = [p for kubelet in cluster.kubelets.values() for running in list(kubelet.running.values())
+                 for name, p in running.containers.items() if name == "extender"]
+    time.sleep(1.5)  # the first /bind is now waiting for the lock
+    for process in extenders:
+        process.signal(signal.SIGSTOP)
+    try:
+        time.sleep(7)  # past kube-scheduler's 5 s extender timeout
+        _unlock_every_node(cluster)
+    finally:
+        for process in extenders:
+            process.signal(signal.SIGCONT)
     pod = wait_running(cluster, "retried", timeout=90)
     assert len(allocation(pod)[0]) == 1
     timeouts = [line for line in cluster.container_logs("kube-scheduler").splitlines()
@@ -139,6 +151,21 @@ def _no_lock(cluster: RealCluster) -> bool:
     return True
 
 
+def _create_retrying(cluster: RealCluster, manifest: dict, timeout: float = 30) -> None:
+    """Create as a controller does: until the dead pod's webhook endpoint is gone (its kubelet
+    marks it not ready; the endpoint controllers drop it), the apiserver may still dial it, and
+    with failurePolicy Fail the create fails with 500 "failed calling webhook"."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            cluster.kube.create_pod(cluster.namespace, manifest)
+            return
+        except KubeError as exc:
+            if "failed calling webhook" not in exc.message or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def _leader_pod(cluster: RealCluster, lease: str) -> str:
     obj = cluster.kube.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{SYSTEM_NAMESPACE}/leases/{lease}")
     holder = obj["spec"]["holderIdentity"]
@@ -146,8 +173,10 @@ def _leader_pod(cluster: RealCluster, lease: str) -> str:
 
 
 def leader_killed_mid_burst(cluster: RealCluster, lease: str = keys.DEFAULT_SCHEDULER_NAME) -> None:
-    """Two scheduler replicas; the leader's kube-scheduler dies (SIGKILL) halfway through a burst.
-    The other replica takes the lease and every pod is placed, none over capacity, no lock left."""
+    """Two scheduler replicas; the leader's whole pod dies (SIGKILL to kube-scheduler and the
+    extender, as when its node fails) halfway through a burst, with binds in flight. The other
+    replica takes the lease, locks the dead pod's binds left are freed, and every pod is placed,
+    none over capacity, no lock left."""
     cluster.wait_scheduler_ready()
     names = [f"burst{i:02d}" for i in range(12)]
     for name in names[:6]:
@@ -157,11 +186,12 @@ def leader_killed_mid_burst(cluster: RealCluster, lease: str = keys.DEFAULT_SCHE
     for kubelet in cluster.kubelets.values():
         for running in kubelet.running.values():
             if running.name == leader and "kube-scheduler" in running.containers:
-                running.containers["kube-scheduler"].signal(signal.SIGKILL)
+                for process in running.containers.values():
+                    process.signal(signal.SIGKILL)
                 killed = True
     assert killed, f"leader {leader} not found among the running scheduler pods"
     for name in names[6:]:
-        cluster.kube.create_pod(cluster.namespace, pod_manifest(name, [Ctr("c", 1, 2000, 10)]))
+        _create_retrying(cluster, pod_manifest(name, [Ctr("c", 1, 2000, 10)]))
     wait_until("all 12 pods Running after the leader died",
                lambda: sum(phase(cluster.kube, cluster.namespace, n) == "Running" for n in names) == len(names),
                timeout=120, interval=0.5)
