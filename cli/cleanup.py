@@ -22,8 +22,10 @@ from hami_dcu.common.kube import Kube, NotFoundError
 
 log = logging.getLogger(__name__)
 
-# Every node annotation a hami-dcu component writes.
-NODE_ANNOTATIONS = (keys.NODE_REGISTER, keys.NODE_HANDSHAKE, keys.NODE_LOCK)
+def node_annotations() -> tuple[str, ...]:
+    """Every node annotation a hami-dcu component writes, in the naming set it speaks
+    (the other set's belong to whatever speaks it)."""
+    return (keys.NODE_REGISTER, keys.NODE_HANDSHAKE, keys.NODE_LOCK)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--secret", action="append", default=[], metavar="NAME",
                         help="a Secret to delete (repeatable; a missing one is fine)")
     parser.add_argument("--node-annotations", action="store_true",
-                        help=f"also remove {', '.join(NODE_ANNOTATIONS)} from every node (HAMi uses the same "
+                        help="also remove the registration, handshake and lock annotations of --naming's set from "
+                        "every node (HAMi uses the same "
                         "keys: not while HAMi runs in the cluster)")
     parser.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
 
@@ -42,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def node_annotations_to_remove(node: dict[str, Any]) -> list[str]:
     """The hami-dcu annotation keys present on `node`, in a stable order."""
     present = (node.get("metadata") or {}).get("annotations") or {}
-    return [key for key in NODE_ANNOTATIONS if key in present]
+    return [key for key in node_annotations() if key in present]
 
 
 def _delete_secrets(kube: Kube, namespace: str, names: Iterable[str], dry_run: bool) -> int:

@@ -21,6 +21,7 @@ from types import ModuleType
 
 from hami_dcu.cli.errors import EXIT_USAGE, run_reporting, say
 from hami_dcu.cli.startup import startup_problems
+from hami_dcu.common import keys
 from hami_dcu.common.logs import setup_logging
 
 # gRPC's C core logs connection teardown at INFO on stderr; our own logs say what matters.
@@ -122,6 +123,10 @@ def build_parser(prog: str = "hami-dcu") -> tuple[OneLineParser, dict[str, Modul
         sp.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else in-cluster config)")
         sp.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                         help="log verbosity; debug also shows the traceback of an unexpected error")
+        sp.add_argument("--naming", default=keys.DEFAULT_NAMING.name, choices=sorted(keys.NAMINGS),
+                        help="naming set: dcu (HAMi v2.10: hygon.com/dcunum, hami.io/node-dcu-register, ...) or "
+                             "hcu (HAMi master, Hygon's plugin v3: hygon.com/hcunum, ...); the same on every "
+                             "component of a cluster")
         if module is not None:
             module.add_arguments(sp)
     return parser, modules
@@ -144,6 +149,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "hami-dcu") -> int:
             say(where, problem)
         return EXIT_USAGE
     setup_logging(args.log_level)
+    keys.select_naming(args.naming)  # before any component is built: every key comes from this set
     return run_reporting(where, lambda: int(module.run(args) or 0), debug=args.log_level == "debug")
 
 

@@ -79,8 +79,11 @@ def encode_node_devices(devices: list[NodeDevice]) -> str:
     return "".join(out)
 
 
-def decode_node_devices(value: str, annotation: str = keys.NODE_REGISTER) -> list[NodeDevice]:
-    """Decode the string form (7 or 9 fields a card) or a JSON array of DeviceInfo."""
+def decode_node_devices(value: str, annotation: str | None = None) -> list[NodeDevice]:
+    """Decode the string form (7 or 9 fields a card) or a JSON array of DeviceInfo. Both
+    naming sets write the same form (Hygon's v3 plugin: `HCU-<serial>,4,...,HCU-<model>,
+    <numa>,true,<index>,hami:`); `annotation` only names the value in errors."""
+    annotation = annotation or keys.NODE_REGISTER
     stripped = value.strip()
     # A string-form value always ends with the record terminator ':'; a JSON array with ']'.
     if stripped.startswith("[") and stripped.endswith("]"):
@@ -169,7 +172,8 @@ class ContainerDevice:
 PodDevices = list[list[ContainerDevice]]
 
 
-def encode_pod_devices(pod_devices: PodDevices, annotation: str = keys.POD_DEVICES_ALLOCATED) -> str:
+def encode_pod_devices(pod_devices: PodDevices, annotation: str | None = None) -> str:
+    annotation = annotation or keys.POD_DEVICES_ALLOCATED
     out = []
     for container in pod_devices:
         for d in container:
@@ -180,7 +184,7 @@ def encode_pod_devices(pod_devices: PodDevices, annotation: str = keys.POD_DEVIC
     return "".join(out)
 
 
-def decode_pod_devices(value: str, annotation: str = keys.POD_DEVICES_ALLOCATED) -> PodDevices:
+def decode_pod_devices(value: str, annotation: str | None = None) -> PodDevices:
     """Decode a pod device list, keeping empty entries so index i is container i.
 
     Every entry is terminated by `;`, so the text after the last `;` is not an entry (HAMi
@@ -188,6 +192,7 @@ def decode_pod_devices(value: str, annotation: str = keys.POD_DEVICES_ALLOCATED)
     changes no container's index). Text without a final `;` is read as one last entry.
     HAMi v2.5's placeholder record `,,0,0` (no uuid) decodes as "no device".
     """
+    annotation = annotation or keys.POD_DEVICES_ALLOCATED
     if value == "":
         return []
     entries = value.split(";")

@@ -2,6 +2,16 @@
 
 This is the one place a reader finds a key. The values are HAMi's, byte for byte
 (reference: hami-wire-protocol.md §1-§2), so our components run beside HAMi's.
+
+Two naming sets exist (hami-since-v2.10.md §1): `dcu` (HAMi v2.10) and `hcu` (HAMi master,
+Hygon's own plugin v3). They differ in the resource names, the node registration and
+handshake keys, the pod allocation keys, the type-selection keys and the device id prefix;
+the node lock, the bind keys and the uuid selection keys are shared. Each component process
+speaks one set, chosen once at start-up (`hami-dcu --naming dcu|hcu`, chart value `naming`)
+with `select_naming`: the module constants below then hold that set's values, so code that
+reads `keys.NODE_REGISTER` at run time speaks the chosen set. Both sets stay available as
+`DCU_NAMING` and `HCU_NAMING` for what must see both (the webhook's renaming, the start-up
+mismatch check, the one-writer rule).
 """
 
 from __future__ import annotations
@@ -69,18 +79,9 @@ BIND_PHASE_ALLOCATING = "allocating"
 BIND_PHASE_SUCCESS = "success"
 BIND_PHASE_FAILED = "failed"
 
-# Annotations only hami-scheduler may write. A pod that carries any of them at CREATE is
-# forging allocation state (user-pain-points row 19), so the webhook refuses it.
-SCHEDULER_OWNED_POD_ANNOTATIONS: frozenset[str] = frozenset(
-    {
-        POD_DEVICES_TO_ALLOCATE,
-        POD_DEVICES_ALLOCATED,
-        POD_NODE,
-        POD_TIME,
-        POD_BIND_PHASE,
-        POD_BIND_TIME,
-    }
-)
+# Annotations only hami-scheduler may write: SCHEDULER_OWNED_POD_ANNOTATIONS, with the naming
+# sets below. A pod that carries any of them at CREATE is forging allocation state
+# (user-pain-points row 19), so the webhook refuses it.
 
 # --- pod annotations written by users -----------------------------------------------------
 
@@ -91,6 +92,95 @@ NOUSE_DCU_UUID = "hygon.com/nouse-gpuuuid"
 NODE_SCHEDULER_POLICY = "hami.io/node-scheduler-policy"
 DEVICE_SCHEDULER_POLICY = "hami.io/gpu-scheduler-policy"
 DEVICE_SCORING_WEIGHTS = "hami.io/device-scoring-weights"
+
+# --- naming sets --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Naming:
+    """Everything that differs between the `dcu` and `hcu` naming sets."""
+
+    name: str  # "dcu" or "hcu"
+    resources: ResourceNames
+    node_register: str
+    node_handshake: str
+    pod_devices_to_allocate: str
+    pod_devices_allocated: str
+    use_type: str
+    nouse_type: str
+    device_type: str  # request type in the pod device list, and the vendor key in HAMi
+    id_prefix: str  # card ids are <prefix><serial>
+    model_prefix: str  # card models are <prefix><model>
+
+    @property
+    def pod_allocation_keys(self) -> frozenset[str]:
+        return frozenset({self.pod_devices_to_allocate, self.pod_devices_allocated})
+
+    @property
+    def node_keys(self) -> frozenset[str]:
+        return frozenset({self.node_register, self.node_handshake})
+
+
+def _naming(word: str) -> Naming:
+    upper = word.upper()
+    return Naming(
+        name=word,
+        resources=ResourceNames(f"hygon.com/{word}num", f"hygon.com/{word}mem", f"hygon.com/{word}cores"),
+        node_register=f"hami.io/node-{word}-register",
+        node_handshake=f"hami.io/node-handshake-{word}",
+        pod_devices_to_allocate=f"hami.io/{word}-devices-to-allocate",
+        pod_devices_allocated=f"hami.io/{word}-devices-allocated",
+        use_type=f"hygon.com/use-{word}type",
+        nouse_type=f"hygon.com/nouse-{word}type",
+        device_type=upper,
+        id_prefix=f"{upper}-",
+        model_prefix=f"{upper}-",
+    )
+
+
+DCU_NAMING = _naming("dcu")  # HAMi v2.10.0
+HCU_NAMING = _naming("hcu")  # HAMi master (PR #2969), Hygon's k8s-hcu-device-plugin v3
+NAMINGS: dict[str, Naming] = {n.name: n for n in (DCU_NAMING, HCU_NAMING)}
+DEFAULT_NAMING = DCU_NAMING
+_active = DEFAULT_NAMING
+
+
+def active_naming() -> Naming:
+    return _active
+
+
+def other_naming(naming: Naming | None = None) -> Naming:
+    """The set a component does not speak (there are exactly two)."""
+    current = naming or _active
+    return HCU_NAMING if current.name == DCU_NAMING.name else DCU_NAMING
+
+
+def select_naming(name: str) -> Naming:
+    """Make this process speak naming set `name` ("dcu" or "hcu"): the module constants
+    take that set's values. Called once at start-up, before any component is built; tests
+    call it to run a component in the other set (and again to restore the default)."""
+    global _active, DEFAULT_RESOURCES, DEFAULT_COUNT_RESOURCE, DEFAULT_MEMORY_RESOURCE, DEFAULT_CORES_RESOURCE
+    global DEVICE_TYPE, DEVICE_ID_PREFIX, DEVICE_MODEL_PREFIX, NODE_REGISTER, NODE_HANDSHAKE
+    global POD_DEVICES_TO_ALLOCATE, POD_DEVICES_ALLOCATED, USE_DCU_TYPE, NOUSE_DCU_TYPE
+    if name not in NAMINGS:
+        raise ValueError(f"unknown naming set {name!r}: expected one of {', '.join(sorted(NAMINGS))}")
+    chosen = NAMINGS[name]
+    _active = chosen
+    DEFAULT_RESOURCES = chosen.resources
+    DEFAULT_COUNT_RESOURCE, DEFAULT_MEMORY_RESOURCE, DEFAULT_CORES_RESOURCE = chosen.resources.all()
+    DEVICE_TYPE, DEVICE_ID_PREFIX, DEVICE_MODEL_PREFIX = chosen.device_type, chosen.id_prefix, chosen.model_prefix
+    NODE_REGISTER, NODE_HANDSHAKE = chosen.node_register, chosen.node_handshake
+    POD_DEVICES_TO_ALLOCATE, POD_DEVICES_ALLOCATED = chosen.pod_devices_to_allocate, chosen.pod_devices_allocated
+    USE_DCU_TYPE, NOUSE_DCU_TYPE = chosen.use_type, chosen.nouse_type
+    return chosen
+
+
+# Annotations only hami-dcu may write, in both naming sets: a tenant must not forge an
+# allocation for a HAMi component of the other set either (common/writers.py).
+SCHEDULER_OWNED_POD_ANNOTATIONS: frozenset[str] = frozenset(
+    {POD_NODE, POD_TIME, POD_BIND_PHASE, POD_BIND_TIME}
+    | DCU_NAMING.pod_allocation_keys | HCU_NAMING.pod_allocation_keys
+)
 
 # --- webhook opt-out ----------------------------------------------------------------------
 

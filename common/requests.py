@@ -25,7 +25,8 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-from hami_dcu.common.keys import DEFAULT_RESOURCES, ResourceNames
+from hami_dcu.common import keys
+from hami_dcu.common.keys import ResourceNames
 
 INT32_MAX = 2**31 - 1
 _INTEGER = re.compile(r"[0-9]+")
@@ -56,8 +57,9 @@ class DcuRequest:
         return self.memory_mib > 0 or self.cores < 100
 
 
-def names_dcu(container: dict[str, Any], names: ResourceNames = DEFAULT_RESOURCES) -> bool:
+def names_dcu(container: dict[str, Any], names: ResourceNames | None = None) -> bool:
     """True when the container names any DCU resource in limits or requests."""
+    names = names or keys.DEFAULT_RESOURCES
     resources = container.get("resources") or {}
     for section in ("limits", "requests"):
         values = resources.get(section) or {}
@@ -72,11 +74,12 @@ def pod_containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
     return list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
 
 
-def pod_uses_dcu(pod: dict[str, Any], names: ResourceNames = DEFAULT_RESOURCES) -> bool:
+def pod_uses_dcu(pod: dict[str, Any], names: ResourceNames | None = None) -> bool:
+    names = names or keys.DEFAULT_RESOURCES
     return any(names_dcu(c, names) for c in pod_containers(pod))
 
 
-def asks_for_dcu(container: dict[str, Any], names: ResourceNames = DEFAULT_RESOURCES) -> bool:
+def asks_for_dcu(container: dict[str, Any], names: ResourceNames | None = None) -> bool:
     """True when the container asks for a DCU, or names one in a way that cannot be honoured
     (so admission can say why). A lone `dcunum: 0` asks for nothing."""
     if not names_dcu(container, names):
@@ -89,10 +92,12 @@ def asks_for_dcu(container: dict[str, Any], names: ResourceNames = DEFAULT_RESOU
 
 def parse_container_request(
     container: dict[str, Any],
-    names: ResourceNames = DEFAULT_RESOURCES,
+    names: ResourceNames | None = None,
     memory_factor: int = 1,
 ) -> DcuRequest | None:
-    """The container's DCU request, None when it asks for none."""
+    """The container's DCU request, None when it asks for none. `names`: the naming set's
+    resources (the set this process speaks when not given)."""
+    names = names or keys.DEFAULT_RESOURCES
     cname = container.get("name") or "<unnamed>"
     count = _quantity(container, names.count, cname)
     memory = _quantity(container, names.memory, cname)
@@ -120,10 +125,11 @@ def parse_container_request(
 
 def parse_pod_requests(
     pod: dict[str, Any],
-    names: ResourceNames = DEFAULT_RESOURCES,
+    names: ResourceNames | None = None,
     memory_factor: int = 1,
 ) -> list[DcuRequest | None]:
     """One entry per container in codec order (init containers first), None for no DCU."""
+    names = names or keys.DEFAULT_RESOURCES
     return [parse_container_request(c, names, memory_factor) for c in pod_containers(pod)]
 
 

@@ -34,10 +34,13 @@ from hami_dcu.common import keys
 JSON = dict[str, Any]
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 
+# Both naming sets' keys (common/keys.py): whichever set a cluster speaks, nobody else may
+# forge the other's either (a HAMi component of that set may run beside us).
 POD_KEYS: frozenset[str] = keys.SCHEDULER_OWNED_POD_ANNOTATIONS
-NODE_KEYS: frozenset[str] = frozenset({keys.NODE_REGISTER, keys.NODE_HANDSHAKE, keys.NODE_LOCK})
+NODE_KEYS: frozenset[str] = frozenset({keys.NODE_LOCK}) | keys.DCU_NAMING.node_keys | keys.HCU_NAMING.node_keys
 SCHEDULER_NODE_KEYS: frozenset[str] = frozenset({keys.NODE_LOCK})
-PLUGIN_POD_KEYS: frozenset[str] = frozenset({keys.POD_DEVICES_TO_ALLOCATE, keys.POD_BIND_PHASE})
+PLUGIN_POD_KEYS: frozenset[str] = frozenset(
+    {keys.POD_BIND_PHASE, keys.DCU_NAMING.pod_devices_to_allocate, keys.HCU_NAMING.pod_devices_to_allocate})
 PLUGIN_NODE_KEYS: frozenset[str] = NODE_KEYS
 
 # What a request writes: a pod (CREATE/UPDATE, any pod subresource), a Binding (the

@@ -15,6 +15,7 @@ from hami_dcu.deviceplugin.discovery import discover
 from hami_dcu.deviceplugin.faketree import lay_out
 from hami_dcu.deviceplugin.health import SmiHealth
 from hami_dcu.deviceplugin.metrics import PluginMetrics, serve
+from hami_dcu.deviceplugin.namingwatch import check_node_naming
 from hami_dcu.deviceplugin.plugin import Paths, PluginCore
 from hami_dcu.deviceplugin.server import DevicePluginServer
 from hami_dcu.deviceplugin.smi import (
@@ -55,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="vDCU slots advertised per card (default %(default)s)")
     parser.add_argument("--register-interval", type=float, default=30.0,
                         help="seconds between node registrations and reconciles (default %(default)s)")
-    parser.add_argument("--resource-count", default=keys.DEFAULT_COUNT_RESOURCE, help="kubelet resource name")
+    parser.add_argument("--resource-count", help="kubelet resource name (default: the naming set's count resource)")
     parser.add_argument("--lock-timeout", type=int, default=300, help="node lock expiry, seconds")
     parser.add_argument("--metrics-bind", default="",
                         help="serve Prometheus /metrics on HOST:PORT (default: off)")
@@ -112,9 +113,10 @@ def build(args: argparse.Namespace, kube: Kube) -> tuple[PluginCore, DevicePlugi
     paths = Paths(vdev_dir=Path(args.vdev_dir), etc_vdev=Path(args.etc_vdev), state_dir=Path(args.state_dir),
                   dev_root=Path(args.dev_root),
                   driver_dir=Path(args.driver_dir), hyhal_dir=Path(args.hyhal_dir))
+    resource = args.resource_count or keys.DEFAULT_COUNT_RESOURCE  # the naming set's, chosen before this runs
     core = PluginCore(kube, args.node_name, served, paths, args.slots_per_card, args.lock_timeout,
-                      metrics=PluginMetrics(), resource=args.resource_count)
-    server = DevicePluginServer(core, args.plugin_dir, args.resource_count,
+                      metrics=PluginMetrics(), resource=resource)
+    server = DevicePluginServer(core, args.plugin_dir, resource,
                                 health=SmiHealth(backend, served, args.dev_root))
     loop = NodeLoop(core, server, args.register_interval)
     server.on_health_change = loop.publish_now
@@ -158,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
     # Installed before serving: a SIGTERM right after registration must not kill us mid-way.
     signal.signal(signal.SIGTERM, lambda _sig, _frame: loop.stopping.set())
     report_unknown_models(core)
+    check_node_naming(kube, args.node_name, keys.active_naming())
     server.refresh_health()
     server.start()
     try:

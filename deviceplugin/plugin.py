@@ -89,7 +89,7 @@ class PluginCore:
         slots_per_card: int = keys.DEFAULT_SLOTS_PER_CARD,
         lock_timeout_seconds: int = 300,
         metrics: PluginMetrics | None = None,
-        resource: str = keys.DEFAULT_COUNT_RESOURCE,
+        resource: str | None = None,  # the naming set's count resource when not given
     ) -> None:
         self.kube = kube
         self.node = node
@@ -98,7 +98,7 @@ class PluginCore:
         self.index_by_bus_id = {c.card.pci_bus_id.upper(): c.index for c in cards}
         self.paths = paths or Paths()
         self.slots_per_card = slots_per_card
-        self.resource = resource
+        self.resource = resource or keys.DEFAULT_COUNT_RESOURCE
         self.node_lock = NodeLock(kube, timeout=timedelta(seconds=lock_timeout_seconds))
         self.state = NodeState(compute_units={c.index: c.card.compute_units for c in cards})
         self.lock = threading.Lock()

@@ -30,13 +30,13 @@ def claim_path(namespace: str, name: str) -> str:
 
 class DriverService:
     def __init__(self, kube: Kube, core: DriverCore, slots: int, health: Callable[[], dict[str, bool]],
-                 count_resources: tuple[str, ...] = (keys.DEFAULT_COUNT_RESOURCE,)) -> None:
+                 count_resources: tuple[str, ...] | None = None) -> None:
         self.kube = kube
         self.core = core
         self.node = core.node
         self.slots = slots
         self.health = health
-        self.count_resources = count_resources
+        self.count_resources = count_resources or (keys.DEFAULT_COUNT_RESOURCE,)  # the naming set's
         self.health_now: dict[str, bool] = {}
         self.conflict: str | None = None
         self.publish_lock = threading.Lock()

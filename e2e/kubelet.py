@@ -55,12 +55,12 @@ class _Registration(api_pb2_grpc.RegistrationServicer):
 
 
 class LocalKubelet:
-    def __init__(self, kube: Kube, node: str, plugin_dir: str | Path, resource: str = keys.DEFAULT_COUNT_RESOURCE,
+    def __init__(self, kube: Kube, node: str, plugin_dir: str | Path, resource: str | None = None,
                  labels: dict[str, str] | None = None) -> None:
         self.kube = kube
         self.node = node
         self.plugin_dir = Path(plugin_dir)
-        self.resource = resource
+        self.resource = resource or keys.DEFAULT_COUNT_RESOURCE
         self.labels = labels or {"dcu": "on"}
         self.endpoints: dict[str, PluginEndpoint] = {}
         self.assigned: dict[str, set[str]] = {}  # pod uid -> device ids

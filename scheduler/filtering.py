@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from hami_dcu.common import keys
-from hami_dcu.common.keys import DEFAULT_RESOURCES, ResourceNames
+from hami_dcu.common.keys import ResourceNames
 from hami_dcu.common.preferences import WeightsError, parse_weights
 from hami_dcu.common.requests import DcuRequest, RequestError, parse_pod_requests, pod_containers
 from hami_dcu.scheduler import policy as policies
@@ -32,7 +32,7 @@ _MEMO_SHAPES_PER_NODE = 8
 class FilterSettings:
     node_policy: str = policies.DEFAULT_NODE_POLICY
     card_policy: str = policies.DEFAULT_CARD_POLICY
-    resources: ResourceNames = DEFAULT_RESOURCES
+    resources: ResourceNames = field(default_factory=lambda: keys.DEFAULT_RESOURCES)  # the naming set's
     handshake_ttl_seconds: float = HANDSHAKE_TTL.total_seconds()
 
 

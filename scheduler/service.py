@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from hami_dcu.common import keys
 from hami_dcu.common.kube import AsyncKube
 from hami_dcu.common.requests import RequestError
 from hami_dcu.scheduler.bind import Binder, BindSettings
@@ -23,6 +24,7 @@ from hami_dcu.scheduler.extender import BindArgs, FilterArgs, filter_result
 from hami_dcu.scheduler.filtering import Filter, FilterSettings, invalid_request, plan_pod
 from hami_dcu.scheduler.informer import Informer
 from hami_dcu.scheduler.metrics import SchedulerMetrics
+from hami_dcu.scheduler.namingwatch import check_naming
 from hami_dcu.scheduler.quotametrics import QuotaMetrics
 from hami_dcu.scheduler.quotas import QuotaBook, namespace_used, quota_gate
 from hami_dcu.scheduler.reasons import summarise
@@ -71,6 +73,7 @@ class SchedulerService:
         self._background: set[asyncio.Task[object]] = set()
         self._informer_task: asyncio.Task[None] | None = None
         self._sweep_task: asyncio.Task[None] | None = None
+        self._naming_check: asyncio.Task[str | None] | None = None
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -79,6 +82,12 @@ class SchedulerService:
             self._informer_task = asyncio.ensure_future(self.informer.run())
         if self.binder is not None and self._sweep_task is None:
             self._sweep_task = asyncio.ensure_future(self.binder.janitor.run(self.settings.bind.sweep_interval))
+        if self.kube is not None and self._naming_check is None:
+            # Once per start: components of the other naming set would leave pods Pending unexplained.
+            self._naming_check = asyncio.ensure_future(check_naming(self.kube, keys.active_naming(),
+                                                                    self._post_event))
+            self._background.add(self._naming_check)
+            self._naming_check.add_done_callback(self._background.discard)
 
     async def stop(self) -> None:
         tasks = [t for t in [self._informer_task, self._sweep_task, *self._background] if t is not None]

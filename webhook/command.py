@@ -32,9 +32,9 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
                         help="schedulerName given to DCU pods (default %(default)s)")
     parser.add_argument("--overwrite-scheduler", action="append", default=None, metavar="NAME",
                         help="schedulerName values that may be replaced (repeatable; default: default-scheduler)")
-    parser.add_argument("--resource-count", default=keys.DEFAULT_COUNT_RESOURCE, help="count resource name")
-    parser.add_argument("--resource-memory", default=keys.DEFAULT_MEMORY_RESOURCE, help="memory (MiB) resource name")
-    parser.add_argument("--resource-cores", default=keys.DEFAULT_CORES_RESOURCE, help="cores (%%) resource name")
+    parser.add_argument("--resource-count", help="count resource name (default: the naming set's)")
+    parser.add_argument("--resource-memory", help="memory (MiB) resource name (default: the naming set's)")
+    parser.add_argument("--resource-cores", help="cores (%%) resource name (default: the naming set's)")
     add_identity_arguments(parser)
 
 
@@ -42,7 +42,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return Settings(
         scheduler_name=args.scheduler_name,
         overwritable_schedulers=tuple(args.overwrite_scheduler or [keys.KUBE_DEFAULT_SCHEDULER]),
-        resources=keys.ResourceNames(args.resource_count, args.resource_memory, args.resource_cores),
+        resources=keys.ResourceNames(args.resource_count or keys.DEFAULT_COUNT_RESOURCE,
+                                     args.resource_memory or keys.DEFAULT_MEMORY_RESOURCE,
+                                     args.resource_cores or keys.DEFAULT_CORES_RESOURCE),
         identities=identities_from(args),
     )
 

@@ -17,6 +17,7 @@ from hami_dcu.common.requests import RequestError, asks_for_dcu, names_dcu, pars
 from hami_dcu.common.writers import Identities
 from hami_dcu.webhook.advice import scheduling_warnings
 from hami_dcu.webhook.quotacheck import QuotaLookup, quota_problem
+from hami_dcu.webhook.rename import adopt_names
 
 JSON = dict[str, Any]
 
@@ -26,7 +27,9 @@ class Settings:
     scheduler_name: str = keys.DEFAULT_SCHEDULER_NAME
     # schedulerName values we may replace; anything else is the user's explicit choice.
     overwritable_schedulers: tuple[str, ...] = (keys.KUBE_DEFAULT_SCHEDULER,)
-    resources: keys.ResourceNames = keys.DEFAULT_RESOURCES
+    # The naming set this process speaks (keys.select_naming); the other set's names are renamed.
+    naming: keys.Naming = field(default_factory=keys.active_naming)
+    resources: keys.ResourceNames = field(default_factory=lambda: keys.DEFAULT_RESOURCES)
     # Who may write allocation state (common/writers.py); nobody when not configured.
     identities: Identities = field(default_factory=Identities)
     # Namespace DCU quotas and use (webhook/quotacheck.py); none when the webhook runs alone.
@@ -50,11 +53,16 @@ DEFAULT_SETTINGS = Settings()
 
 
 def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    labels = meta.get("labels") or {}
+    labels = (pod.get("metadata") or {}).get("labels") or {}
     if labels.get(keys.WEBHOOK_LABEL) == keys.WEBHOOK_IGNORE:
         return Decision(allowed=True, reason="ignored")
+    # A pod written for the other naming set is judged (and patched) as this set names it.
+    adopted = adopt_names(pod, settings.naming)
+    if adopted.conflict:
+        return _deny("mixed-naming", adopted.conflict)
+    original, pod = pod, adopted.pod
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
     init_containers = list(spec.get("initContainers") or [])
     containers = list(spec.get("containers") or [])
     names = settings.resources
@@ -100,7 +108,7 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
                          f"one container gets one shared vDCU, or several whole cards: use {names.count}: 1 "
                          f"with {names.memory}/{names.cores}, or drop them to get {request.count} whole cards")
 
-    hints = scheduling_warnings(meta.get("annotations") or {})
+    hints = adopted.warnings(settings.naming) + scheduling_warnings(meta.get("annotations") or {})
     current = spec.get("schedulerName") or ""
     if current and current != settings.scheduler_name and current not in settings.overwritable_schedulers:
         return Decision(allowed=True, reason="other-scheduler",
@@ -109,9 +117,14 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
     problem = quota_problem(pod, names, settings.quota)
     if problem:
         return _deny("quota-exceeded", f"pod {problem}")
-    if current == settings.scheduler_name:
+    if current == settings.scheduler_name and not adopted.renames:
         return Decision(allowed=True, reason="already-routed", warnings=hints)
-    # Only spec changes, so only spec is diffed (the whole pod costs 3x the time).
-    mutated_spec = {**spec, "schedulerName": settings.scheduler_name}
-    patch = jsonpatch.make_patch({"spec": spec}, {"spec": mutated_spec}).patch
-    return Decision(allowed=True, reason="routed", patch=patch, warnings=hints)
+    # Only spec (and renamed annotations) change, so only they are diffed (the whole pod costs 3x the time).
+    before: JSON = {"spec": original.get("spec") or {}}
+    after: JSON = {"spec": {**spec, "schedulerName": settings.scheduler_name}}
+    if adopted.renames and meta.get("annotations") != (original.get("metadata") or {}).get("annotations"):
+        before["metadata"] = {"annotations": (original.get("metadata") or {}).get("annotations") or {}}
+        after["metadata"] = {"annotations": meta.get("annotations") or {}}
+    patch = jsonpatch.make_patch(before, after).patch
+    reason = "routed" if current != settings.scheduler_name else "renamed"
+    return Decision(allowed=True, reason=reason, patch=patch, warnings=hints)

@@ -77,9 +77,13 @@ kubescheduler.config.k8s.io/v1beta3
 {{- end -}}
 {{- end -}}
 
-{{/* CEL: the pod names a DCU resource in any container's limits or requests. */}}
+{{/* CEL: the pod names a DCU resource of either naming set in any container's limits or
+requests (the webhook renames the other set's names to the configured set's). */}}
 {{- define "hami-dcu.usesDcuCel" -}}
-{{- $names := list (include "hami-dcu.countResource" .) (include "hami-dcu.memoryResource" .) (include "hami-dcu.coresResource" .) -}}
+{{- $names := list -}}
+{{- range $set := list "dcu" "hcu" -}}
+{{- $names = concat $names (list (printf "hygon.com/%snum" $set) (printf "hygon.com/%smem" $set) (printf "hygon.com/%scores" $set)) -}}
+{{- end -}}
 {{- $checks := list -}}
 {{- range $section := list "limits" "requests" -}}
 {{- range $name := $names -}}
@@ -90,22 +94,24 @@ kubescheduler.config.k8s.io/v1beta3
 {{- printf "object.spec.containers.exists(c, %s) || (has(object.spec.initContainers) && object.spec.initContainers.exists(c, %s))" $one $one -}}
 {{- end -}}
 
-{{/* The resource names are HAMi's and fixed (hami_dcu.common.keys): the scheduler and the
-webhook it serves read pods with these names only, so they are not values. */}}
-{{- define "hami-dcu.countResource" -}}hygon.com/dcunum{{- end -}}
-{{- define "hami-dcu.memoryResource" -}}hygon.com/dcumem{{- end -}}
-{{- define "hami-dcu.coresResource" -}}hygon.com/dcucores{{- end -}}
+{{/* The resource names of the naming set (value naming; hami_dcu.common.keys): every
+component is given --naming and reads pods with these names only. */}}
+{{- define "hami-dcu.naming" -}}{{ .Values.naming | default "dcu" }}{{- end -}}
+{{- define "hami-dcu.countResource" -}}hygon.com/{{ include "hami-dcu.naming" . }}num{{- end -}}
+{{- define "hami-dcu.memoryResource" -}}hygon.com/{{ include "hami-dcu.naming" . }}mem{{- end -}}
+{{- define "hami-dcu.coresResource" -}}hygon.com/{{ include "hami-dcu.naming" . }}cores{{- end -}}
 
 
-{{/* The annotation keys of the one-writer rule (hami_dcu.common.writers), as CEL lists, sorted. */}}
+{{/* The annotation keys of the one-writer rule (hami_dcu.common.writers), both naming sets, as
+CEL lists, sorted. */}}
 {{- define "hami-dcu.podKeysCel" -}}
-['hami.io/bind-phase', 'hami.io/bind-time', 'hami.io/dcu-devices-allocated', 'hami.io/dcu-devices-to-allocate', 'hami.io/vgpu-node', 'hami.io/vgpu-time']
+['hami.io/bind-phase', 'hami.io/bind-time', 'hami.io/dcu-devices-allocated', 'hami.io/dcu-devices-to-allocate', 'hami.io/hcu-devices-allocated', 'hami.io/hcu-devices-to-allocate', 'hami.io/vgpu-node', 'hami.io/vgpu-time']
 {{- end -}}
 {{- define "hami-dcu.pluginPodKeysCel" -}}
-['hami.io/bind-phase', 'hami.io/dcu-devices-to-allocate']
+['hami.io/bind-phase', 'hami.io/dcu-devices-to-allocate', 'hami.io/hcu-devices-to-allocate']
 {{- end -}}
 {{- define "hami-dcu.nodeKeysCel" -}}
-['hami.io/mutex.lock', 'hami.io/node-dcu-register', 'hami.io/node-handshake-dcu']
+['hami.io/mutex.lock', 'hami.io/node-dcu-register', 'hami.io/node-handshake-dcu', 'hami.io/node-handshake-hcu', 'hami.io/node-hcu-register']
 {{- end -}}
 {{- define "hami-dcu.schedulerNodeKeysCel" -}}
 ['hami.io/mutex.lock']

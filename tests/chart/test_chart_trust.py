@@ -119,7 +119,8 @@ def test_admission_policies_name_exactly_the_shared_keys_and_identities(render):
                                   sorted(writers.PLUGIN_NODE_KEYS), sorted(writers.PLUGIN_POD_KEYS), ["-"]]
     assert allowed.index(f"'system:serviceaccount:{NS}:{EXTENDER_SA}'") < allowed.index(
         f"'system:serviceaccount:{NS}:{PLUGIN_SA}'")
-    assert sorted(writers.PLUGIN_POD_KEYS) == sorted([keys.POD_BIND_PHASE, keys.POD_DEVICES_TO_ALLOCATE])
+    assert sorted(writers.PLUGIN_POD_KEYS) == sorted([keys.POD_BIND_PHASE, keys.DCU_NAMING.pod_devices_to_allocate,
+                                                      keys.HCU_NAMING.pod_devices_to_allocate])  # both naming sets
     rules = writers_policy["spec"]["matchConstraints"]["resourceRules"]
     assert rules == [{"apiGroups": [""], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
                       "resources": ["pods", "pods/*", "nodes", "nodes/*"]}]

@@ -1,0 +1,43 @@
+"""The whole system speaking the hcu names (HAMi master, Hygon's plugin v3), switched by one
+setting: the plugin registers and advertises hcu names, the extender reads them, the
+allocation carries HCU ids, and a pod written with the dcu names is renamed at admission."""
+
+from collections.abc import Iterator
+
+import pytest
+
+from hami_dcu.common import keys
+from hami_dcu.common.codec import decode_node_devices, decode_pod_devices
+from hami_dcu.e2e.cluster import LocalCluster
+from hami_dcu.e2e.scenarios import Ctr, default_cards, pod_manifest, wait_running
+
+
+@pytest.fixture
+def hcu() -> Iterator[keys.Naming]:
+    yield keys.select_naming("hcu")
+    keys.select_naming("dcu")
+
+
+def test_the_hcu_set_end_to_end(hcu):
+    with LocalCluster({"node0": default_cards("node0")}) as cluster:
+        created = cluster.kube.create_pod(cluster.namespace, pod_manifest("shared", [Ctr("main", 1, 2000, 15)]))
+        assert created["spec"]["containers"][0]["resources"]["limits"] == {
+            "hygon.com/hcunum": "1", "hygon.com/hcumem": "2k", "hygon.com/hcucores": "15"}
+        pod = wait_running(cluster, "shared")
+        annotations = pod["metadata"]["annotations"]
+        ((device,),) = decode_pod_devices(annotations["hami.io/hcu-devices-allocated"])
+        assert device.uuid.startswith("HCU-NODE0S") and device.type == "HCU"
+        assert "hami.io/dcu-devices-allocated" not in annotations
+        node = cluster.kube.get_node("node0")
+        registered = decode_node_devices(node["metadata"]["annotations"]["hami.io/node-hcu-register"])
+        assert [card.type for card in registered] == ["HCU-K100_AI", "HCU-K100_AI"]
+        assert "hami.io/node-dcu-register" not in node["metadata"]["annotations"]
+        assert node["status"]["allocatable"]["hygon.com/hcunum"] == "8"
+
+        written_for_dcu = pod_manifest("legacy", [])
+        written_for_dcu["spec"]["containers"] = [{"name": "main", "image": "busybox", "resources": {
+            "limits": {"hygon.com/dcunum": "1", "hygon.com/dcumem": "1000", "hygon.com/dcucores": "10"}}}]
+        renamed = cluster.kube.create_pod(cluster.namespace, written_for_dcu)
+        assert renamed["spec"]["containers"][0]["resources"]["limits"] == {
+            "hygon.com/hcunum": "1", "hygon.com/hcumem": "1k", "hygon.com/hcucores": "10"}
+        assert wait_running(cluster, "legacy")["spec"]["nodeName"] == "node0"
