@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from hami_dcu.e2e.realcluster import preemption
 from hami_dcu.e2e.realcluster import scenarios as real
 from hami_dcu.e2e.realcluster.cluster import RealCluster, unavailable
 from hami_dcu.e2e.scenarios import SCENARIOS, Scenario, default_cards, phase, wait_until
@@ -110,3 +111,17 @@ def test_bind_retried_after_an_extender_timeout(two_replicas: RealCluster) -> No
 def test_leader_killed_mid_burst(two_replicas: RealCluster) -> None:
     _clean(two_replicas)
     real.leader_killed_mid_burst(two_replicas)
+
+
+@pytest.fixture(scope="module")
+def one_card() -> Iterator[RealCluster]:
+    """One node, one card: four slots, so kube-scheduler's preemption sees the card full."""
+    if _REASON:
+        pytest.skip(_REASON)
+    with RealCluster({"node0": default_cards("node0", 1)}) as cluster:
+        yield cluster
+
+
+def test_a_high_priority_pod_preempts_the_pods_that_free_the_card(one_card: RealCluster) -> None:
+    _clean(one_card)
+    preemption.preempts_the_pods_that_free_the_card(one_card)

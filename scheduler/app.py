@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from hami_dcu.common import safejson
 from hami_dcu.common.body import BODY_DEADLINE, BodyError, read_body
-from hami_dcu.scheduler.extender import WireError, parse_bind_args, parse_filter_args
+from hami_dcu.scheduler.extender import WireError, parse_bind_args, parse_filter_args, parse_preemption_args
 from hami_dcu.scheduler.service import SchedulerService
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,22 @@ async def handle_bind(request: web.Request) -> web.Response:
         return _reply({"Error": f"internal error: {exc}"})
 
 
+async def handle_preempt(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    try:
+        args = parse_preemption_args(await _json(request))
+    except WireError as exc:
+        log.warning("preempt: %s", exc)
+        return _reply({"NodeNameToMetaVictims": {}})  # no error field in this reply: no victims
+    if not await service.wait_synced(service.settings.sync_wait):
+        return _reply({"NodeNameToMetaVictims": {}})
+    try:
+        return _reply(await service.preempt_pod(args))
+    except Exception:
+        log.exception("preempt failed")
+        return _reply({"NodeNameToMetaVictims": {}})
+
+
 async def handle_healthz(_request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
@@ -100,6 +116,7 @@ def build_app(service: SchedulerService, manage_lifecycle: bool = True, max_body
     app[BODY_DEADLINE_KEY] = body_deadline
     app.router.add_post("/filter", handle_filter)
     app.router.add_post("/bind", handle_bind)
+    app.router.add_post("/preempt", handle_preempt)
     app.router.add_get("/healthz", handle_healthz)
     app.router.add_get("/readyz", handle_readyz)
     if metrics:

@@ -140,3 +140,59 @@ def parse_bind_args(body: object) -> BindArgs:
     elif not isinstance(uid, str) or not _UID.fullmatch(uid):
         raise WireError(f"ExtenderBindingArgs.PodUID must be a string of up to {_UID_MAX} printable characters")
     return BindArgs(pod_name=values["PodName"], namespace=namespace, uid=uid, node=values["Node"])
+
+
+@dataclass(frozen=True)
+class NodeVictims:
+    uids: list[str]  # in kube-scheduler's order
+    pdb_violations: int = 0
+
+
+@dataclass(frozen=True)
+class PreemptionArgs:
+    pod: JSON
+    nodes: dict[str, NodeVictims]
+
+
+def parse_preemption_args(body: object) -> PreemptionArgs:
+    """ExtenderPreemptionArgs: victims as UIDs (`NodeNameToMetaVictims`, nodeCacheCapable) or
+    as whole pods (`NodeNameToVictims`); either way only their UIDs are kept."""
+    if not isinstance(body, dict):
+        raise WireError("ExtenderPreemptionArgs must be a JSON object")
+    pod = get_field(body, "Pod")
+    if not isinstance(pod, dict):
+        raise WireError("preemption args missing pod")
+    problem = pod_shape_problem(pod)
+    if problem:
+        raise WireError(f"pod is malformed: {problem}")
+    meta = get_field(body, "NodeNameToMetaVictims")
+    full = get_field(body, "NodeNameToVictims")
+    source, whole = (meta, False) if meta is not None else (full, True)
+    if source is None:
+        return PreemptionArgs(pod, {})
+    if not isinstance(source, dict):
+        raise WireError("NodeNameToMetaVictims must be an object of node name to victims")
+    nodes = {}
+    for node, victims in source.items():
+        if not isinstance(node, str) or not isinstance(victims, dict):
+            raise WireError("victims must be an object per node name")
+        pods = get_field(victims, "Pods") or []
+        pdb = get_field(victims, "NumPDBViolations") or 0
+        if not isinstance(pods, list) or isinstance(pdb, bool) or not isinstance(pdb, int):
+            raise WireError(f"victims of node {node[:64]!r} are malformed")
+        uids = []
+        for victim in pods:
+            uid = ((victim.get("metadata") or {}).get("uid") if whole else get_field(victim, "UID")) \
+                if isinstance(victim, dict) else None
+            if not isinstance(uid, str) or not _UID.fullmatch(uid) or not uid:
+                raise WireError(f"a victim on node {node[:64]!r} has no valid UID")
+            uids.append(uid)
+        nodes[node] = NodeVictims(uids, pdb)
+    return PreemptionArgs(pod, nodes)
+
+
+def preemption_result(nodes: dict[str, NodeVictims]) -> JSON:
+    """ExtenderPreemptionResult: always UIDs, whatever the mode (k8s-protocols.md §2.7)."""
+    return {"NodeNameToMetaVictims": {
+        node: {"Pods": [{"UID": uid} for uid in victims.uids], "NumPDBViolations": victims.pdb_violations}
+        for node, victims in nodes.items()}}

@@ -15,16 +15,24 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hami_dcu.common import keys
-from hami_dcu.common.kube import AsyncKube
+from hami_dcu.common.kube import AsyncKube, KubeError
 from hami_dcu.common.requests import RequestError
 from hami_dcu.scheduler.bind import Binder, BindSettings
-from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock
+from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock, NodeEntry
 from hami_dcu.scheduler.events import EventSink
-from hami_dcu.scheduler.extender import BindArgs, FilterArgs, filter_result
+from hami_dcu.scheduler.extender import (
+    BindArgs,
+    FilterArgs,
+    NodeVictims,
+    PreemptionArgs,
+    filter_result,
+    preemption_result,
+)
 from hami_dcu.scheduler.filtering import Filter, FilterSettings, invalid_request, plan_pod
 from hami_dcu.scheduler.informer import Informer
 from hami_dcu.scheduler.metrics import SchedulerMetrics
 from hami_dcu.scheduler.namingwatch import check_naming
+from hami_dcu.scheduler.preemption import choose_victims, holders
 from hami_dcu.scheduler.quotametrics import QuotaMetrics
 from hami_dcu.scheduler.quotas import QuotaBook, namespace_used, quota_gate
 from hami_dcu.scheduler.reasons import summarise
@@ -166,6 +174,52 @@ class SchedulerService:
         self.metrics.filter_seconds.labels("ok").observe(self.monotonic() - started)
         return filter_result(args, [outcome.chosen], failed)
 
+    async def preempt_pod(self, args: PreemptionArgs) -> JSON:
+        """kube-scheduler's preemption candidates, kept only where the victims free a card for
+        the pod (preemption.py); further lower-priority holders are added where needed."""
+        pod = args.pod
+        meta = pod.get("metadata") or {}
+        who = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        try:
+            plan = plan_pod(pod, self.settings.filter)
+        except RequestError as exc:
+            log.info("preempt %s: invalid DCU request, no victims anywhere: %s", who, exc)
+            return preemption_result({})
+        if plan is None:
+            return preemption_result(args.nodes)  # asks for no DCU: not ours to judge
+        now = self.wall_clock()
+        priority = _priority(pod)
+        kept: dict[str, NodeVictims] = {}
+        for node, victims in args.nodes.items():
+            entry = self.cache.nodes.get(node)
+            if entry is None or self.filter.usable(entry, now) is not None:
+                continue
+            chosen = choose_victims(plan, entry, victims.uids)
+            if chosen is None and self.kube is not None:
+                chosen = choose_victims(plan, entry, victims.uids, await self._evictable(node, entry, priority))
+            if chosen is not None:
+                kept[node] = NodeVictims(chosen, victims.pdb_violations)
+        log.info("preempt %s: victims free a card on %d of %d candidate nodes%s", who, len(kept), len(args.nodes),
+                 "".join(f"; {n}: {len(v.uids)} pod(s)" for n, v in sorted(kept.items())[:5]))
+        return preemption_result(kept)
+
+    async def _evictable(self, node: str, entry: NodeEntry, priority: int) -> list[str]:
+        """Pods holding cards on `node` with a lower priority than the preemptor, least
+        important first (lowest priority, then the most recently started), as kube-scheduler
+        orders victims. Asked of the API: the cache keeps no priorities."""
+        assert self.kube is not None
+        try:
+            pods = (await self.kube.list_pods(field_selector=f"spec.nodeName={node}")).items
+        except KubeError as exc:
+            log.warning("preempt: cannot list the pods of node %s: %s", node, exc)
+            return []
+        on_cards = set(holders(entry))
+        lower = [p for p in pods if (p.get("metadata") or {}).get("uid") in on_cards and _priority(p) < priority
+                 and not (p.get("metadata") or {}).get("deletionTimestamp")]
+        lower.sort(key=lambda p: str((p.get("status") or {}).get("startTime") or ""), reverse=True)
+        lower.sort(key=_priority)
+        return [p["metadata"]["uid"] for p in lower]
+
     async def bind_pod(self, args: BindArgs) -> JSON:
         if self.binder is None:
             return {"Error": "this scheduler has no API access"}
@@ -187,3 +241,8 @@ class SchedulerService:
         if self.binder is None:
             return None
         return await self.binder.janitor.release(lock)
+
+
+def _priority(pod: JSON) -> int:
+    value = (pod.get("spec") or {}).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -40,6 +40,7 @@ def test_scheduler_configuration(render):
     assert config["profiles"] == [{"schedulerName": "hami-scheduler"}]
     (extender,) = config["extenders"]
     assert extender["filterVerb"] == "filter" and extender["bindVerb"] == "bind"
+    assert extender["preemptVerb"] == "preempt"  # victims judged by what they hold on cards (issue 13)
     assert extender["nodeCacheCapable"] is True and extender["httpTimeout"] == "30s"
     managed = {m["name"]: m["ignoredByScheduler"] for m in extender["managedResources"]}
     assert managed == {"hygon.com/dcunum": False, "hygon.com/dcumem": True, "hygon.com/dcucores": True}
