@@ -14,14 +14,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import jsonpatch
 import pytest
 
 from hami_dcu.common.kube import NotFoundError
 from hami_dcu.deviceplugin.vdev import parse_dirname
 from hami_dcu.dra import names
 from hami_dcu.dra.quantity import to_int
-from hami_dcu.dra.translate import translate
 from hami_dcu.e2e.realcluster.cluster import unavailable
 from hami_dcu.e2e.realcluster.dra_cluster import DraRealCluster
 from hami_dcu.e2e.scenarios import MockCard, phase, wait_until
@@ -262,25 +260,40 @@ def test_a_claim_template_gives_each_pod_its_own_share(dra: DraRealCluster) -> N
     assert all(conf_value(c, "cu_count") == ["20"] for c in confs)
 
 
-def test_a_hami_style_pod_spec_translated_into_claims_runs(dra: DraRealCluster) -> None:
-    """The same pod spec as in device-plugin mode, translated as the webhook will (dra/translate.py):
-    its templates are valid for the real API server and kube-scheduler allocates them."""
+def test_a_hami_style_pod_is_rewritten_by_the_webhook_into_claims_and_runs(dra: DraRealCluster) -> None:
+    """The same pod spec as in device-plugin mode, created through the real API server: our
+    webhook (chart mode dra) rewrites it into a claim from a per-shape template it creates,
+    kube-scheduler allocates the claim, our driver prepares it."""
     hami_pod = {"metadata": {"name": "hami-style"}, "spec": {"terminationGracePeriodSeconds": 0, "containers": [
         {"name": "main", "image": "busybox",
          "resources": {"limits": {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000", "hygon.com/dcucores": "25"}}}]}}
-    published = dra.resource_slice(NODE)
-    assert published is not None
-    units = tuple(to_int(d["capacity"]["cores"]["value"], "cores") for d in published["spec"]["devices"])
-    translation = translate(hami_pod, units)
+    created = dra.kube.create_pod(dra.namespace, hami_pod)
+    spec = created["spec"]
+    [pod_claim] = spec["resourceClaims"]
+    template_name = pod_claim["resourceClaimTemplateName"]
+    assert template_name.startswith("hami-dcu-")
+    # The extended resources are gone (no node offers them in DRA mode) and the container names the claim.
+    resources = spec["containers"][0]["resources"]
+    assert not any(k.startswith("hygon.com/") for part in ("limits", "requests") for k in resources.get(part) or {})
+    assert resources["claims"] == [{"name": pod_claim["name"]}]
+    assert spec.get("schedulerName") == "default-scheduler"  # kube-scheduler places it, not the extender
     templates = f"{names.RESOURCE_API}/namespaces/{dra.namespace}/resourceclaimtemplates"
-    for made in translation.templates:
-        dra.kube.request("POST", templates, body=made)
-    dra.kube.create_pod(dra.namespace, jsonpatch.apply_patch(hami_pod, translation.patch))
-    wait_running(dra, "hami-style")
+    made = dra.kube.request("GET", f"{templates}/{template_name}")
+    assert made["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"] == {
+        "memory": "2000Mi", "cores": "30"}
+
+    pod = wait_running(dra, "hami-style")
+    assert pod["spec"]["nodeName"] == NODE
     [conf] = vdevs(dra).values()
-    assert conf_value(conf, "cu_count") == ["30"] and conf_value(conf, "mem") == ["2000 MiB"]
-    for made in translation.templates:
-        dra.kube.request("DELETE", f"{templates}/{made['metadata']['name']}")
+    assert conf_value(conf, "cu_count") == ["30"] and conf_value(conf, "mem") == ["2000 MiB"]  # 25 % of 120 CUs
+    assert bin(cu_mask(conf)).count("1") == 30
+
+    # A second pod of the same shape reuses the template (named from the shape) and gets its own share.
+    second = dra.kube.create_pod(dra.namespace, {**hami_pod, "metadata": {"name": "hami-style-2"}})
+    assert second["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == template_name
+    wait_running(dra, "hami-style-2")
+    masks = [cu_mask(c) for c in vdevs(dra).values()]
+    assert len(masks) == 2 and masks[0] & masks[1] == 0
 
 
 def test_a_driver_restart_loses_nothing(dra: DraRealCluster) -> None:

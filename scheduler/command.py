@@ -59,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds /bind waits for a locked node (keep below the extender httpTimeout)")
     parser.add_argument("--resync", type=float, default=300, help="seconds between full relists")
     parser.add_argument("--serve-webhook", action="store_true", help="also serve POST /webhook on --bind")
+    parser.add_argument("--mode", choices=("devicePlugin", "dra"), default="devicePlugin",
+                        help="what the webhook does with DCU pods: route them to this extender (devicePlugin) or "
+                             "rewrite them into DRA claims (dra) (default %(default)s)")
     add_identity_arguments(parser)
 
 
@@ -101,7 +104,11 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
         device_plugin_identity=getattr(args, "device_plugin_identity", None))
     # In this process the webhook sees the extender's quota book and cache: it checks quotas at admission.
     settings = replace(webhook_settings(defaults), quota=admission_view(service.quotas, service.cache))
-    add_webhook_routes(app, settings, service.metrics.registry)
+    dra = None
+    if getattr(args, "mode", "devicePlugin") == "dra":
+        from hami_dcu.webhook.draclaims import DraClaims
+        settings, dra = replace(settings, mode="dra"), DraClaims(service.kube)
+    add_webhook_routes(app, settings, service.metrics.registry, dra=dra)
 
 
 def _address(flag: str, value: str) -> tuple[str, int]:

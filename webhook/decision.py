@@ -2,7 +2,9 @@
 
 A pod *uses DCU* when any container or init container names a DCU resource in limits or
 requests. Such a pod is routed to hami-scheduler, or denied with a message that says what
-to change. Pods that do not use DCU pass untouched.
+to change. Pods that do not use DCU pass untouched. In DRA mode the pod is instead rewritten
+to ask through ResourceClaims (dra/translate.py); the templates it names are returned in the
+decision, for the shell to create: this module does no I/O.
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ import jsonpatch
 from hami_dcu.common import keys
 from hami_dcu.common.requests import RequestError, asks_for_dcu, names_dcu, parse_container_request
 from hami_dcu.common.writers import Identities
+from hami_dcu.dra.translate import TranslateError, translate
 from hami_dcu.webhook.advice import scheduling_warnings
 from hami_dcu.webhook.quotacheck import QuotaLookup, quota_problem
 from hami_dcu.webhook.rename import adopt_names
 
 JSON = dict[str, Any]
+DEVICE_PLUGIN, DRA = "devicePlugin", "dra"
+MODES = (DEVICE_PLUGIN, DRA)
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,11 @@ class Settings:
     identities: Identities = field(default_factory=Identities)
     # Namespace DCU quotas and use (webhook/quotacheck.py); none when the webhook runs alone.
     quota: QuotaLookup | None = None
+    # devicePlugin: route DCU pods to the extender; dra: rewrite them into claims (DESIGN.md, Modes).
+    mode: str = DEVICE_PLUGIN
+    # DRA mode: compute units per card size published in ResourceSlices (the shell reads them),
+    # which a cores percentage needs to become a compute-unit count.
+    card_units: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,8 @@ class Decision:
     message: str = ""
     patch: list[JSON] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # DRA mode: ResourceClaimTemplates the patched pod names, for the shell to get-or-create.
+    templates: list[JSON] = field(default_factory=list)
 
 
 def _deny(reason: str, message: str) -> Decision:
@@ -108,6 +120,9 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
                          f"one container gets one shared vDCU, or several whole cards: use {names.count}: 1 "
                          f"with {names.memory}/{names.cores}, or drop them to get {request.count} whole cards")
 
+    if settings.mode == DRA:
+        # kube-scheduler places claims itself: no schedulerName, extender quota book or policy annotations apply.
+        return _as_claims(original, pod, settings, adopted.warnings(settings.naming))
     hints = adopted.warnings(settings.naming) + scheduling_warnings(meta.get("annotations") or {})
     current = spec.get("schedulerName") or ""
     if current and current != settings.scheduler_name and current not in settings.overwritable_schedulers:
@@ -128,3 +143,34 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
     patch = jsonpatch.make_patch(before, after).patch
     reason = "routed" if current != settings.scheduler_name else "renamed"
     return Decision(allowed=True, reason=reason, patch=patch, warnings=hints)
+
+
+def _as_claims(original: JSON, pod: JSON, settings: Settings, hints: list[str]) -> Decision:
+    """DRA mode: `pod` (already renamed to this naming set) rewritten to ask through claims; the
+    patch is against `original`, what the API server holds."""
+    names = settings.resources
+    try:
+        translation = translate(pod, settings.card_units, (names,))
+    except (TranslateError, RequestError) as exc:
+        return _deny("dra-untranslatable", str(exc))
+    if not translation.patch:
+        # The author wrote resourceClaims by hand: theirs to keep, but no node offers the DCU
+        # resources beside them in DRA mode, so say so rather than leave the pod Pending silently.
+        kept = (f"spec.resourceClaims is set, so {names.count}/{names.memory}/{names.cores} are not rewritten; "
+                "no node offers them in DRA mode")
+        return Decision(allowed=True, reason="own-claims", warnings=[*hints, kept])
+    spec = jsonpatch.apply_patch({"spec": pod.get("spec") or {}}, translation.patch)["spec"]
+    before: JSON = {"spec": original.get("spec") or {}}
+    after: JSON = {"spec": spec}
+    annotations = (pod.get("metadata") or {}).get("annotations")
+    original_annotations = (original.get("metadata") or {}).get("annotations")
+    if annotations != original_annotations:  # renamed type annotations, as in device-plugin mode
+        before["metadata"] = {"annotations": original_annotations or {}}
+        after["metadata"] = {"annotations": annotations or {}}
+    templates = {claim["name"]: claim["resourceClaimTemplateName"] for claim in spec["resourceClaims"]}
+    rewrites = [f"{c['name']} -> claim {claim['name']} (ResourceClaimTemplate {templates[claim['name']]})"
+                for section in ("initContainers", "containers") for c in spec.get(section) or []
+                for claim in (c.get("resources") or {}).get("claims") or [] if claim["name"] in templates]
+    warning = f"DRA mode: {names.count}, {names.memory}, {names.cores} rewritten into claims: " + ", ".join(rewrites)
+    return Decision(allowed=True, reason="claims", patch=jsonpatch.make_patch(before, after).patch,
+                    warnings=[*hints, warning], templates=translation.templates)

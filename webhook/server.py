@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import web
@@ -11,9 +12,11 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from hami_dcu.common.body import BODY_DEADLINE, BodyError, read_body
+from hami_dcu.common.kube import KubeError
 from hami_dcu.common.podshape import pod_shape_problem
 from hami_dcu.webhook import guard
-from hami_dcu.webhook.decision import Decision, Settings, review
+from hami_dcu.webhook.decision import DRA, Decision, Settings, review
+from hami_dcu.webhook.draclaims import DraClaims
 from hami_dcu.webhook.schemas import BadReview, build_response, load_review
 
 log = logging.getLogger(__name__)
@@ -33,6 +36,28 @@ class WebhookMetrics:
 
 def answer(body: bytes, settings: Settings, metrics: WebhookMetrics) -> dict[str, Any]:
     """One review: parse, decide, build the response. Raises BadReview for a bad body."""
+    return respond(decide(body, settings), metrics)
+
+
+@dataclass
+class Reviewed:
+    data: dict[str, Any]
+    who: str
+    decision: Decision
+    started: float
+
+    @property
+    def request(self) -> dict[str, Any]:
+        return self.data["request"]
+
+    @property
+    def namespace(self) -> str:
+        pod = self.request.get("object") or {}
+        return self.request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
+
+
+def decide(body: bytes, settings: Settings) -> Reviewed:
+    """Parse and decide (pure): what `answer` does before the response. Raises BadReview."""
     started = time.perf_counter()
     data = load_review(body)
     request = data["request"]
@@ -41,7 +66,12 @@ def answer(body: bytes, settings: Settings, metrics: WebhookMetrics) -> dict[str
     if is_pod and (problem := pod_shape_problem(pod)):
         raise BadReview(f"pod object is malformed: {problem}")
     who = _who(request, pod) if is_pod else f"{request.get('namespace')}/{request.get('name') or '?'}"
-    decision = _decide(request, pod, is_pod, settings)
+    return Reviewed(data, who, _decide(request, pod, is_pod, settings), started)
+
+
+def respond(reviewed: Reviewed, metrics: WebhookMetrics) -> dict[str, Any]:
+    """The response for a decided review, logged and counted."""
+    data, request, decision, who = reviewed.data, reviewed.request, reviewed.decision, reviewed.who
     response = build_response(data["apiVersion"], request["uid"], decision.allowed, message=decision.message,
                               patch=decision.patch, warnings=decision.warnings)
     if decision.reason == "not-a-pod-create":
@@ -52,8 +82,24 @@ def answer(body: bytes, settings: Settings, metrics: WebhookMetrics) -> dict[str
         log.info("%s %s %s: denied (%s): %s", request["operation"], request["kind"]["kind"], who, decision.reason,
                  decision.message)
     metrics.reviews.labels("allowed" if decision.allowed else "denied", decision.reason).inc()
-    metrics.latency.observe(time.perf_counter() - started)
+    metrics.latency.observe(time.perf_counter() - reviewed.started)
     return response
+
+
+async def _create_templates(reviewed: Reviewed, dra: DraClaims) -> Reviewed:
+    """DRA mode's side effect: the templates the patched pod names, created before the pod is
+    admitted (a pod naming a missing template waits on it). None on dryRun."""
+    if not reviewed.decision.templates or reviewed.request.get("dryRun"):
+        return reviewed
+    try:
+        await dra.ensure_templates(reviewed.namespace, reviewed.decision.templates)
+    except KubeError as exc:
+        names = ", ".join(t["metadata"]["name"] for t in reviewed.decision.templates)
+        return replace(reviewed, decision=Decision(
+            allowed=False, reason="template-create-failed",
+            message=f"DRA mode: cannot create ResourceClaimTemplate {names} in {reviewed.namespace} for this "
+                    f"pod's DCU request: {exc}; retry, or ask the administrator to check the webhook's RBAC"))
+    return reviewed
 
 
 def _decide(request: dict[str, Any], pod: dict[str, Any], is_pod: bool, settings: Settings) -> Decision:
@@ -82,9 +128,18 @@ def _who(request: dict[str, Any], pod: dict[str, Any]) -> str:
 
 
 def add_webhook_routes(app: web.Application, settings: Settings, registry: CollectorRegistry,
-                       body_deadline: float = BODY_DEADLINE) -> None:
-    """Mount `POST /webhook` on `app` (the scheduler does this with --serve-webhook)."""
+                       body_deadline: float = BODY_DEADLINE, dra: DraClaims | None = None) -> None:
+    """Mount `POST /webhook` on `app` (the scheduler does this with --serve-webhook). In DRA
+    mode `dra` reads the card sizes and creates the templates rewritten pods name."""
+    if settings.mode == DRA and dra is None:
+        raise ValueError("the webhook in DRA mode needs API access to create ResourceClaimTemplates")
     metrics = WebhookMetrics(registry)
+
+    async def review_body(body: bytes) -> dict[str, Any]:
+        if dra is None:
+            return answer(body, settings, metrics)
+        reviewed = decide(body, replace(settings, card_units=await dra.card_units()))
+        return respond(await _create_templates(reviewed, dra), metrics)
 
     async def handle(request: web.Request) -> web.Response:
         try:
@@ -94,7 +149,7 @@ def add_webhook_routes(app: web.Application, settings: Settings, registry: Colle
             metrics.reviews.labels("rejected", "bad-body").inc()
             return web.json_response({"error": str(exc)}, status=exc.status)
         try:
-            return web.json_response(answer(body, settings, metrics))
+            return web.json_response(await review_body(body))
         except BadReview as exc:
             log.warning("bad admission review from %s: %s", request.remote, exc)
             metrics.reviews.labels("rejected", "bad-request").inc()
@@ -104,10 +159,10 @@ def add_webhook_routes(app: web.Application, settings: Settings, registry: Colle
 
 
 def build_app(settings: Settings, registry: CollectorRegistry | None = None,
-              body_deadline: float = BODY_DEADLINE) -> web.Application:
+              body_deadline: float = BODY_DEADLINE, dra: DraClaims | None = None) -> web.Application:
     registry = registry or CollectorRegistry()
     app = web.Application(client_max_size=MAX_BODY)
-    add_webhook_routes(app, settings, registry, body_deadline)
+    add_webhook_routes(app, settings, registry, body_deadline, dra)
 
     async def ok(_request: web.Request) -> web.Response:
         return web.Response(text="ok")

@@ -68,3 +68,23 @@ def test_an_unknown_mode_is_refused():
     with pytest.raises(subprocess.CalledProcessError) as failed:
         render("mode=both")
     assert "devicePlugin" in failed.value.stderr and "dra" in failed.value.stderr
+
+
+def test_dra_mode_webhook_rewrites_with_create_rights_and_declares_its_side_effect():
+    parser, _ = build_parser()
+    for mode, side_effects in (("dra", "NoneOnDryRun"), ("devicePlugin", "None")):
+        docs = render(f"mode={mode}")
+        [config] = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+        assert config["webhooks"][0]["sideEffects"] == side_effects
+        [scheduler] = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "r-hami-dcu-scheduler"]
+        [extender] = [c for c in scheduler["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"]
+        args = parser.parse_command_line(extender["args"])
+        assert (args.command, args.mode) == ("scheduler", mode) and args.webhook_bind
+        [role] = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "r-hami-dcu-scheduler"]
+        granted = {(r["apiGroups"][0], r["resources"][0]): set(r["verbs"]) for r in role["rules"]}
+        if mode == "dra":
+            # get-or-create only: the webhook never edits or deletes a template a pod may be using.
+            assert granted[("resource.k8s.io", "resourceclaimtemplates")] == {"get", "create"}
+            assert granted[("resource.k8s.io", "resourceslices")] == {"list"}
+        else:
+            assert not [key for key in granted if key[0] == "resource.k8s.io"]

@@ -1,0 +1,212 @@
+"""DRA mode in the webhook: the pure rewrite of HAMi-style requests into claims (decision.py),
+and the shell that reads card sizes and get-or-creates the templates (draclaims.py, server.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from typing import Any
+
+import jsonpatch
+import pytest
+from prometheus_client import CollectorRegistry
+
+from hami_dcu.common import keys
+from hami_dcu.common.kube import AsyncKube, ConflictError, KubeError, NotFoundError
+from hami_dcu.webhook.decision import DRA, Settings, review
+from hami_dcu.webhook.draclaims import DraClaims, units_of
+from hami_dcu.webhook.server import build_app
+
+JSON = dict[str, Any]
+DRA_SETTINGS = Settings(mode=DRA, card_units=(120,), naming=keys.NAMINGS["dcu"])
+SHARE = {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000", "hygon.com/dcucores": "25"}
+
+
+def pod(*containers: JSON, **spec: Any) -> JSON:
+    return {"metadata": {"name": "p", "namespace": "ns"}, "spec": {"containers": list(containers), **spec}}
+
+
+def container(name: str = "main", **limits: str) -> JSON:
+    return {"name": name, "image": "app", "resources": {"limits": limits or dict(SHARE)}}
+
+
+# --- the pure rewrite --------------------------------------------------------------------------
+
+
+def test_a_share_is_rewritten_into_a_claim_from_a_template_with_a_warning_naming_it():
+    original = pod(container(**SHARE, cpu="1"))
+    decision = review(original, DRA_SETTINGS)
+    assert decision.allowed and decision.reason == "claims"
+    [template] = decision.templates
+    name = template["metadata"]["name"]
+    [request] = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["capacity"]["requests"] == {"memory": "2000Mi", "cores": "30"}  # 25 % of 120 CUs
+    spec = jsonpatch.apply_patch(original, decision.patch)["spec"]
+    assert spec["resourceClaims"] == [{"name": "dcu-main", "resourceClaimTemplateName": name}]
+    assert spec["containers"][0]["resources"] == {"limits": {"cpu": "1"}, "claims": [{"name": "dcu-main"}]}
+    # kube-scheduler places claims: the pod is not routed to the extender.
+    assert "schedulerName" not in spec
+    [warning] = decision.warnings
+    assert "DRA mode" in warning and name in warning and "dcu-main" in warning
+
+
+def test_the_same_shape_in_two_containers_shares_one_template():
+    decision = review(pod(container("a"), container("b")), DRA_SETTINGS)
+    [template] = decision.templates
+    spec = jsonpatch.apply_patch(pod(container("a"), container("b")), decision.patch)["spec"]
+    assert [c["resourceClaimTemplateName"] for c in spec["resourceClaims"]] == [template["metadata"]["name"]] * 2
+
+
+def test_the_other_naming_set_is_renamed_then_rewritten():
+    hcu = {"hygon.com/hcunum": "1", "hygon.com/hcucores": "50"}
+    original = pod(container(**hcu))
+    decision = review(original, DRA_SETTINGS)
+    assert decision.allowed and decision.reason == "claims"
+    assert any("renamed" in w for w in decision.warnings)
+    spec = jsonpatch.apply_patch(original, decision.patch)["spec"]
+    assert spec["containers"][0]["resources"] == {"claims": [{"name": "dcu-main"}]}
+    [request] = decision.templates[0]["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["capacity"]["requests"] == {"cores": "60"}
+
+
+def test_a_pod_with_its_own_claims_is_left_alone_with_a_warning():
+    decision = review(pod(container(), resourceClaims=[{"name": "x", "resourceClaimName": "x"}]), DRA_SETTINGS)
+    assert decision.allowed and decision.reason == "own-claims"
+    assert not decision.patch and not decision.templates
+    assert any("resourceClaims" in w for w in decision.warnings)
+
+
+def test_a_cores_percentage_without_published_cards_is_denied_with_the_reason():
+    decision = review(pod(container()), Settings(mode=DRA, card_units=()))
+    assert not decision.allowed and decision.reason == "dra-untranslatable"
+    assert "ResourceSlice" in decision.message
+
+
+def test_the_shared_refusals_still_apply_in_dra_mode():
+    privileged = container()
+    privileged["securityContext"] = {"privileged": True}
+    assert review(pod(privileged), DRA_SETTINGS).reason == "privileged"
+    many = review(pod(container(**{"hygon.com/dcunum": "2", "hygon.com/dcucores": "10"})), DRA_SETTINGS)
+    assert not many.allowed and many.reason == "multi-card-sharing"
+
+
+def test_device_plugin_mode_still_routes_and_creates_nothing():
+    decision = review(pod(container()), Settings(card_units=(120,)))
+    assert decision.reason == "routed" and not decision.templates
+    assert {"op": "add", "path": "/spec/schedulerName", "value": keys.DEFAULT_SCHEDULER_NAME} in decision.patch
+
+
+# --- the shell ---------------------------------------------------------------------------------
+
+
+class FakeKube:
+    """The one seam DraClaims calls (Kube.request), over dicts."""
+
+    def __init__(self, slices: list[JSON] | None = None) -> None:
+        self.slices = slices if slices is not None else [slice_of(120)]
+        self.templates: dict[tuple[str, str], JSON] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.fail_create: KubeError | None = None
+        self.lock = threading.Lock()
+
+    def request(self, method: str, path: str, *, query: JSON | None = None, body: Any = None) -> JSON:
+        with self.lock:
+            self.calls.append((method, path))
+        if path.endswith("/resourceslices"):
+            assert query == {"fieldSelector": "spec.driver=dra.hygon.com"}
+            return {"items": self.slices}
+        namespace = path.split("/namespaces/")[1].split("/")[0]
+        if method == "GET":
+            name = path.rsplit("/", 1)[1]
+            if (namespace, name) not in self.templates:
+                raise NotFoundError(404, "NotFound", name)
+            return self.templates[(namespace, name)]
+        assert method == "POST"
+        if self.fail_create is not None:
+            raise self.fail_create
+        key = (namespace, body["metadata"]["name"])
+        if key in self.templates:
+            raise ConflictError(409, "AlreadyExists", key[1])
+        self.templates[key] = body
+        return body
+
+
+def slice_of(*units: int, driver: str = "dra.hygon.com") -> JSON:
+    return {"metadata": {"name": "s"}, "spec": {"driver": driver, "devices": [
+        {"name": f"d{i}", "capacity": {"cores": {"value": str(u)}}} for i, u in enumerate(units)]}}
+
+
+def admission(pod_: JSON, dry_run: bool = False) -> JSON:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": "team",
+                        "operation": "CREATE", "object": pod_, "dryRun": dry_run}}
+
+
+async def post(aiohttp_client: Any, fake: FakeKube, body: JSON) -> JSON:
+    dra = DraClaims(AsyncKube(fake))  # type: ignore[arg-type]
+    client = await aiohttp_client(build_app(Settings(mode=DRA), CollectorRegistry(), dra=dra))
+    response = await client.post("/webhook", json=body)
+    assert response.status == 200
+    return (await response.json())["response"]
+
+
+async def test_the_shell_creates_the_template_in_the_pods_namespace_before_admitting(aiohttp_client):
+    fake = FakeKube()
+    response = await post(aiohttp_client, fake, admission(pod(container())))
+    assert response["allowed"] is True
+    patch = json.loads(base64.b64decode(response["patch"]))
+    [claim] = next(op["value"] for op in patch if op["path"] == "/spec/resourceClaims")
+    [(namespace, name)] = fake.templates
+    assert (namespace, name) == ("team", claim["resourceClaimTemplateName"])
+    cores = fake.templates[(namespace, name)]["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    assert cores["capacity"]["requests"]["cores"] == "30"  # from the listed slice's 120 CUs
+    assert any("DRA mode" in w for w in response["warnings"])
+
+
+async def test_an_existing_template_is_reused_not_created_again(aiohttp_client):
+    fake = FakeKube()
+    await post(aiohttp_client, fake, admission(pod(container())))
+    posts = sum(1 for method, _ in fake.calls if method == "POST")
+    response = await post(aiohttp_client, fake, admission(pod(container())))
+    assert response["allowed"] is True
+    assert sum(1 for method, _ in fake.calls if method == "POST") == posts == 1
+
+
+async def test_a_dry_run_review_creates_nothing(aiohttp_client):
+    fake = FakeKube()
+    response = await post(aiohttp_client, fake, admission(pod(container()), dry_run=True))
+    assert response["allowed"] is True and response["patch"]
+    assert not fake.templates and not any("resourceclaimtemplates" in path for _, path in fake.calls)
+
+
+async def test_a_template_that_cannot_be_created_denies_the_pod_saying_why(aiohttp_client):
+    fake = FakeKube()
+    fake.fail_create = KubeError(403, "Forbidden", "cannot create resourceclaimtemplates")
+    response = await post(aiohttp_client, fake, admission(pod(container())))
+    assert response["allowed"] is False
+    assert "ResourceClaimTemplate" in response["status"]["message"] and "403" in response["status"]["message"]
+
+
+async def test_card_sizes_are_cached_and_relisted_when_none_were_known():
+    now = [0.0]
+    fake = FakeKube(slices=[])
+    claims = DraClaims(AsyncKube(fake), clock=lambda: now[0], max_age=60)  # type: ignore[arg-type]
+    assert await claims.card_units() == ()
+    fake.slices = [slice_of(120, 60), slice_of(999, driver="other.example.com")]
+    assert await claims.card_units() == (60, 120)  # none known: listed again at once
+    fake.slices = [slice_of(64)]
+    assert await claims.card_units() == (60, 120)  # fresh enough: no list
+    now[0] = 61
+    assert await claims.card_units() == (64,)
+
+
+def test_units_of_skips_unreadable_capacities():
+    broken = {"spec": {"driver": "dra.hygon.com", "devices": [{"name": "x", "capacity": {"cores": {"value": "lots"}}},
+                                                               {"name": "y"}]}}
+    assert units_of([broken, slice_of(60)]) == (60,)
+
+
+def test_dra_mode_without_api_access_refuses_to_start():
+    with pytest.raises(ValueError, match="DRA mode"):
+        build_app(Settings(mode=DRA), CollectorRegistry())
