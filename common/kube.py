@@ -77,6 +77,7 @@ class UnreachableError(KubeError):
 class ObjectList:
     items: list[JSON]
     resource_version: str
+    continue_token: str = ""  # a paged list's next page ("" on the last one)
 
 
 def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s_client.ApiClient:
@@ -201,6 +202,17 @@ class Kube:
 
     def list_resource_quotas(self) -> ObjectList:
         return _object_list(self.request("GET", "/api/v1/resourcequotas"))
+
+    def list_page(self, path: str, limit: int, continue_token: str = "",
+                  keep: Callable[[JSON], JSON] | None = None) -> ObjectList:
+        """One page of at most `limit` items of the list at `path` (`continue_token`: the
+        previous page's). Every page shows the same snapshot, the first page's
+        resourceVersion; an expired token raises GoneError (list again from the start).
+        `keep` trims each item as it is read, so a large list never sits whole in memory."""
+        page = _object_list(self.request("GET", path, query={"limit": limit, "continue": continue_token or None}))
+        if keep is not None:
+            page.items[:] = [keep(item) for item in page.items]
+        return page
 
     def watch_nodes(
         self, resource_version: str, timeout_seconds: int = 300, label_selector: str | None = None
@@ -429,9 +441,11 @@ def _metadata_patch(
 
 
 def _object_list(body: JSON) -> ObjectList:
+    meta = body.get("metadata") or {}
     return ObjectList(
         items=list(body.get("items") or []),
-        resource_version=str((body.get("metadata") or {}).get("resourceVersion", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        continue_token=str(meta.get("continue") or ""),
     )
 
 
@@ -479,6 +493,10 @@ class AsyncKube:
 
     async def list_nodes(self, label_selector: str | None = None) -> ObjectList:
         return await self.call(self.kube.list_nodes, label_selector)
+
+    async def list_page(self, path: str, limit: int, continue_token: str = "",
+                        keep: Callable[[JSON], JSON] | None = None) -> ObjectList:
+        return await self.call(self.kube.list_page, path, limit, continue_token, keep)
 
     async def list_resource_quotas(self) -> ObjectList:
         return await self.call(self.kube.list_resource_quotas)

@@ -44,6 +44,7 @@ from hami_dcu.common.codec import (
     decode_pod_devices,
 )
 from hami_dcu.scheduler import policy as policies
+from hami_dcu.scheduler.cardstates import CardStateTable
 from hami_dcu.scheduler.fit import CardSpec, PodFit
 from hami_dcu.scheduler.handshake import HANDSHAKE_TTL, HandshakeSeen, allocates_dcu, fresh_until, observe
 from hami_dcu.scheduler.usage import Usage, collapse
@@ -83,6 +84,10 @@ class NodeEntry:
     ignored_claims: list[str] = field(default_factory=list)  # shares of cards the node does not report
     generation: int = 0
     _score: tuple[int, float] = (-1, 0.0)
+    # Derived with `used` on every change, for /filter's hot loop (filtering.py): the card
+    # states (cardstates.py) of `cards` in order, and the node score.
+    card_states: tuple[int, ...] = ()
+    node_score: float = 0.0
 
     def lock(self) -> LockValue | None:
         if not self.lock_value:
@@ -149,6 +154,14 @@ class Assumption:
         return assumed_key(self.uid)
 
 
+@dataclass(slots=True)
+class PodRelist:
+    """What a pod list in progress has shown so far (uids, and names for the locks)."""
+
+    seen: set[str] = field(default_factory=set)
+    names: set[PodKey] = field(default_factory=set)
+
+
 def assumed_key(uid: str) -> str:
     """The holdings key of a pod's assumption (pod UIDs never contain '/')."""
     return f"assumed/{uid}"
@@ -180,6 +193,7 @@ class ClusterCache:
         self.lock_holders: dict[PodKey, set[str]] = {}  # pod -> nodes whose lock names it
         self.needless_locks: list[NeedlessLock] = []
         self.drift: Counter[str] = Counter()  # repairs made by relists, by kind
+        self.card_states = CardStateTable()
         self.assume_ttl = assume_ttl
         self.bound_ttl = bound_ttl
 
@@ -246,6 +260,8 @@ class ClusterCache:
             return
         self._index_lock(entry, None)
         if not entry.holdings:
+            for state in entry.card_states:
+                self.card_states.release(state)
             del self.nodes[name]
             return
         entry.present = False
@@ -400,25 +416,34 @@ class ClusterCache:
         """A fresh list: apply every pod, drop the ones that are gone, rebuild every node's
         holdings from the result and count what had drifted. Locks whose holder is not in
         the list are queued as needless."""
-        seen: set[str] = set()
-        names: set[PodKey] = set()
+        relist = PodRelist()
+        self.relist_pods_page(relist, pods)
+        self.relist_pods_done(relist)
+
+    def relist_pods_page(self, relist: PodRelist, pods: Iterable[JSON]) -> None:
+        """One page of a paged list (replace_pods in steps: the informer applies each page as
+        it arrives, so a list of 40,000 pods is never in memory whole). Until
+        `relist_pods_done`, pods missing from the list are still counted, as with a watch
+        that has not caught up yet."""
         for pod in pods:
             meta = pod.get("metadata") or {}
             uid = meta.get("uid")
             if uid:
-                seen.add(uid)
-                names.add((meta.get("namespace") or "default", meta.get("name") or ""))
+                relist.seen.add(uid)
+                relist.names.add((meta.get("namespace") or "default", meta.get("name") or ""))
                 current = self.pods.get(uid)
                 if current is not None:
                     current.resource_version = ""
                     if self._listed_differs(current, pod):
                         self.drift["missed-update"] += 1
                 self.apply_pod(pod)
-        for uid in [u for u in self.pods if u not in seen]:
+
+    def relist_pods_done(self, relist: PodRelist) -> None:
+        for uid in [u for u in self.pods if u not in relist.seen]:
             record = self.pods[uid]
             self.drift["missed-delete"] += 1
             self.delete_pod({"metadata": {"uid": uid, "namespace": record.namespace, "name": record.name}})
-        for key in [k for k in self.lock_holders if k not in names]:
+        for key in [k for k in self.lock_holders if k not in relist.names]:
             self._judge_holder(key, None)
         self._repair_holdings()
 
@@ -555,6 +580,8 @@ class ClusterCache:
         entry.degraded = degraded
         entry.ignored_claims = ignored
         entry.generation += 1
+        entry.card_states = self.card_states.states_of(entry.cards, used, entry.card_states)
+        entry.node_score = entry.score()
 
 
 def _holding_node(spec: JSON, annotations: JSON) -> str | None:

@@ -27,7 +27,7 @@ from hami_dcu.common.kube import AsyncKube, Kube, KubeConfigError
 from hami_dcu.common.preferences import CARD_WORDS
 from hami_dcu.common.tls import ReloadingTLS
 from hami_dcu.common.writer_flags import add_identity_arguments
-from hami_dcu.scheduler import policy
+from hami_dcu.scheduler import gcpolicy, policy
 from hami_dcu.scheduler.app import build_app, build_side_app
 from hami_dcu.scheduler.bind import BindSettings
 from hami_dcu.scheduler.filtering import FilterSettings
@@ -139,7 +139,10 @@ async def serve(args: argparse.Namespace) -> None:
         if value:
             _address(flag, value)  # a bad address fails before anything starts
     kube = AsyncKube(Kube.from_kubeconfig(args.kubeconfig))
+    gcpolicy.tune()
     service = SchedulerService(kube, settings_from(args))
+    if service.informer is not None:  # the cache's objects live long: out of the collector's sight
+        service.informer.on_listed = gcpolicy.settle
     if tls is not None:
         service.metrics.watch_certificate(args.tls_cert)  # hami_dcu_certificate_expiry_timestamp_seconds
     app = build_app(service, metrics=not args.metrics_bind)

@@ -2,15 +2,23 @@
 
 For each candidate node: is it usable (known, registered, plugin alive, not degraded), and
 does the pod fit its cards (fit.py)? Among fitting nodes the node policy picks exactly one.
-A node's fit result is memoised per (node generation, pod shape): it is only recomputed
-when something on that node changed, which keeps a 5,000-node filter cheap.
+
+A node is judged by its card states (cardstates.py, verdicts.py): each distinct card state
+is checked once per pod shape, and a node costs a set lookup, for a shape seen before or
+not, so a filter over 5,000 nodes costs about what decoding its request does. Only the
+chosen node is placed card by card (fit.py), which also checks the verdict. Pods whose fit
+does not follow from card states are fitted exactly per node, memoised per (node
+generation, pod shape).
 """
 
 from __future__ import annotations
 
+import logging
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from operator import attrgetter
 from typing import Any
 
 from hami_dcu.common import keys
@@ -23,9 +31,12 @@ from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss, Selection, fit_pod
 from hami_dcu.scheduler.handshake import HANDSHAKE_TTL, handshake_problem
 from hami_dcu.scheduler.reasons import Code, NodeRejection
 from hami_dcu.scheduler.usage import Usage
+from hami_dcu.scheduler.verdicts import ShapeVerdicts, judgeable, shape_verdicts
 
+log = logging.getLogger(__name__)
 JSON = dict[str, Any]
-_MEMO_SHAPES_PER_NODE = 8
+_SHAPES_KEPT = 512  # pod shapes whose card-state verdicts are kept
+_EXACT_SHAPES_PER_NODE = 32  # exact fits kept per node and generation
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,9 @@ class FilterOutcome:
     fit: PodFit | None = None
     failed: dict[str, NodeRejection] = field(default_factory=dict)
     fitting: int = 0
+    # A failing node's own figures, worked out only when asked (rejections judged from card
+    # states carry the text all such nodes share, not each node's numbers).
+    explain: Callable[[str, NodeRejection], str] | None = None
 
     def failed_text(self) -> dict[str, str]:
         return {node: r.message for node, r in self.failed.items()}
@@ -101,8 +115,10 @@ class FilterOutcome:
         """One failing node's own figures ("node3: container main needs ..., card X: 1024 MiB free
         < 2000 MiB requested"), the first by name, so the text is stable between attempts."""
         for node in sorted(self.failed):
-            if self.failed[node].detail:
-                return f"{node}: {self.failed[node].detail}"
+            rejection = self.failed[node]
+            detail = rejection.detail or (self.explain(node, rejection) if self.explain is not None else "")
+            if detail:
+                return f"{node}: {detail}"
         return ""
 
     def codes(self) -> list[Code]:
@@ -114,8 +130,10 @@ class Filter:
         self.cache = cache
         self.settings = settings
         self._ttl = timedelta(seconds=settings.handshake_ttl_seconds)
-        # node -> (generation, {shape id: result}); shapes get small int ids so a memo
-        # lookup hashes an int, not the nested request tuple.
+        # Card-state verdicts per pod shape (None: a shape fitted exactly), least recently used first.
+        self._verdicts: OrderedDict[tuple[object, ...], ShapeVerdicts | None] = OrderedDict()
+        # Exact fits, for shapes verdicts cannot judge and for bind: node -> (generation,
+        # {shape id: result}); shapes get small int ids so a lookup hashes an int.
         self._memo: dict[str, tuple[int, dict[int, PodFit | NodeRejection]]] = {}
         self._shape_ids: dict[tuple[object, ...], int] = {}
 
@@ -129,43 +147,102 @@ class Filter:
             found = self._shape_ids[shape] = len(self._shape_ids)
         return found
 
+    def _verdicts_for(self, plan: PodPlan) -> ShapeVerdicts | None:
+        shape = plan.shape
+        if shape in self._verdicts:
+            self._verdicts.move_to_end(shape)
+            verdicts = self._verdicts[shape]
+        else:
+            verdicts = (shape_verdicts(plan.requests, plan.names, plan.selection, plan.card_policy)
+                        if judgeable(plan.requests, plan.init_count, plan.selection, plan.card_policy) else None)
+            self._verdicts[shape] = verdicts
+            if len(self._verdicts) > _SHAPES_KEPT:
+                self._verdicts.popitem(last=False)
+        if verdicts is not None:
+            verdicts.sync(self.cache.card_states)
+        return verdicts
+
     def run(self, plan: PodPlan, node_names: Iterable[str], now: datetime,
             admit: Callable[[PodFit], NodeRejection | None] | None = None) -> FilterOutcome:
-        """`admit`: a last check of each node's placement (the namespace quota)."""
-        outcome = FilterOutcome()
-        scored: list[tuple[str, float]] = []
-        fits: dict[str, PodFit] = {}
-        shape = self._shape_id(plan)
+        """`admit`: a last check of the chosen node's placement (the namespace quota)."""
+        verdicts = self._verdicts_for(plan)
+        outcome = FilterOutcome(explain=lambda node, rejection: self._explain(node, rejection, plan, now, verdicts))
+        failed = outcome.failed
+        fitting: list[NodeEntry] = []
+        exact: dict[str, PodFit] = {}
+        shape = self._shape_id(plan) if verdicts is None else -1
+        one_card = verdicts.one_card if verdicts is not None else None
         now_ts = now.timestamp()
-        nodes, memo = self.cache.nodes, self._memo
+        nodes = self.cache.nodes
+        # The hot loop: a few attribute reads and one set operation per node, no allocation.
         for name in node_names:
             entry = nodes.get(name)
-            # The hot path: a usable node whose fit for this pod shape is memoised.
-            if (entry is not None and entry.present and not entry.register_error and not entry.degraded
-                    and entry.handshake_fresh_until >= now_ts):
-                cached = memo.get(name)
-                result = cached[1].get(shape) if cached is not None and cached[0] == entry.generation else None
-                if result is None:
-                    result = self._fit_and_remember(entry, plan, shape)
+            if (entry is None or not entry.present or entry.register_error or entry.degraded
+                    or entry.handshake_fresh_until < now_ts):
+                problem = self.usable(entry, now)
+                if problem is not None:
+                    failed[name] = problem
+                    continue
+                assert entry is not None
+            if one_card is not None and not one_card.isdisjoint(entry.card_states):
+                fitting.append(entry)
+                continue
+            if verdicts is not None:
+                rejection = verdicts.rejection(entry.card_states)
             else:
-                result = self.usable(entry, now) or self._fit_and_remember(entry, plan, shape)  # type: ignore[arg-type]
-            if isinstance(result, NodeRejection):
-                outcome.failed[name] = result
-                continue
-            refused = admit(result) if admit is not None else None
-            if refused is not None:
-                outcome.failed[name] = refused
-                continue
-            fits[name] = result
-            scored.append((name, entry.score()))  # type: ignore[union-attr]
-        outcome.fitting = len(scored)
-        outcome.chosen = policies.pick_node(scored, plan.node_policy)
-        if outcome.chosen is not None:
-            outcome.fit = fits[outcome.chosen]
+                result = self._fit_and_remember(entry, plan, shape)
+                if isinstance(result, NodeRejection):
+                    rejection = result
+                else:
+                    rejection, exact[name] = None, result
+            if rejection is None:
+                fitting.append(entry)
+            else:
+                failed[name] = rejection
+        self._choose(outcome, plan, fitting, exact, admit)
         return outcome
 
+    def _choose(self, outcome: FilterOutcome, plan: PodPlan, fitting: list[NodeEntry], exact: dict[str, PodFit],
+                admit: Callable[[PodFit], NodeRejection | None] | None) -> None:
+        """The node policy's pick among `fitting`, placed exactly (fit.py) and admitted; the
+        next best when either refuses."""
+        outcome.fitting = len(fitting)
+        while fitting:
+            entry = best_node(fitting, plan.node_policy)
+            result = exact.get(entry.name) or self._fit(entry, plan)
+            if isinstance(result, NodeRejection):
+                # Card-state verdicts let through a node fit.py refuses: fit.py is the rule.
+                log.warning("filter: node %s passed the card-state check but fit refuses it: %s", entry.name,
+                            result.detail)
+                outcome.failed[entry.name] = result
+            else:
+                refused = admit(result) if admit is not None else None
+                if refused is None:
+                    outcome.chosen, outcome.fit = entry.name, result
+                    return
+                outcome.failed[entry.name] = refused
+                if _same_amounts_everywhere(plan):
+                    # The quota counts amounts, and this pod holds the same on any node.
+                    for other in fitting:
+                        outcome.failed[other.name] = refused
+                    outcome.fitting = 0
+                    return
+            fitting = [other for other in fitting if other is not entry]
+            outcome.fitting -= 1
+
+    def _explain(self, name: str, rejection: NodeRejection, plan: PodPlan, now: datetime,
+                 verdicts: ShapeVerdicts | None) -> str:
+        """The node's own figures behind a card-state rejection, from an exact fit."""
+        if verdicts is None or not verdicts.made(rejection):
+            return ""
+        entry = self.cache.nodes.get(name)
+        if entry is None or self.usable(entry, now) is not None:
+            return ""
+        result = self._fit(entry, plan)
+        return result.detail if isinstance(result, NodeRejection) else ""
+
     def fit_node(self, name: str, plan: PodPlan, now: datetime) -> PodFit | NodeRejection:
-        """One node, as `run` judges it."""
+        """One node, placed exactly."""
         entry = self.cache.nodes.get(name)
         problem = self.usable(entry, now)
         if problem is not None:
@@ -181,7 +258,7 @@ class Filter:
         result = cached[1].get(shape)
         if result is None:
             result = self._fit(entry, plan)
-            if len(cached[1]) >= _MEMO_SHAPES_PER_NODE:
+            if len(cached[1]) >= _EXACT_SHAPES_PER_NODE:
                 cached[1].pop(next(iter(cached[1])))
             cached[1][shape] = result
         return result
@@ -205,6 +282,24 @@ class Filter:
         if isinstance(result, PodMiss):
             return NodeRejection(result.code, result.summary, result.message)
         return result
+
+
+_SCORE = attrgetter("node_score")
+_NAME = attrgetter("name")
+
+
+def best_node(entries: Sequence[NodeEntry], node_policy: str) -> NodeEntry:
+    """policy.pick_node over node entries, without building (name, score) pairs: binpack the
+    highest node score, spread the lowest, ties to the name ascending."""
+    scores = map(_SCORE, entries)
+    target = min(scores) if node_policy == policies.SPREAD else max(scores)
+    return min((entry for entry in entries if entry.node_score == target), key=_NAME)
+
+
+def _same_amounts_everywhere(plan: PodPlan) -> bool:
+    """One DCU container with a given memory size: it holds the same amounts on any node."""
+    asked = [request for request in plan.requests if request is not None]
+    return len(asked) == 1 and not asked[0].whole_memory
 
 
 def invalid_request(node_names: Iterable[str], error: RequestError) -> FilterOutcome:

@@ -5,7 +5,8 @@ Per resource: list (fill the cache, diffing out what vanished), watch from the l
 resourceVersion, re-watch from the last seen version when a stream ends, list again on
 410 Gone, and list again every `resync` seconds anyway so a missed event cannot leave a
 stale holding behind for long (user-pain-points row 20). Other errors back off 1 s
-doubling to 30 s. `synced` is set once every first list is in.
+doubling to 30 s. `synced` is set once every first list is in. Nodes and pods are listed in
+pages (`limit`/`continue`) and kept only in the fields the cache reads (slim.py).
 
 After every event and list, the node locks the cache found needless (their holder is
 gone, finished, running, done with its allocation or bound elsewhere) are handed to
@@ -21,9 +22,10 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from hami_dcu.common.kube import AsyncKube, GoneError
-from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock
+from hami_dcu.common.kube import AsyncKube, GoneError, ObjectList
+from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock, PodRelist
 from hami_dcu.scheduler.quotas import QuotaBook
+from hami_dcu.scheduler.slim import slim_node, slim_pod
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -40,8 +42,12 @@ class Informer:
         watch_timeout: int = 240,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         quotas: QuotaBook | None = None,
+        page_size: int = 500,
+        on_listed: Callable[[str], None] | None = None,
     ) -> None:
         self.kube = kube
+        self.page_size = page_size
+        self.on_listed = on_listed  # after each list of nodes or pods is in the cache
         self.cache = cache
         self.quotas = quotas
         self._resources = {"nodes", "pods"} | ({"resourcequotas"} if quotas is not None else set())
@@ -80,22 +86,53 @@ class Informer:
 
     async def _list(self, resource: str) -> str:
         if resource == "nodes":
-            listing = await self.kube.list_nodes()
+            listing = await self._list_paged("/api/v1/nodes", slim_node)
             self.cache.replace_nodes(listing.items, self.wall_clock())
+            count, rv = len(listing.items), listing.resource_version
         elif resource == "resourcequotas":
             assert self.quotas is not None
             listing = await self.kube.list_resource_quotas()
             self.quotas.replace(listing.items)
+            count, rv = len(listing.items), listing.resource_version
         else:
-            listing = await self.kube.list_pods()
-            self.cache.replace_pods(listing.items)
-            self.cache.pods_resource_version = listing.resource_version
+            count, rv = await self._list_pods()
         self._release_needless()
-        log.info("listed %d %s at resourceVersion %s", len(listing.items), resource, listing.resource_version)
+        log.info("listed %d %s at resourceVersion %s", count, resource, rv)
         self._listed.add(resource)
+        if self.on_listed is not None and resource in ("nodes", "pods"):
+            self.on_listed(resource)
         if self._listed == self._resources:
             self.synced.set()
-        return listing.resource_version
+        return rv
+
+    async def _list_pods(self) -> tuple[int, str]:
+        """Page by page into the cache (how many, at which resourceVersion): each page's
+        objects are garbage before the next arrives, so memory holds one page of pods,
+        never the whole list."""
+        relist = PodRelist()
+        token, count = "", 0
+        while True:
+            page = await self.kube.list_page("/api/v1/pods", self.page_size, token, slim_pod)
+            self.cache.relist_pods_page(relist, page.items)
+            count += len(page.items)
+            token = page.continue_token
+            if not token:
+                break
+        self.cache.relist_pods_done(relist)
+        self.cache.pods_resource_version = page.resource_version
+        return count, page.resource_version
+
+    async def _list_paged(self, path: str, keep: Callable[[JSON], JSON]) -> ObjectList:
+        """The whole list, `page_size` objects per request, each kept only in the fields we
+        read (slim.py): one page of full objects in memory at a time, never the whole list."""
+        items: list[JSON] = []
+        token = ""
+        while True:
+            page = await self.kube.list_page(path, self.page_size, token, keep)
+            items.extend(page.items)
+            token = page.continue_token
+            if not token:
+                return ObjectList(items, page.resource_version)
 
     def _apply(self, resource: str, event: JSON) -> str | None:
         kind = event.get("type")

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 _dumps = functools.partial(json.dumps, separators=(",", ":"))
 DEFAULT_WATCH_SECONDS = 1800.0  # kube's --min-request-timeout
+_SNAPSHOTS_KEPT = 64  # paged lists in progress; an older continue token gets 410 Expired
 DISCONNECT_POLL_SECONDS = 2.0  # how often an idle watch checks that its client is still there
 # kube answers DELETE with the object for these, and with a Success Status otherwise.
 RETURNS_DELETED_OBJECT = frozenset({"pods", "namespaces"})
@@ -130,6 +131,9 @@ class ApiApp:
         # Open watches' queues: on shutdown each gets None and ends its stream cleanly
         # (a terminated chunked body), as kube-apiserver does when it stops.
         self._watches: set[asyncio.Queue[WatchItem]] = set()
+        # Paged lists: the rest of each list snapshot by continue token (oldest dropped first).
+        self._snapshots: dict[str, tuple[list[JSON], str]] = {}
+        self._next_token = 0
         self.app = web.Application(client_max_size=8 * 1024 * 1024)
         self.app.on_shutdown.append(self._end_watches)
         for version in ("/version", "/version/"):  # the generated VersionApi asks for "/version/"
@@ -224,12 +228,33 @@ class ApiApp:
                        label_selector(request.query.get("labelSelector")))
 
     def _list(self, request: web.Request, t: Target) -> web.Response:
-        items, rv = self.store.list(t.resource, t.namespace, self._predicate(request, t), copy=False)
+        token = request.query.get("continue")
+        if token:
+            snapshot = self._snapshots.pop(token, None)
+            if snapshot is None:
+                return error_response(410, "Expired", "The provided continue parameter is too old to display a "
+                                      "consistent list result. You can start a new list without the continue "
+                                      "parameter.")
+            items, rv = snapshot
+        else:
+            items, rv = self.store.list(t.resource, t.namespace, self._predicate(request, t), copy=False)
         if wants_table(request.headers.get("Accept", "")):  # kubectl get: server-side printing
             return web.json_response(table(t.resource, items, rv), dumps=_dumps)
+        metadata: JSON = {"resourceVersion": rv}
+        limit = _int_query(request, "limit")
+        if limit and len(items) > limit:
+            # As kube-apiserver: every page shows the first page's snapshot (stored objects are
+            # never mutated, so keeping references is a consistent snapshot).
+            items, rest = items[:limit], items[limit:]
+            self._next_token += 1
+            next_token = f"page-{self._next_token}"
+            self._snapshots[next_token] = (rest, rv)
+            while len(self._snapshots) > _SNAPSHOTS_KEPT:
+                self._snapshots.pop(next(iter(self._snapshots)))
+            metadata.update({"continue": next_token, "remainingItemCount": len(rest)})
         kind, api_version = KINDS[t.resource]
         return web.json_response({"kind": f"{kind}List", "apiVersion": api_version,
-                                  "metadata": {"resourceVersion": rv}, "items": items}, dumps=_dumps)
+                                  "metadata": metadata, "items": items}, dumps=_dumps)
 
     async def _create(self, request: web.Request, t: Target) -> web.Response:
         obj = await _json_object(request)
@@ -535,6 +560,15 @@ def _event_for(change: Change, t: Target, predicate: Predicate | None) -> JSON |
 
 def _line(event: JSON) -> bytes:
     return (_dumps(event) + "\n").encode()
+
+
+def _int_query(request: web.Request, name: str) -> int | None:
+    value = request.query.get(name)
+    if value is None or value == "":
+        return None
+    if not value.isdigit():
+        raise StoreError(400, "BadRequest", f"{name}: expected a whole number, got {value!r}")
+    return int(value)
 
 
 def _float_query(request: web.Request, name: str) -> float | None:

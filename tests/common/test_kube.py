@@ -124,3 +124,24 @@ def test_kubeconfig_from_environment(api_server, monkeypatch):
     kube = Kube(load_api_client(None))
     assert kube.list_nodes().resource_version
     assert os.environ["KUBECONFIG"]
+
+
+def test_a_paged_list_is_one_snapshot_and_trims_items(kube):
+    """limit/continue: every page shows the first page's snapshot (objects created meanwhile
+    are not in it, as with kube-apiserver), `keep` trims each item, an unknown token is 410."""
+    for i in range(5):
+        kube.create_pod("default", pod_body(f"p{i}"))
+    first = kube.list_page("/api/v1/namespaces/default/pods", 2, keep=lambda pod: {"name": pod["metadata"]["name"]})
+    assert first.items == [{"name": "p0"}, {"name": "p1"}] and first.continue_token
+    kube.create_pod("default", pod_body("late"))
+    names, token, versions = [], first.continue_token, {first.resource_version}
+    while token:
+        page = kube.list_page("/api/v1/namespaces/default/pods", 2, token)
+        names += [p["metadata"]["name"] for p in page.items]
+        versions.add(page.resource_version)
+        token = page.continue_token
+    assert names == ["p2", "p3", "p4"]
+    assert len(versions) == 1
+    with pytest.raises(GoneError):
+        kube.list_page("/api/v1/namespaces/default/pods", 2, "page-unknown")
+    assert len(kube.list_page("/api/v1/namespaces/default/pods", 100).items) == 6

@@ -1,0 +1,56 @@
+"""The parts of listed nodes and pods the extender reads, and nothing else (pure).
+
+A list of 40,000 pods decodes to gigabytes of dicts (managedFields, env, volumes, status);
+the cache reads a dozen fields of each. The informer lists page by page and keeps each
+object trimmed to these fields (still a Kubernetes-shaped dict, so the cache reads listed
+and watched objects alike), so memory follows the cluster's size in what we use, not in
+what the API server stores. Strings that repeat across objects (node names, namespaces,
+phases) are interned: one copy each.
+
+What is kept: metadata name, namespace, uid, resourceVersion, deletionTimestamp and the
+`hami.io/` annotations (both naming sets' keys start so); for pods spec.nodeName, the init
+containers' names (their count places the pod's containers) and status.phase; for nodes
+status.allocatable.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+JSON = dict[str, Any]
+_OUR_PREFIX = "hami.io/"
+_METADATA = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
+
+
+def _metadata(meta: JSON) -> JSON:
+    kept: JSON = {key: meta[key] for key in _METADATA if key in meta}
+    namespace = kept.get("namespace")
+    if isinstance(namespace, str):
+        kept["namespace"] = sys.intern(namespace)
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict):
+        ours = {key: value for key, value in annotations.items() if key.startswith(_OUR_PREFIX)}
+        if ours:
+            kept["annotations"] = ours
+    return kept
+
+
+def slim_pod(pod: JSON) -> JSON:
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    kept_spec: JSON = {}
+    node = spec.get("nodeName")
+    if node:
+        kept_spec["nodeName"] = sys.intern(node) if isinstance(node, str) else node
+    init = spec.get("initContainers")
+    if isinstance(init, list) and init:
+        kept_spec["initContainers"] = [{"name": c.get("name")} if isinstance(c, dict) else c for c in init]
+    phase = status.get("phase")
+    return {"metadata": _metadata(pod.get("metadata") or {}), "spec": kept_spec,
+            "status": {"phase": sys.intern(phase)} if isinstance(phase, str) else {}}
+
+
+def slim_node(node: JSON) -> JSON:
+    allocatable = (node.get("status") or {}).get("allocatable")
+    return {"metadata": _metadata(node.get("metadata") or {}),
+            "status": {"allocatable": allocatable} if isinstance(allocatable, dict) else {}}

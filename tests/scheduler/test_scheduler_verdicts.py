@@ -1,0 +1,145 @@
+"""/filter judges nodes by card states (verdicts.py): held to fit.py, node by node.
+
+On random nodes (cards of several models, capacities and health, random holdings) and random
+pods (counts, memory, whole cards, cores, init containers, type selection, policies), the
+filter must reject exactly the nodes fit.py rejects, with fit.py's reason, and choose the
+node the node policy picks among the nodes fit.py accepts, placed as fit.py places it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hami_dcu.common import keys
+from hami_dcu.common.codec import ContainerDevice, NodeDevice, encode_node_devices, encode_pod_devices, encode_reported
+from hami_dcu.common.requests import DcuRequest
+from hami_dcu.scheduler import policy as policies
+from hami_dcu.scheduler.cache import ClusterCache
+from hami_dcu.scheduler.filtering import Filter, FilterSettings, PodPlan, best_node
+from hami_dcu.scheduler.fit import PodFit, PodMiss, Selection
+from hami_dcu.scheduler.reasons import Code
+
+NOW = datetime.now(UTC)
+MODELS = ("DCU-K100_AI", "DCU-Z100")
+
+card_strategy = st.fixed_dictionaries({
+    "model": st.sampled_from(MODELS),
+    "slots": st.integers(0, 4),
+    "memory": st.sampled_from([0, 16000, 65520]),
+    "cores": st.sampled_from([100, 100, 50]),
+    "health": st.booleans() | st.just(True),
+    "numa": st.integers(0, 1),
+    # shares held on the card: (memory, cores) each
+    "shares": st.lists(st.tuples(st.sampled_from([0, 1000, 8000, 16000, 65520]), st.sampled_from([0, 10, 50, 100])),
+                       max_size=4),
+})
+node_strategy = st.lists(card_strategy, min_size=1, max_size=5)
+request_strategy = st.builds(
+    DcuRequest,
+    count=st.integers(1, 3),
+    memory_mib=st.sampled_from([0, 1000, 8000, 16000, 60000]),
+    cores=st.sampled_from([0, 10, 50, 100]),
+)
+pod_strategy = st.fixed_dictionaries({
+    "init": st.lists(st.none() | request_strategy, max_size=2),
+    "app": st.lists(st.none() | request_strategy, min_size=1, max_size=3),
+    "use_type": st.sampled_from(["", "K100", "Z100"]),
+    "nouse_type": st.sampled_from(["", "Z100"]),
+    "card_policy": st.sampled_from(["spread", "binpack", "mutex", "numa", "binpack,numa", "spread,mutex"]),
+    "node_policy": st.sampled_from(["binpack", "spread"]),
+})
+
+
+def build_cache(nodes: list[list[dict]]) -> ClusterCache:
+    cache = ClusterCache()
+    for n, cards in enumerate(nodes):
+        name = f"n{n}"
+        devices = [NodeDevice(id=f"DCU-{name}-{i}", count=c["slots"], devmem=c["memory"], devcore=c["cores"],
+                              type=c["model"], numa=c["numa"], health=c["health"], index=i)
+                   for i, c in enumerate(cards)]
+        cache.apply_node({"metadata": {"name": name, "resourceVersion": "1", "annotations": {
+            keys.NODE_REGISTER: encode_node_devices(devices), keys.NODE_HANDSHAKE: encode_reported(NOW)}}}, NOW)
+        for i, c in enumerate(cards):
+            for s, (memory, cores) in enumerate(c["shares"]):
+                allocated = encode_pod_devices([[ContainerDevice(f"DCU-{name}-{i}", "DCU", memory, cores)]])
+                cache.apply_pod({"metadata": {"name": f"{name}-{i}-{s}", "namespace": "d", "uid": f"{name}-{i}-{s}",
+                                              "resourceVersion": "2",
+                                              "annotations": {keys.POD_DEVICES_ALLOCATED: allocated}},
+                                 "spec": {"nodeName": name}, "status": {"phase": "Running"}})
+    return cache
+
+
+def plan_of(pod: dict) -> PodPlan | None:
+    requests = (*pod["init"], *pod["app"])
+    if not any(requests):
+        return None
+    annotations = {keys.USE_DCU_TYPE: pod["use_type"], keys.NOUSE_DCU_TYPE: pod["nouse_type"]}
+    card_policy = policies.parse_card_policy(pod["card_policy"])
+    assert card_policy is not None
+    return PodPlan(requests=requests, names=tuple(f"c{i}" for i in range(len(requests))), init_count=len(pod["init"]),
+                   selection=Selection.from_annotations(annotations), node_policy=pod["node_policy"],
+                   card_policy=card_policy)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(node_strategy, min_size=1, max_size=6), st.lists(pod_strategy, min_size=1, max_size=4))
+def test_the_filter_rejects_and_chooses_as_fit_does(nodes, pods):
+    cache = build_cache(nodes)
+    filter_ = Filter(cache, FilterSettings())
+    for pod in pods:  # several shapes on one filter: verdicts are kept per shape
+        plan = plan_of(pod)
+        if plan is None:
+            continue
+        names = sorted(cache.nodes)
+        expected = {name: plan.fit(cache.nodes[name].cards, cache.nodes[name].used) for name in names}
+        outcome = filter_.run(plan, names, NOW)
+        for name, result in expected.items():
+            if isinstance(result, PodMiss):
+                assert name in outcome.failed, (name, result)
+                assert outcome.failed[name].code == result.code
+                assert outcome.failed[name].message == result.summary
+                assert outcome.explain is not None
+                detail = outcome.failed[name].detail or outcome.explain(name, outcome.failed[name])
+                assert detail == result.message
+            else:
+                assert name not in outcome.failed, (name, outcome.failed.get(name))
+        fitting = [(name, cache.nodes[name].score()) for name, r in expected.items() if isinstance(r, PodFit)]
+        assert outcome.chosen == policies.pick_node(fitting, plan.node_policy)
+        if outcome.chosen is not None:
+            assert outcome.fit == expected[outcome.chosen]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abcdef"), st.sampled_from([0.0, 1.5, 2.5, 10.0])), min_size=1,
+                max_size=8, unique_by=lambda item: item[0]),
+       st.sampled_from(["binpack", "spread", "anything else"]))
+def test_best_node_picks_as_pick_node(scored, node_policy):
+    cache = ClusterCache()
+    entries = []
+    for name, score in scored:
+        entry = cache._entry(name)
+        entry.node_score = score
+        entries.append(entry)
+    assert best_node(entries, node_policy).name == policies.pick_node(scored, node_policy)
+
+
+def test_a_shape_first_seen_and_new_card_states_are_judged():
+    """A verdict table made before a card state existed judges it when the state appears."""
+    cache = build_cache([[{"model": MODELS[0], "slots": 4, "memory": 65520, "cores": 100, "health": True, "numa": 0,
+                           "shares": []}]])
+    filter_ = Filter(cache, FilterSettings())
+    plan = plan_of({"init": [], "app": [DcuRequest(1, 60000, 10)], "use_type": "", "nouse_type": "",
+                    "card_policy": "spread", "node_policy": "binpack"})
+    assert plan is not None
+    assert filter_.run(plan, ["n0"], NOW).chosen == "n0"
+    # the node fills up: a card state no verdict has seen yet
+    cache.apply_pod({"metadata": {"name": "p", "namespace": "d", "uid": "p", "resourceVersion": "3", "annotations": {
+        keys.POD_DEVICES_ALLOCATED: encode_pod_devices([[ContainerDevice("DCU-n0-0", "DCU", 10000, 10)]])}},
+        "spec": {"nodeName": "n0"}, "status": {"phase": "Running"}})
+    outcome = filter_.run(plan, ["n0"], NOW)
+    assert outcome.chosen is None
+    assert outcome.failed["n0"].code == Code.CARD_INSUFFICIENT_MEMORY
+    assert "55520 MiB free < 60000 MiB requested" in outcome.example_detail()
