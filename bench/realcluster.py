@@ -2,7 +2,7 @@
 control plane (e2e/realcluster: kube-apiserver, kube-controller-manager, kube-scheduler and
 etcd built from Go modules; the chart installed with helm; kubelet stand-ins per node).
 
-    python bench/realcluster.py [--nodes 20] [--cards 4] [--pods 200] [--job 40]
+    python bench/realcluster.py [--nodes 20] [--cards 4] [--pods 200] [--job 40] [--mode devicePlugin|dra]
 
 Two measurements, each against its baseline from the same run and the same cluster:
 * a burst of `--pods` shared-DCU pods (1 card, 1000-4000 MiB, 5-20 % cores) created as fast as
@@ -13,6 +13,9 @@ Two measurements, each against its baseline from the same run and the same clust
 * a Job of `--job` pods (1 card, 2000 MiB, 10 % cores each; the real Job controller creates the
   pods) onto as few nodes as fit them (binpack): time until all are Running, and how many nodes
   they used against the fewest that could hold them (slots per node = cards x 4).
+
+`--mode dra` installs the chart in DRA mode: the same HAMi-style pod specs are rewritten by the
+webhook into claims, allocated by kube-scheduler's DRA allocator and prepared by our DRA driver.
 
 Needs what the real-cluster suite needs (root, Go and the module proxy on the first run).
 """
@@ -90,15 +93,23 @@ def main() -> None:
     parser.add_argument("--cards", type=int, default=4, help="cards per node (4 vDCU slots each)")
     parser.add_argument("--pods", type=int, default=200)
     parser.add_argument("--job", type=int, default=40)
+    parser.add_argument("--mode", choices=("devicePlugin", "dra"), default="devicePlugin",
+                        help="the chart's mode; the pod specs are the same in both")
     args = parser.parse_args()
     reason = unavailable()
     if reason:
         raise SystemExit(reason)
     logging.basicConfig(level=logging.WARNING)
     nodes = {f"node{i:02d}": default_cards(f"node{i:02d}", args.cards) for i in range(args.nodes)}
-    print(f"starting a real control plane with {args.nodes} nodes x {args.cards} cards ...", flush=True)
+    print(f"starting a real control plane with {args.nodes} nodes x {args.cards} cards, mode {args.mode} ...",
+          flush=True)
     started = time.monotonic()
-    with RealCluster(nodes) as cluster:
+    backend = RealCluster
+    if args.mode == "dra":
+        from hami_dcu.e2e.realcluster.dra_cluster import DraRealCluster
+
+        backend = DraRealCluster
+    with backend(nodes) as cluster:
         print(f"cluster up and chart installed in {time.monotonic() - started:.1f} s "
               f"(Kubernetes {cluster.kube_version})", flush=True)
         base_bound, base_running = _burst(cluster, "plain", args.pods, dcu=False)
@@ -108,7 +119,8 @@ def main() -> None:
         print(f"\nburst of {args.pods} pods over {args.nodes} nodes")
         print(f"  baseline (default kube-scheduler, no DCU): bound in {base_bound:6.2f} s "
               f"({args.pods / base_bound:6.1f} pods/s), Running in {base_running:6.2f} s")
-        print(f"  shared DCU (kube-scheduler + extender):    bound in {bound:6.2f} s "
+        path = "DRA allocator + driver" if args.mode == "dra" else "kube-scheduler + extender"
+        print(f"  shared DCU ({path}): bound in {bound:6.2f} s "
               f"({args.pods / bound:6.1f} pods/s), Running in {running:6.2f} s "
               f"({args.pods / running:6.1f} pods/s)")
         print(f"  ratio to baseline: bound {bound / base_bound:.2f}x, Running {running / base_running:.2f}x")
