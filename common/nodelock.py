@@ -60,6 +60,16 @@ class LockError(RuntimeError):
     """The lock could not be written (the node kept changing, or is gone)."""
 
 
+class LockStale(LockError):
+    """`take(read_on_conflict=False)`: the node changed since the version the caller saw it
+    unlocked at; nothing was written. `calls`: the round trips spent."""
+
+    def __init__(self, node: str, calls: int) -> None:
+        self.node = node
+        self.calls = calls
+        super().__init__(f"node {node} changed since it was seen unlocked")
+
+
 class LockUncertain(LockError):
     """A lock write got no usable answer and could not be read back: it may be in place.
     `value` is what was written; remove it with `release_value` once the API answers."""
@@ -112,11 +122,15 @@ class NodeLock:
 
     # --- taking ------------------------------------------------------------------------
 
-    def take(self, node: str, namespace: str, name: str, resource_version: str | None = None) -> Held:
+    def take(self, node: str, namespace: str, name: str, resource_version: str | None = None,
+             read_on_conflict: bool = True) -> Held:
         """Write a fresh lock for pod namespace/name and return it. Raises LockContention
         while any live lock is in place, one naming the same pod included.
         `resource_version`: the node's version as the caller last saw it *unlocked*; the
-        first write then goes out without a read (one round trip when the view is current)."""
+        first write then goes out without a read (one round trip when the view is current).
+        `read_on_conflict=False`: when that version is stale, raise LockStale instead of
+        reading the node (a caller with a watch-fed view waits for it to catch up: cheaper
+        than a read when the node is about to be locked by someone else anyway)."""
         calls = 0
         for _ in range(_CAS_ATTEMPTS):
             takeover = None
@@ -134,6 +148,8 @@ class NodeLock:
                 self.kube.patch_node_metadata(node, annotations={keys.NODE_LOCK: value},
                                               resource_version=resource_version)
             except ConflictError:
+                if not read_on_conflict:
+                    raise LockStale(node, calls) from None
                 resource_version = None  # the node changed since we saw it: read the lock again
                 continue
             except KubeError as exc:

@@ -129,7 +129,8 @@ class LocalCluster:
         self._start_webhook()
         self._start_scheduler()
         self.scheduler_loop = SchedulerLoop(
-            self.kube, f"http://127.0.0.1:{self.scheduler_port}", initial_backoff=0.3, max_backoff=2.0
+            self.kube, f"http://127.0.0.1:{self.scheduler_port}", initial_backoff=0.3, max_backoff=2.0,
+            http_timeout=5.0,  # kube-scheduler's default extender timeout: what a bind must beat
         ).start()
         for name, cards in self.node_specs.items():
             self._start_node(name, cards)
@@ -174,7 +175,9 @@ class LocalCluster:
     def _start_scheduler(self) -> None:
         settings = ServiceSettings(
             filter=FilterSettings(node_policy=self.node_policy, card_policy=self.device_policy),
-            bind=BindSettings(lock_timeout=timedelta(seconds=300)),
+            # The scheduler loop gives up on a bind after kube-scheduler's default 5 s, so a
+            # bind waits for a node at most 4 s (the chart keeps lockWait below httpTimeout too).
+            bind=BindSettings(lock_timeout=timedelta(seconds=300), lock_wait=4.0),
             resync=30.0,
         )
         kubeconfig = str(self.api.kubeconfig_path) if self.api else None

@@ -21,7 +21,12 @@ trip, only then). If the chosen cards no longer fit, the pod is re-fitted on the
 
 On contention the bind waits (bounded: one deadline covers this process's queue for the
 node and the lock) for the lock to be released, watching the cache rather than polling
-the API, so bursts and gangs aimed at one node succeed.
+the API, so bursts and gangs aimed at one node succeed. The informer wakes waiting binds
+after every event (signal.py), so the next bind writes its lock as soon as the watch
+shows the release, with the version the watch showed: a contended bind, too, costs two
+round trips. A lock the cache shows held by a live bind is not asked about (the API would
+say the same); a lock write that finds the node changed waits for the watch to catch up
+rather than reading the node.
 
 Duplicates and retries (kube-scheduler retries a bind after its extender timeout and never
 cancels the first call; another replica may get the retry):
@@ -53,7 +58,14 @@ from typing import Any
 from hami_dcu.common import keys
 from hami_dcu.common.codec import encode_pod_devices
 from hami_dcu.common.kube import AsyncKube, ConflictError, KubeError, NotFoundError, UnreachableError
-from hami_dcu.common.nodelock import DEFAULT_BIND_WINDOW, LockContention, LockError, LockUncertain, NodeLock
+from hami_dcu.common.nodelock import (
+    DEFAULT_BIND_WINDOW,
+    LockContention,
+    LockError,
+    LockStale,
+    LockUncertain,
+    NodeLock,
+)
 from hami_dcu.common.requests import RequestError
 from hami_dcu.scheduler.cache import Assumption, ClusterCache
 from hami_dcu.scheduler.events import EventSink
@@ -63,6 +75,7 @@ from hami_dcu.scheduler.fit import PodFit, PodMiss
 from hami_dcu.scheduler.lockjanitor import LockJanitor
 from hami_dcu.scheduler.metrics import SchedulerMetrics
 from hami_dcu.scheduler.reasons import NodeRejection
+from hami_dcu.scheduler.signal import CacheSignal
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -71,6 +84,14 @@ _BINDING_ATTEMPTS = 3  # Binding calls per bind while the pod stays unbound and 
 # How soon a waiting bind asks the API about a lock whose holder the watch shows done with it
 # (its own release and the janitor's are normally faster; this covers both being slow).
 _NEEDLESS_RECHECK = 0.2
+# How often a bind waiting on a live lock asks the API whether its holder still needs it
+# (the watch normally shows the release first).
+_LOCKED_RECHECK = 1.0
+# How long a bind whose lock write found the node changed waits for the watch to show the
+# newer version before it reads the node instead.
+_STALE_WAIT = 0.5
+# Longest wait between two looks at the cache without an event.
+_WAKE_AT_LEAST = 0.1
 
 
 class BindError(RuntimeError):
@@ -82,7 +103,7 @@ class BindSettings:
     lock_timeout: timedelta = timedelta(seconds=300)  # a lock older than this is expired
     lock_wait: float = 20.0  # how long a bind may wait for a node, queue and lock together
     settle_wait: float = 2.0  # how long to wait for the watches before listing the node's pods
-    poll: float = 0.01  # cache polling interval while waiting
+    poll: float = 0.01  # cache polling interval while waiting, when no informer wakes us
     # A lock whose holder is still unbound after this long was left by a bind that died.
     bind_window: timedelta = DEFAULT_BIND_WINDOW
     sweep_interval: float = 5.0  # how often locks older than the bind window are judged
@@ -119,8 +140,10 @@ class Binder:
         events: EventSink,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
+        changed: CacheSignal | None = None,
     ) -> None:
         self.kube = kube
+        self.changed = changed  # the informer's wake-up after each event (polling without it)
         self.cache = cache
         self.filter = filter_
         self.settings = settings
@@ -281,7 +304,11 @@ class Binder:
     async def _acquire(self, attempt: _Attempt) -> None:
         args = attempt.args
         started = self.monotonic()
-        next_api_check = started
+        # A lock the cache shows with a live holder (a bind just before ours, its Allocate
+        # under way) is waited out on the cache: asking the API now would cost two round
+        # trips to learn what the watch already says. Anything else is asked at once.
+        next_api_check = started + _LOCKED_RECHECK if self._lock_looks_live(args.node) else started
+        stale_version: str | None = None  # a version our lock write found stale
         try:
             while True:
                 if self.cache.bound_node(args.uid, args.namespace, args.pod_name) is not None:
@@ -297,23 +324,33 @@ class Binder:
                     # second whether the holder still needs it (NodeLock takes it over if not).
                     lock = entry.lock()
                     self._check_deadline(attempt, lock.holder if lock else "an unreadable lock")
-                    await asyncio.sleep(self.settings.poll)
+                    await self._wait_for_cache(min(next_api_check, attempt.deadline) - self.monotonic())
                     continue
                 unlocked_version = (entry.resource_version if entry is not None and entry.present
                                     and not entry.lock_value and entry.resource_version else None)
+                if unlocked_version is not None and unlocked_version == stale_version:
+                    unlocked_version = None  # the watch has not caught up: read the node instead
                 try:
                     held = await self.kube.call(self.lock.take, args.node, args.namespace, args.pod_name,
-                                                unlocked_version)
+                                                unlocked_version, unlocked_version is None)
+                except LockStale as exc:
+                    # The node changed after the version the cache showed unlocked: the watch
+                    # brings the newer one in a moment (locked by someone else, or not).
+                    attempt.api_calls += exc.calls
+                    stale_version = unlocked_version
+                    self._check_deadline(attempt, "a newer version of the node")
+                    await self._wait_for_cache(_STALE_WAIT)
+                    continue
                 except LockContention as exc:
                     attempt.api_calls += 2
                     attempt.contended = True
-                    next_api_check = self.monotonic() + 1.0
+                    next_api_check = self.monotonic() + _LOCKED_RECHECK
                     if exc.same_pod:  # another attempt for this pod holds it: has it bound the pod?
                         pod = await self._read_pod(attempt)
                         if (pod.get("spec") or {}).get("nodeName"):
                             raise _AlreadyBound(pod) from None
                     self._check_deadline(attempt, "another bind of this pod" if exc.same_pod else exc.lock.holder)
-                    await asyncio.sleep(self.settings.poll)
+                    await self._wait_for_cache(min(next_api_check, attempt.deadline) - self.monotonic())
                     continue
                 except LockUncertain as exc:
                     attempt.lock_value = exc.value  # maybe in place: the undo removes it if so
@@ -330,6 +367,24 @@ class Binder:
             if attempt.contended:
                 self.metrics.lock_contention.inc()
 
+    def _lock_looks_live(self, node: str) -> bool:
+        """The cache shows `node` locked by a bind younger than the bind window whose holder
+        the watch does not show done with it."""
+        entry = self.cache.nodes.get(node)
+        lock = entry.lock() if entry is not None and entry.lock_value else None
+        if lock is None or lock.name is None or self.cache.lock_needless(node):
+            return False
+        return self.wall_clock() - lock.since < self.settings.bind_window
+
+    async def _wait_for_cache(self, timeout: float) -> None:
+        """Until the informer applies the next event, at most `timeout` (and never longer than
+        _WAKE_AT_LEAST: deadlines and a newer /filter's choice come as no event)."""
+        timeout = min(max(timeout, 0.0), _WAKE_AT_LEAST)
+        if self.changed is None:
+            await asyncio.sleep(min(timeout, self.settings.poll))
+        else:
+            await self.changed.wait(timeout)
+
     def _check_deadline(self, attempt: _Attempt, holder: str) -> None:
         if self.monotonic() >= attempt.deadline:
             raise BindError(f"node {attempt.args.node} stayed locked by {holder} for "
@@ -344,7 +399,7 @@ class Binder:
             entry = self.cache.nodes.get(args.node)
             if entry is not None and entry.lock_value == attempt.lock_value and self.cache.settled(args.node):
                 return
-            await asyncio.sleep(self.settings.poll)
+            await self._wait_for_cache(deadline - self.monotonic())
         # The watches lag (or a previous holder never bound): read the node's pods directly.
         log.info("bind %s: watches not settled for node %s, listing its pods", args.pod, args.node)
         attempt.api_calls += 1

@@ -25,6 +25,7 @@ from typing import Any
 from hami_dcu.common.kube import AsyncKube, GoneError, ObjectList
 from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock, PodRelist
 from hami_dcu.scheduler.quotas import QuotaBook
+from hami_dcu.scheduler.signal import CacheSignal
 from hami_dcu.scheduler.slim import slim_node, slim_pod
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,10 @@ class Informer:
         quotas: QuotaBook | None = None,
         page_size: int = 500,
         on_listed: Callable[[str], None] | None = None,
+        changed: CacheSignal | None = None,
     ) -> None:
         self.kube = kube
+        self.changed = changed  # notified after every event and list the cache takes in
         self.page_size = page_size
         self.on_listed = on_listed  # after each list of nodes or pods is in the cache
         self.cache = cache
@@ -75,6 +78,8 @@ class Informer:
                     async for event in self.kube.watch(path, rv, timeout_seconds=timeout):
                         rv = self._apply(resource, event) or rv
                         self._release_needless()
+                        if self.changed is not None:
+                            self.changed.notify()
             except GoneError:
                 log.info("%s watch expired (410): listing again", resource)
             except asyncio.CancelledError:
@@ -97,6 +102,8 @@ class Informer:
         else:
             count, rv = await self._list_pods()
         self._release_needless()
+        if self.changed is not None:
+            self.changed.notify()
         log.info("listed %d %s at resourceVersion %s", count, resource, rv)
         self._listed.add(resource)
         if self.on_listed is not None and resource in ("nodes", "pods"):

@@ -36,6 +36,7 @@ from hami_dcu.scheduler.preemption import choose_victims, holders
 from hami_dcu.scheduler.quotametrics import QuotaMetrics
 from hami_dcu.scheduler.quotas import QuotaBook, namespace_used, quota_gate
 from hami_dcu.scheduler.reasons import summarise
+from hami_dcu.scheduler.signal import CacheSignal
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -69,13 +70,15 @@ class SchedulerService:
         self.metrics = SchedulerMetrics(self.cache)
         self.metrics.registry.register(QuotaMetrics(self.quotas, self.cache))
         self.events = EventSink(self._post_event)
+        self.changed = CacheSignal()  # the informer wakes binds waiting on the cache
         self.binder = (
-            Binder(kube, self.cache, self.filter, self.settings.bind, self.metrics, self.events, wall_clock, monotonic)
+            Binder(kube, self.cache, self.filter, self.settings.bind, self.metrics, self.events, wall_clock, monotonic,
+                   changed=self.changed)
             if kube is not None else None
         )
         self.informer = (
             Informer(kube, self.cache, self._release_needless, self.settings.resync, wall_clock=wall_clock,
-                     quotas=self.quotas)
+                     quotas=self.quotas, changed=self.changed)
             if kube is not None else None
         )
         self._background: set[asyncio.Task[object]] = set()
