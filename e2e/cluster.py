@@ -15,6 +15,7 @@ JSON, device plugin gRPC.
 from __future__ import annotations
 
 import base64
+import errno
 import logging
 import shutil
 import tempfile
@@ -189,10 +190,23 @@ class LocalCluster:
         self.scheduler = AppThread("scheduler", make_app, port=self.scheduler_port).start()
 
     def restart_scheduler(self) -> None:
-        """A new extender process: same port, empty cache rebuilt from the API."""
+        """A new extender process: same port when it is free, empty cache rebuilt from the API.
+
+        The old port is an ephemeral one (free_port), so another process's outgoing connection
+        may hold it by now; then the extender moves to a new port and the scheduler loop follows,
+        as kube-scheduler would follow a changed extender URL in its configuration."""
         if self.scheduler is not None:
             self.scheduler.stop()
-        self._start_scheduler()
+        try:
+            self._start_scheduler()
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            log.info("extender port %d taken meanwhile (%s): moving to a new port", self.scheduler_port, exc)
+            self.scheduler_port = free_port()
+            self._start_scheduler()
+            if self.scheduler_loop is not None:
+                self.scheduler_loop.extender_url = f"http://127.0.0.1:{self.scheduler_port}"
 
     # --- nodes ---------------------------------------------------------------------------
 
