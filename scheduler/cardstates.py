@@ -14,7 +14,7 @@ that remember verdicts by id prune against it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from hami_dcu.scheduler.fit import CardSpec
 from hami_dcu.scheduler.usage import Usage
@@ -34,6 +34,9 @@ class CardStateTable:
         self.live: dict[int, JudgedCard] = {}  # in id order (ids only grow)
         self._keys: dict[int, CardStateKey] = {}
         self._refs: dict[int, int] = {}
+        # state -> the nodes with at least one card in it: the nodes that take a one-card pod
+        # are the union over the states that pass, found without visiting every node
+        self.members: dict[int, set[str]] = {}
         self.next_id = 0
 
     def acquire(self, key: CardStateKey) -> int:
@@ -54,6 +57,7 @@ class CardStateTable:
             return
         del self._refs[state]
         del self.live[state]
+        self.members.pop(state, None)
         del self._ids[self._keys.pop(state)]
 
     def born_since(self, first: int) -> list[tuple[int, JudgedCard]]:
@@ -68,14 +72,25 @@ class CardStateTable:
         newer.reverse()
         return newer
 
-    def states_of(self, cards: Sequence[CardSpec], used: Sequence[Usage], previous: Sequence[int]) -> tuple[int, ...]:
-        """The ids of `cards` holding `used`, in card order; `previous` (the node's old ids)
-        are released after the new ones are taken, so an unchanged card keeps its id."""
+    def states_of(self, node: str, cards: Sequence[CardSpec], used: Sequence[Usage],
+                  previous: Sequence[int]) -> tuple[int, ...]:
+        """The ids of node `node`'s `cards` holding `used`, in card order; `previous` (its old
+        ids) are released after the new ones are taken, so an unchanged card keeps its id."""
         ids = tuple(self.acquire((c.model, c.slots, c.memory, c.cores, c.health, u.slots, u.memory, u.cores))
                     for c, u in zip(cards, used, strict=True))
+        for state in set(ids).difference(previous):
+            self.members.setdefault(state, set()).add(node)
+        self.leave(node, set(previous).difference(ids))
         for state in previous:
             self.release(state)
         return ids
+
+    def leave(self, node: str, states: Iterable[int]) -> None:
+        """`node` has no card in `states` any more."""
+        for state in states:
+            members = self.members.get(state)
+            if members is not None:
+                members.discard(node)
 
 
 def _stand_in(key: CardStateKey) -> JudgedCard:

@@ -4,21 +4,24 @@ For each candidate node: is it usable (known, registered, plugin alive, not degr
 does the pod fit its cards (fit.py)? Among fitting nodes the node policy picks exactly one.
 
 A node is judged by its card states (cardstates.py, verdicts.py): each distinct card state
-is checked once per pod shape, and a node costs a set lookup, for a shape seen before or
-not, so a filter over 5,000 nodes costs about what decoding its request does. Only the
-chosen node is placed card by card (fit.py), which also checks the verdict. Pods whose fit
-does not follow from card states are fitted exactly per node, memoised per (node
-generation, pod shape).
+is checked once per pod shape, so judging a node costs a set lookup, for a shape seen before
+or not. The verdicts are kept as sets of node names per recent pod shape, updated only
+where nodes change (nodeview.py), so a filter over 5,000 nodes is a few set operations over
+the candidates plus a look at each node that does not fit: about what decoding the
+request costs. Only the chosen node is placed card by card (fit.py), which also checks the
+verdict. Pods whose fit does not follow from card states are fitted exactly per node,
+memoised per (node generation, pod shape).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from operator import attrgetter
+from itertools import compress
 from typing import Any
 
 from hami_dcu.common import keys
@@ -29,6 +32,7 @@ from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.cache import ClusterCache, NodeEntry
 from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss, Selection, fit_pod
 from hami_dcu.scheduler.handshake import HANDSHAKE_TTL, handshake_problem
+from hami_dcu.scheduler.nodeview import ShapeNodes, Usability
 from hami_dcu.scheduler.reasons import Code, NodeRejection
 from hami_dcu.scheduler.usage import Usage
 from hami_dcu.scheduler.verdicts import ShapeVerdicts, judgeable, shape_verdicts
@@ -37,6 +41,8 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 _SHAPES_KEPT = 512  # pod shapes whose card-state verdicts are kept
 _EXACT_SHAPES_PER_NODE = 32  # exact fits kept per node and generation
+# Pod shapes whose fitting nodes are kept as sets (a set of 5,000 names is ~200 KB).
+_NODE_SETS_KEPT = 48
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,13 @@ class Filter:
         # {shape id: result}); shapes get small int ids so a lookup hashes an int.
         self._memo: dict[str, tuple[int, dict[int, PodFit | NodeRejection]]] = {}
         self._shape_ids: dict[tuple[object, ...], int] = {}
+        # Node sets kept current between requests (nodeview.py): usability and scores for
+        # all pods, the fitting nodes per recent pod shape.
+        self._usability = Usability(cache)
+        self._shape_nodes: OrderedDict[tuple[object, ...], ShapeNodes] = OrderedDict()
+        # the last request's candidates: (names NUL-joined, as a set, usability.known_version,
+        # names every node)
+        self._last_candidates: tuple[str, set[str], int, bool] | None = None
 
     def _shape_id(self, plan: PodPlan) -> int:
         shape = plan.shape
@@ -162,72 +175,144 @@ class Filter:
             verdicts.sync(self.cache.card_states)
         return verdicts
 
-    def run(self, plan: PodPlan, node_names: Iterable[str], now: datetime,
+    def _shape_nodes_for(self, plan: PodPlan, verdicts: ShapeVerdicts) -> ShapeNodes:
+        shape = plan.shape
+        found = self._shape_nodes.get(shape)
+        if found is None or found.verdicts is not verdicts:
+            found = self._shape_nodes[shape] = ShapeNodes(self.cache, verdicts, self._usability)
+            if len(self._shape_nodes) > _NODE_SETS_KEPT:
+                self._shape_nodes.popitem(last=False)
+        else:
+            self._shape_nodes.move_to_end(shape)
+        found.sync()
+        return found
+
+    def run(self, plan: PodPlan, node_names: Sequence[str], now: datetime,
             admit: Callable[[PodFit], NodeRejection | None] | None = None) -> FilterOutcome:
         """`admit`: a last check of the chosen node's placement (the namespace quota)."""
         verdicts = self._verdicts_for(plan)
         outcome = FilterOutcome(explain=lambda node, rejection: self._explain(node, rejection, plan, now, verdicts))
-        failed = outcome.failed
-        fitting: list[NodeEntry] = []
-        exact: dict[str, PodFit] = {}
-        shape = self._shape_id(plan) if verdicts is None else -1
-        one_card = verdicts.one_card if verdicts is not None else None
-        now_ts = now.timestamp()
-        nodes = self.cache.nodes
-        # The hot loop: a few attribute reads and one set operation per node, no allocation.
-        for name in node_names:
+        self._usability.sync(now.timestamp())
+        spread = plan.node_policy == policies.SPREAD
+        if verdicts is None:
+            fitting, exact = self._judge_exactly(outcome, plan, node_names, now)
+            self._choose(outcome, plan, lambda excluded: _best_of(fitting - excluded, self._usability.scores,
+                                                                 plan.node_policy), exact, admit)
+            return outcome
+        shape_nodes = self._shape_nodes_for(plan, verdicts)
+        allowed = self._judge_by_sets(outcome, shape_nodes, node_names, now)
+        self._choose(outcome, plan, lambda excluded: self._usability.best(
+            spread, shape_nodes.fits, lambda name: allowed(name) and name not in excluded), {}, admit)
+        return outcome
+
+    def _candidates(self, node_names: Sequence[str]) -> tuple[set[str], bool]:
+        """The request's node names as a set, and whether they name every node in the cache.
+        kube-scheduler sends the same list again and again (every node its own filters
+        pass): an equal list reuses what the last one found. Lists are compared as one
+        NUL-joined string (a C copy and a memcmp, far cheaper than hashing 5,000 names into a
+        set); names containing NUL, which no node has, are never compared that way."""
+        version = self._usability.known_version
+        joined = "\0".join(node_names)
+        comparable = joined.count("\0") == max(len(node_names) - 1, 0)
+        last = self._last_candidates
+        if comparable and last is not None and last[2] == version and last[0] == joined:
+            return last[1], last[3]
+        candidates = set(node_names)
+        covers = candidates.issuperset(self._usability.scores)
+        self._last_candidates = (joined, candidates, version, covers) if comparable else None
+        return candidates, covers
+
+    def _judge_by_sets(self, outcome: FilterOutcome, shape_nodes: ShapeNodes, node_names: Sequence[str],
+                       now: datetime) -> Callable[[str], bool]:
+        """A reason in `outcome.failed` for every candidate that does not take the pod, by set
+        operations on what is kept between requests (nodeview.py): the nodes that do fit are
+        not looked at one by one. Returns which fitting nodes this request may choose."""
+        usability = self._usability
+        candidates, covers = self._candidates(node_names)
+        fits, blocked, stale = shape_nodes.fits, usability.blocked, usability.stale
+        excluded = blocked | stale if blocked or stale else blocked
+        if covers:
+            # Every node is a candidate: the failing ones are those kept as failing.
+            failing: Iterable[str] = itertools.chain(
+                shape_nodes.failing, stale.difference(shape_nodes.failing),
+                candidates.difference(usability.scores) if len(candidates) > len(usability.scores) else ())
+            outcome.fitting = len(fits) - len(stale.intersection(fits))
+        else:
+            fitting = (fits - excluded if excluded else fits) & candidates
+            failing = candidates - fitting
+            outcome.fitting = len(fitting)
+        failed, nodes = outcome.failed, self.cache.nodes
+        extra: set[str] = set()  # usable after all: a node whose plugin reported just in time
+        for name in failing:
             entry = nodes.get(name)
-            if (entry is None or not entry.present or entry.register_error or entry.degraded
-                    or entry.handshake_fresh_until < now_ts):
+            if entry is None or name in excluded:
                 problem = self.usable(entry, now)
                 if problem is not None:
                     failed[name] = problem
                     continue
-                assert entry is not None
-            if one_card is not None and not one_card.isdisjoint(entry.card_states):
-                fitting.append(entry)
-                continue
-            if verdicts is not None:
-                rejection = verdicts.rejection(entry.card_states)
-            else:
-                result = self._fit_and_remember(entry, plan, shape)
-                if isinstance(result, NodeRejection):
-                    rejection = result
-                else:
-                    rejection, exact[name] = None, result
+            rejection = shape_nodes.reason(name)
             if rejection is None:
-                fitting.append(entry)
+                extra.add(name)
             else:
                 failed[name] = rejection
-        self._choose(outcome, plan, fitting, exact, admit)
-        return outcome
+        if extra:
+            shape_nodes.fits.update(extra)  # they do fit: kept so, for this request's choice too
+            shape_nodes.failing.difference_update(extra)
+            outcome.fitting += len(extra)
+        if covers:
+            return lambda name: name not in excluded or name in extra
+        return lambda name: name in candidates and (name not in excluded or name in extra)
 
-    def _choose(self, outcome: FilterOutcome, plan: PodPlan, fitting: list[NodeEntry], exact: dict[str, PodFit],
-                admit: Callable[[PodFit], NodeRejection | None] | None) -> None:
-        """The node policy's pick among `fitting`, placed exactly (fit.py) and admitted; the
-        next best when either refuses."""
+    def _judge_exactly(self, outcome: FilterOutcome, plan: PodPlan, node_names: Iterable[str], now: datetime
+                       ) -> tuple[set[str], dict[str, PodFit]]:
+        """Pods whose fit does not follow from card states: fit.py on every candidate."""
+        fitting: set[str] = set()
+        exact: dict[str, PodFit] = {}
+        shape = self._shape_id(plan)
+        for name in node_names:
+            entry = self.cache.nodes.get(name)
+            problem = self.usable(entry, now)
+            if problem is not None:
+                outcome.failed[name] = problem
+                continue
+            assert entry is not None
+            result = self._fit_and_remember(entry, plan, shape)
+            if isinstance(result, NodeRejection):
+                outcome.failed[name] = result
+            else:
+                fitting.add(entry.name)
+                exact[entry.name] = result
         outcome.fitting = len(fitting)
-        while fitting:
-            entry = best_node(fitting, plan.node_policy)
-            result = exact.get(entry.name) or self._fit(entry, plan)
+        return fitting, exact
+
+    def _choose(self, outcome: FilterOutcome, plan: PodPlan, best: Callable[[set[str]], str | None],
+                exact: dict[str, PodFit], admit: Callable[[PodFit], NodeRejection | None] | None) -> None:
+        """The node policy's pick (`best`, among the fitting nodes not in the set it is
+        given), placed exactly (fit.py) and admitted; the next best when either refuses."""
+        excluded: set[str] = set()
+        while (name := best(excluded)) is not None:
+            result = exact.get(name) or self._fit(self.cache.nodes[name], plan)
             if isinstance(result, NodeRejection):
                 # Card-state verdicts let through a node fit.py refuses: fit.py is the rule.
-                log.warning("filter: node %s passed the card-state check but fit refuses it: %s", entry.name,
+                log.warning("filter: node %s passed the card-state check but fit refuses it: %s", name,
                             result.detail)
-                outcome.failed[entry.name] = result
+                outcome.failed[name] = result
             else:
                 refused = admit(result) if admit is not None else None
                 if refused is None:
-                    outcome.chosen, outcome.fit = entry.name, result
+                    outcome.chosen, outcome.fit = name, result
                     return
-                outcome.failed[entry.name] = refused
+                outcome.failed[name] = refused
                 if _same_amounts_everywhere(plan):
-                    # The quota counts amounts, and this pod holds the same on any node.
-                    for other in fitting:
-                        outcome.failed[other.name] = refused
+                    # The quota counts amounts, and this pod holds the same on any node: every
+                    # other fitting node is refused alike.
+                    excluded.add(name)
+                    while (other := best(excluded)) is not None:
+                        outcome.failed[other] = refused
+                        excluded.add(other)
                     outcome.fitting = 0
                     return
-            fitting = [other for other in fitting if other is not entry]
+            excluded.add(name)
             outcome.fitting -= 1
 
     def _explain(self, name: str, rejection: NodeRejection, plan: PodPlan, now: datetime,
@@ -284,16 +369,17 @@ class Filter:
         return result
 
 
-_SCORE = attrgetter("node_score")
-_NAME = attrgetter("name")
+def best_name(names: set[str], scores: Mapping[str, float], node_policy: str) -> str:
+    """policy.pick_node over a set of node names, without building (name, score) pairs:
+    binpack the highest node score, spread the lowest, ties to the name ascending. In C
+    loops (map, compress) over the set, which iterates in the same order both times."""
+    score = scores.__getitem__
+    target = min(map(score, names)) if node_policy == policies.SPREAD else max(map(score, names))
+    return min(compress(names, map(target.__eq__, map(score, names))))
 
 
-def best_node(entries: Sequence[NodeEntry], node_policy: str) -> NodeEntry:
-    """policy.pick_node over node entries, without building (name, score) pairs: binpack the
-    highest node score, spread the lowest, ties to the name ascending."""
-    scores = map(_SCORE, entries)
-    target = min(scores) if node_policy == policies.SPREAD else max(scores)
-    return min((entry for entry in entries if entry.node_score == target), key=_NAME)
+def _best_of(names: set[str], scores: Mapping[str, float], node_policy: str) -> str | None:
+    return best_name(names, scores, node_policy) if names else None
 
 
 def _same_amounts_everywhere(plan: PodPlan) -> bool:

@@ -76,16 +76,19 @@ class ShapeVerdicts:
     def sync(self, table: CardStateTable) -> None:
         if len(self.passing[0]) + len(self.rejected[0]) > 2 * len(table.live) + 4096:
             self._prune(table)
-        for state, (card, row) in table.born_since(self._judged):
-            for need, passing, rejected in zip(self.needs, self.passing, self.rejected, strict=True):
-                request = need.request
-                rejection = check_card(card, row, request, request.memory_mib or card.memory, self.selection,
-                                       self.mutex)
+        born = table.born_since(self._judged)
+        self._judged = table.next_id
+        selection, mutex = self.selection, self.mutex
+        for need, passing, rejected in zip(self.needs, self.passing, self.rejected, strict=True):
+            # A shape seen for the first time judges every live state here (hundreds): the
+            # loop is kept to the check itself.
+            request, memory = need.request, need.request.memory_mib
+            for state, (card, row) in born:
+                rejection = check_card(card, row, request, memory or card.memory, selection, mutex)
                 if rejection is None:
                     passing.add(state)
                 else:
                     rejected[state] = rejection
-        self._judged = table.next_id
 
     def _prune(self, table: CardStateTable) -> None:
         """Forget the states no card is in any more (their ids never come back)."""
