@@ -22,12 +22,12 @@ from datetime import timedelta
 
 from aiohttp import web
 
-from hami_dcu.common import keys
+from hami_dcu.common import gcpolicy, keys
 from hami_dcu.common.kube import AsyncKube, Kube, KubeConfigError
 from hami_dcu.common.preferences import CARD_WORDS
 from hami_dcu.common.tls import ReloadingTLS
 from hami_dcu.common.writer_flags import add_identity_arguments
-from hami_dcu.scheduler import gcpolicy, policy
+from hami_dcu.scheduler import policy
 from hami_dcu.scheduler.app import build_app, build_side_app
 from hami_dcu.scheduler.bind import BindSettings
 from hami_dcu.scheduler.filtering import FilterSettings

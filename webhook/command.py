@@ -9,7 +9,7 @@ import logging
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from hami_dcu.common import keys
+from hami_dcu.common import gcpolicy, keys
 from hami_dcu.common.certmetrics import CertificateExpiry
 from hami_dcu.common.tls import ReloadingTLS
 from hami_dcu.common.writer_flags import add_identity_arguments, identities_from
@@ -66,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
     registry = CollectorRegistry()
     registry.register(CertificateExpiry({"serving": args.tls_cert}))  # renewal that stopped shows on /metrics
     app = build_app(settings_from(args), registry)
+    # What is loaded now lives as long as the process: out of the collector's sight, so no
+    # full collection ever walks it in the middle of reviews (common/gcpolicy.py).
+    gcpolicy.tune()
+    gcpolicy.settle("startup")
 
     async def start_reloader(app: web.Application) -> None:
         app["tls_reloader"] = asyncio.create_task(tls.watch())

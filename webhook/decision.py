@@ -134,6 +134,13 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
         return _deny("quota-exceeded", f"pod {problem}")
     if current == settings.scheduler_name and not adopted.renames:
         return Decision(allowed=True, reason="already-routed", warnings=hints)
+    if not adopted.renames:
+        # The common case: one field set. Written out, as jsonpatch.make_patch would write it
+        # (its diff of the spec was most of a review's CPU time).
+        op = "replace" if "schedulerName" in (original.get("spec") or {}) else "add"
+        return Decision(allowed=True, reason="routed",
+                        patch=[{"op": op, "path": "/spec/schedulerName", "value": settings.scheduler_name}],
+                        warnings=hints)
     # Only spec (and renamed annotations) change, so only they are diffed (the whole pod costs 3x the time).
     before: JSON = {"spec": original.get("spec") or {}}
     after: JSON = {"spec": {**spec, "schedulerName": settings.scheduler_name}}

@@ -1,16 +1,17 @@
-"""Garbage collection for the extender process, whose heap is mostly its long-lived cache.
+"""Garbage collection for long-running servers whose heap is mostly long-lived objects.
 
 CPython's full collections walk every tracked object. With 5,000 nodes and 40,000 pods in
-the cache (and the `kubernetes` client's modules) that is over a million objects, a pause
-of hundreds of milliseconds that lands on whichever /filter is running: it set the p99.
+the extender's cache (and the `kubernetes` client's modules, which the webhook loads too)
+that is over a million objects, a pause of hundreds of milliseconds that lands on whichever
+request is running: it set the extender's /filter p99 and the webhook's worst review.
 
-After each list of nodes or pods (the start, and every resync) the surviving objects are
-moved out of the collector's sight with `gc.freeze()`: full collections then walk only what
-was created since, so their cost follows the churn, not the cluster's size. Frozen objects
-are still freed by reference counting when the cache drops them; only a reference cycle
-among them would outlive its use, and the cache's records hold none. The collection run
-just before freezing keeps today's cyclic garbage from becoming permanent; after the first
-freeze it too walks only the young objects.
+After start-up (the webhook) or each list of nodes or pods (the extender: the start, and
+every resync) the surviving objects are moved out of the collector's sight with
+`gc.freeze()`: full collections then walk only what was created since, so their cost
+follows the churn, not the heap's size. Frozen objects are still freed by reference
+counting when dropped; only a reference cycle among them would outlive its use, and the
+cache's records hold none. The collection run just before freezing keeps today's cyclic
+garbage from becoming permanent; after the first freeze it too walks only the young objects.
 
 A list also leaves megabytes of freed response buffers and decoded objects behind, many
 of them in the C allocator's per-thread arenas (the API calls run on a thread pool), which
@@ -41,12 +42,13 @@ def tune() -> None:
 
 
 def settle(what: str = "") -> None:
-    """After a list: collect what is garbage now, freeze what survives, return freed memory."""
+    """After start-up or a list: collect what is garbage now, freeze what survives, return
+    freed memory."""
     started = time.perf_counter()
     found = gc.collect()
     gc.freeze()
     _trim()
-    log.debug("gc after listing %s: %d unreachable, %d objects frozen, %.0f ms", what, found,
+    log.debug("gc after %s: %d unreachable, %d objects frozen, %.0f ms", what, found,
               gc.get_freeze_count(), (time.perf_counter() - started) * 1000)
 
 
