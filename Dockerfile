@@ -26,7 +26,6 @@ idna==3.20
 jsonpatch==1.47
 jsonpointer==3.12
 kubernetes==36.0.3
-marshmallow==4.4.0
 multidict==7.2.1
 oauthlib==4.0.1
 prometheus-client==0.26.0
