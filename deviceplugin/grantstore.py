@@ -25,6 +25,7 @@ from hami_dcu.deviceplugin.vdev import (
 
 log = logging.getLogger(__name__)
 SUFFIX = ".conf"
+ADOPTED = "# adopted from "  # how a record adopted by directory name begins
 RECORD_MODE = 0o600
 
 
@@ -35,6 +36,15 @@ class GrantStore:
     def save(self, spec: VdevSpec) -> None:
         write_atomic(self.directory / (spec.dirname + SUFFIX), render_conf(spec, device_id=0))
         os.chmod(self.directory / (spec.dirname + SUFFIX), RECORD_MODE)
+
+    def conf_text(self, dirname: str) -> str | None:
+        """The vDCU configuration recorded for grant `dirname` (None: no record, or a grant
+        adopted by name, whose record holds no configuration)."""
+        try:
+            text = (self.directory / (dirname + SUFFIX)).read_text()
+        except OSError:
+            return None
+        return None if text.startswith(ADOPTED) else text
 
     def remove(self, dirname: str) -> None:
         (self.directory / (dirname + SUFFIX)).unlink(missing_ok=True)
@@ -72,7 +82,7 @@ class GrantStore:
             return 0
         self.directory.mkdir(parents=True, exist_ok=True)
         for name in names:
-            write_atomic(self.directory / (name + SUFFIX), f"# adopted from {vdev_dir / name / VDEV_CONF}\n")
+            write_atomic(self.directory / (name + SUFFIX), f"{ADOPTED}{vdev_dir / name / VDEV_CONF}\n")
             os.chmod(self.directory / (name + SUFFIX), RECORD_MODE)
         if names:
             log.warning("grant store %s: adopted %d grants from %s by their directory names (first start with a "

@@ -6,10 +6,12 @@ The gRPC servicer (server.py) only translates between this class and the wire.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -102,6 +104,9 @@ class PluginCore:
         self.node_lock = NodeLock(kube, timeout=timedelta(seconds=lock_timeout_seconds))
         self.state = NodeState(compute_units={c.index: c.card.compute_units for c in cards})
         self.lock = threading.Lock()
+        # API calls of one Allocate that can overlap (the node and the pod list; the last pod
+        # write and the lock release): two round trips of waiting instead of four.
+        self._io = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"allocate-{node}")
         self.metrics = metrics or PluginMetrics()
         self.metrics.unknown_models.labels(node).set(sum(1 for c in cards if c.card.model == FALLBACK_MODEL))
         self.grants = GrantStore(self.paths.state_dir)
@@ -115,15 +120,32 @@ class PluginCore:
         restored = 0
         with self.lock:
             self.grants.adopt_legacy(self.paths.vdev_dir)
-            for record in self._records():
+            for dirname, record in self._named_records():
                 # Restored even for a card no longer served: its vdev id stays taken until the
                 # pod goes, so /etc/vdev/vdev<N>.conf is never shared by two live vDCUs.
                 self.state.restore(record)
+                self._restore_conf(dirname)
                 restored += 1
             self.metrics.vdevs.labels(self.node).set(len(self.state.vdevs_used))
         if restored:
             log.info("node %s: restored %d vDCU grants from %s", self.node, restored, self.paths.state_dir)
         return restored
+
+    def _restore_conf(self, dirname: str) -> None:
+        """The container's vdev0.conf is written without fsync (Allocate's critical path);
+        the grant record is durable. After a crash, or a tenant's edit, the container's copy
+        is put back from the record before the kubelet restarts anything on this node."""
+        text = self.grants.conf_text(dirname)
+        conf = self.paths.vdev_dir / dirname / VDEV_CONF
+        if text is None or not conf.parent.is_dir():
+            return
+        try:
+            if conf.read_text() == text:
+                return
+        except OSError:
+            pass
+        log.warning("node %s: vdev %s: configuration restored from the plugin's record", self.node, dirname)
+        write_atomic(conf, text)
 
     def _records(self) -> list[VdevDir]:
         return [record for _, record in self._named_records()]
@@ -165,9 +187,11 @@ class PluginCore:
         return responses
 
     def _allocate_locked(self, requests: list[list[str]]) -> list[ContainerResponse]:
+        # The two reads do not depend on each other: one round trip of waiting, not two.
+        listing = self._io.submit(self._list_pending)
         node_obj = self._read_node()
         namespace, name = self._lock_holder(node_obj)
-        pending = self._pending_pods(namespace, name)
+        pending = self._pending_pods(namespace, name, listing)
         holder = (namespace, name)
         pod = next((p for p in pending if (p["metadata"].get("namespace"), p["metadata"].get("name")) == holder), None)
         if pod is None:  # not Pending on this node: read it to say exactly why (the slow path)
@@ -176,6 +200,8 @@ class PluginCore:
         self._refuse_if_ambiguous(pod, pending)
         responses: list[ContainerResponse] = []
         written: list[tuple[Grant, VdevSpec]] = []
+        release: Future[None] | None = None
+        last_write: Future[dict] | None = None
         try:
             if not requests:
                 raise planning.AllocateRefused("the kubelet sent an Allocate call without container requests")
@@ -189,11 +215,20 @@ class PluginCore:
                         namespace, name, container_plan.container, self.node, ",".join(ids),
                         ",".join(d.uuid for d in container_plan.devices),
                     )
-                responses.append(self._serve_container(pod, container_plan, written))
                 update = {keys.POD_DEVICES_TO_ALLOCATE: planning.erased_annotation(container_plan)}
-                if container_plan.done:  # one write for "erased" and "success"
+                if container_plan.done:
+                    # The last container: its pod write ("erased" and "success" in one) and the
+                    # lock release go out while its files are written, two round trips of
+                    # waiting in one. The next pod's Allocate waits for this call to return
+                    # (self.lock) either way, and a failure below still marks this pod failed.
                     update[keys.POD_BIND_PHASE] = keys.BIND_PHASE_SUCCESS
-                pod = self._patch_pod(namespace, name, update)
+                    release = self._io.submit(self._release, namespace, name, node_obj)
+                    last_write = self._io.submit(self._patch_pod, namespace, name, update)
+                    responses.append(self._serve_container(pod, container_plan, written))
+                    pod = last_write.result()
+                else:  # the next container's plan reads what this write erased
+                    responses.append(self._serve_container(pod, container_plan, written))
+                    pod = self._patch_pod(namespace, name, update)
                 log.info(
                     "pod %s/%s container %s: allocated %s on node %s",
                     namespace,
@@ -206,18 +241,25 @@ class PluginCore:
             self._undo(written)
             known = planning.AllocateRefused | AllocationError | KubeError | CodecError | OSError
             why = str(exc) if isinstance(exc, known) else f"internal error: {exc!r}"
+            for pending_write in (release, last_write):  # "failed" must land after them
+                if pending_write is not None:
+                    with contextlib.suppress(Exception):
+                        pending_write.result()
             self._mark_failed(namespace, name, why)
             raise AllocateFailed(why) from exc
-        if container_plan.done:
-            self._release(namespace, name, node_obj)
+        if release is not None:
+            release.result()  # _release retries and never raises
         self.metrics.vdevs.labels(self.node).set(len(self.state.vdevs_used))
         return responses
 
-    def _pending_pods(self, namespace: str, name: str) -> list[dict]:
+    def _list_pending(self) -> list[dict]:
+        return self.kube.list_pods(field_selector=f"spec.nodeName={self.node},status.phase=Pending").items
+
+    def _pending_pods(self, namespace: str, name: str, listing: Future[list[dict]]) -> list[dict]:
         """This node's Pending pods: the holder (normally) and any pod that could be the one
         admitted instead. One list, filtered by the server, serves both."""
         try:
-            return self.kube.list_pods(field_selector=f"spec.nodeName={self.node},status.phase=Pending").items
+            return listing.result()
         except KubeError as exc:
             self._mark_failed(namespace, name, f"cannot list the pods of node {self.node}: {exc}")
             raise AllocateFailed(f"cannot list the pods of node {self.node}: {exc}") from exc
@@ -355,7 +397,9 @@ class PluginCore:
             written.append((grant, spec))
             self.grants.save(spec)  # first: a vdev dir never exists without the plugin's record
             host_dir = self.paths.vdev_dir / spec.dirname
-            write_atomic(host_dir / VDEV_CONF, render_conf(spec, device_id=0))
+            # The record just written is the durable copy (rebuild restores this one from it):
+            # no fsync here, on the Allocate's critical path.
+            write_atomic(host_dir / VDEV_CONF, render_conf(spec, device_id=0), durable=False)
             # The exporter's copy is not what the container reads: atomic is enough, no fsync.
             write_atomic(self.paths.etc_vdev / f"vdev{grant.vdev}.conf", render_conf(spec, device_id=card.index),
                          durable=False)
