@@ -42,7 +42,7 @@ JSON = dict[str, Any]
 _SHAPES_KEPT = 512  # pod shapes whose card-state verdicts are kept
 _EXACT_SHAPES_PER_NODE = 32  # exact fits kept per node and generation
 # Pod shapes whose fitting nodes are kept as sets (a set of 5,000 names is ~200 KB).
-_NODE_SETS_KEPT = 48
+_NODE_SETS_KEPT = 32
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,12 @@ class Usability:
             self._deadlines.clear()
             self.order = {False: [], True: []}
             self.known_version += 1
-            changed = set(self.cache.nodes)
+            for name in self.cache.nodes:
+                self._judge(name, now, ordered=False)
+            # one sort, not an insertion per node (quadratic at 10,000 nodes)
+            self.order = {spread: sorted((_order_key(score, spread), name) for name, score in self.scores.items())
+                          for spread in (False, True)}
+            changed = set()
         for name in changed:
             self._judge(name, now)
         deadlines, nodes = self._deadlines, self.cache.nodes
@@ -95,7 +100,7 @@ class Usability:
             elif not math.isinf(until):  # reported since (routine reports are not logged): the new deadline
                 heapq.heappush(deadlines, (until, name))
 
-    def _judge(self, name: str, now: float) -> None:
+    def _judge(self, name: str, now: float, ordered: bool = True) -> None:
         entry = self.cache.nodes.get(name)
         if entry is None:
             old = self.scores.pop(name, None)
@@ -111,7 +116,8 @@ class Usability:
             self.known_version += 1
         if old != entry.node_score:
             self.scores[name] = entry.node_score
-            self._reorder(name, old, entry.node_score)
+            if ordered:
+                self._reorder(name, old, entry.node_score)
         if blocked(entry):
             self.blocked.add(name)
         else:
