@@ -175,18 +175,33 @@ class PluginCore:
         AllocateFailed with a message for the kubelet; on failure the pod is marked failed,
         the lock released and nothing of this call is left on disk or in the state."""
         started = time.perf_counter()
+        self.lock.acquire()
+        releasing: Future[None] | None = None
         try:
-            with self.lock:
-                responses = self._allocate_locked(requests)
+            responses, releasing = self._allocate_locked(requests)
         except AllocateFailed:
             self.metrics.allocations.labels(self.node, "failed").inc()
             raise
         finally:
             self.metrics.allocate_seconds.labels(self.node).observe(time.perf_counter() - started)
+            if releasing is None:
+                self.lock.release()
+            else:
+                # The node lock's release goes on after the answer: the container's start does
+                # not wait for it, the next Allocate on this node does (it needs the lock free
+                # to tell its pod apart from this one).
+                releasing.add_done_callback(lambda _done: self.lock.release())
         self.metrics.allocations.labels(self.node, "success").inc()
         return responses
 
-    def _allocate_locked(self, requests: list[list[str]]) -> list[ContainerResponse]:
+    def idle(self, timeout: float | None = None) -> bool:
+        """Wait until no Allocate is in progress here, its lock release included."""
+        if not self.lock.acquire(timeout=-1 if timeout is None else timeout):
+            return False
+        self.lock.release()
+        return True
+
+    def _allocate_locked(self, requests: list[list[str]]) -> tuple[list[ContainerResponse], Future[None] | None]:
         # The two reads do not depend on each other: one round trip of waiting, not two.
         listing = self._io.submit(self._list_pending)
         node_obj = self._read_node()
@@ -217,15 +232,15 @@ class PluginCore:
                     )
                 update = {keys.POD_DEVICES_TO_ALLOCATE: planning.erased_annotation(container_plan)}
                 if container_plan.done:
-                    # The last container: its pod write ("erased" and "success" in one) and the
-                    # lock release go out while its files are written, two round trips of
-                    # waiting in one. The next pod's Allocate waits for this call to return
-                    # (self.lock) either way, and a failure below still marks this pod failed.
+                    # The last container: its pod write ("erased" and "success" in one) goes
+                    # out while its files are written. The lock release follows it, after the
+                    # answer (see allocate): a failure before the write lands still marks this
+                    # pod failed and releases the lock.
                     update[keys.POD_BIND_PHASE] = keys.BIND_PHASE_SUCCESS
-                    release = self._io.submit(self._release, namespace, name, node_obj)
                     last_write = self._io.submit(self._patch_pod, namespace, name, update)
                     responses.append(self._serve_container(pod, container_plan, written))
                     pod = last_write.result()
+                    release = self._io.submit(self._release, namespace, name, node_obj)
                 else:  # the next container's plan reads what this write erased
                     responses.append(self._serve_container(pod, container_plan, written))
                     pod = self._patch_pod(namespace, name, update)
@@ -247,10 +262,8 @@ class PluginCore:
                         pending_write.result()
             self._mark_failed(namespace, name, why)
             raise AllocateFailed(why) from exc
-        if release is not None:
-            release.result()  # _release retries and never raises
         self.metrics.vdevs.labels(self.node).set(len(self.state.vdevs_used))
-        return responses
+        return responses, release  # _release retries and never raises
 
     def _list_pending(self) -> list[dict]:
         return self.kube.list_pods(field_selector=f"spec.nodeName={self.node},status.phase=Pending").items

@@ -1,6 +1,7 @@
 """Allocate's critical path (issue 14): the node and the pod list are read together, the last
-pod write and the lock release go out together, and the container's vdev0.conf is written
-without fsync because the plugin's durable record puts it back at restart."""
+pod write goes out while the files are written, the lock release follows the answer (the
+next Allocate waits for it), and the container's vdev0.conf is written without fsync because
+the plugin's durable record puts it back at restart."""
 
 from __future__ import annotations
 
@@ -58,27 +59,72 @@ class OverlapKube(Kube):
                 self.in_flight -= 1
 
 
-def test_allocate_makes_four_api_calls_and_overlaps_them_in_pairs(dcu_node, monkeypatch):
+def test_allocate_reads_in_one_round_trip_and_answers_before_the_lock_release(dcu_node, monkeypatch):
     counting = OverlapKube(dcu_node.kube)
     dcu_node.kube = counting
     core = dcu_node.core()
-    # each call waits for its pair to be in flight too: only overlapping calls get through
-    barrier = threading.Barrier(2, timeout=5)
+    # the two reads wait for each other: only overlapping reads get through
+    reads = threading.Barrier(2, timeout=5)
+    answered, release_may_go = threading.Event(), threading.Event()
     original = Kube.request
 
-    def paired(self, method, path, **kwargs):
-        barrier.wait()
+    def gated(self, method, path, **kwargs):
+        if method == "GET" and not answered.is_set():
+            reads.wait()
+        if method == "PATCH" and "/nodes/" in path:  # the lock release
+            assert release_may_go.wait(5)
         return original(self, method, path, **kwargs)
 
     dcu_node.bind("p", [("c", [dev("S1", 1000, 25)])])
     counting.calls.clear()
-    monkeypatch.setattr(Kube, "request", paired)
+    monkeypatch.setattr(Kube, "request", gated)
     core.allocate([["DCU-S1-fake-0"]])
+    answered.set()
+    at_answer = list(counting.calls)
+    assert not core.idle(0.2)  # answered, the lock release still held back
+    release_may_go.set()
+    assert core.idle(5)
     monkeypatch.undo()
-    assert sorted(counting.calls) == ["GET", "GET", "PATCH", "PATCH"]
-    assert counting.most == 2
-    assert dcu_node.annotation("p", keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS
+    assert at_answer[:3] == ["GET", "GET", "PATCH"]  # the pod's outcome was written before the answer
+    assert counting.calls == ["GET", "GET", "PATCH", "PATCH"]
+    assert counting.most == 2  # the reads, together; the writes one after the other
     assert dcu_node.lock_value() is None
+
+
+def test_the_next_allocate_reads_the_node_only_after_the_previous_lock_release(dcu_node, monkeypatch):
+    core = dcu_node.core()
+    release_may_go = threading.Event()
+    seen: list[str] = []
+    original = Kube.request
+
+    def gated(self, method, path, **kwargs):
+        if method == "PATCH" and "/nodes/" in path:
+            assert release_may_go.wait(5)
+            seen.append("release")
+        elif method == "GET" and "/nodes/" in path:
+            seen.append("read node")
+        return original(self, method, path, **kwargs)
+
+    dcu_node.bind("p", [("c", [dev("S1", 1000, 25)])])
+    monkeypatch.setattr(Kube, "request", gated)
+    core.allocate([["DCU-S1-fake-0"]])
+    outcome: list[BaseException | None] = []
+
+    def next_allocate() -> None:
+        try:
+            core.allocate([["DCU-S2-fake-0"]])
+            outcome.append(None)
+        except AllocateFailed as exc:  # no pod holds the lock now: nothing was bound since
+            outcome.append(exc)
+
+    second = threading.Thread(target=next_allocate)
+    second.start()
+    second.join(0.3)
+    assert second.is_alive() and seen == ["read node"]  # waiting, not reading a lock about to go
+    release_may_go.set()
+    second.join(5)
+    assert seen == ["read node", "release", "read node"]
+    assert "no pod holds the node lock" in str(outcome[0])
 
 
 def test_a_file_that_cannot_be_written_leaves_the_pod_failed_though_success_went_out_beside_it(dcu_node):

@@ -31,6 +31,7 @@ def test_a_lock_release_that_fails_after_a_successful_allocate_is_retried(dcu_no
     dcu_node.kube.patch_node_metadata = flaky_lock_writes
     try:
         core.allocate([["DCU-S1-fake-0"]])
+        assert core.idle(30)  # the release follows the answer
     finally:
         dcu_node.kube.patch_node_metadata = real_patch
     assert failures["left"] == 0
