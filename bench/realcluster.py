@@ -4,15 +4,17 @@ etcd built from Go modules; the chart installed with helm; kubelet stand-ins per
 
     python bench/realcluster.py [--nodes 20] [--cards 4] [--pods 200] [--job 40] [--mode devicePlugin|dra]
 
-Two measurements, each against its baseline from the same run and the same cluster:
+Three measurements, each against its baseline from the same run and the same cluster:
 * a burst of `--pods` shared-DCU pods (1 card, 1000-4000 MiB, 5-20 % cores) created as fast as
   the API takes them: time until every pod is bound, and until every pod is Running (after the
   device plugin's Allocate); the baseline is the same number of plain pods (no DCU) scheduled by
   the cluster's default kube-scheduler, which is the same binary without the extender round
   trips, node lock and Allocate;
 * a Job of `--job` pods (1 card, 2000 MiB, 10 % cores each; the real Job controller creates the
-  pods) onto as few nodes as fit them (binpack): time until all are Running, and how many nodes
-  they used against the fewest that could hold them (slots per node = cards x 4).
+  pods) onto as few `--cards` nodes as fit them (binpack): time until all are Running, and how
+  many nodes they used against the fewest that could hold them (slots per node = cards x 4);
+* the same Job pinned (node affinity) to one extra 10-card node, every bind contending for its
+  node lock: time until all are Running, against a Job of as many plain pods onto that node.
 
 `--mode dra` installs the chart in DRA mode: the same HAMi-style pod specs are rewritten by the
 webhook into claims, allocated by kube-scheduler's DRA allocator and prepared by our DRA driver.
@@ -30,6 +32,8 @@ import time
 from hami_dcu.common.kube import Kube
 from hami_dcu.e2e.realcluster.cluster import RealCluster, unavailable
 from hami_dcu.e2e.scenarios import Ctr, default_cards, pod_manifest
+
+BIG_NODE = "big"
 
 
 def _count(kube: Kube, namespace: str, selector: str, what: str) -> int:
@@ -69,22 +73,36 @@ def _delete_all(cluster: RealCluster) -> None:
         time.sleep(0.5)
 
 
-def _job(cluster: RealCluster, pods: int) -> tuple[float, int]:
+def _job(cluster: RealCluster, pods: int, label: str, node: str, dcu: bool = True, pinned: bool = True
+         ) -> tuple[float, int]:
+    """Seconds until all pods of a Job are Running (the real Job controller creates them), and
+    how many nodes they used: all on `node` (pinned), or anywhere but there."""
     kube, ns = cluster.kube, cluster.namespace
-    template = pod_manifest("x", [Ctr("c", 1, 2000, 10)])
+    template = pod_manifest("x", [Ctr("c", 1, 2000, 10)] if dcu else [Ctr("c")])
     template["spec"]["restartPolicy"] = "Never"
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "bench-job"},
+    template["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In" if pinned else "NotIn", "values": [node]}]}]}}}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"bench-{label}"},
            "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0,
-                    "template": {"metadata": {"labels": {"bench": "job"}}, "spec": template["spec"]}}}
+                    "template": {"metadata": {"labels": {"bench": label}}, "spec": template["spec"]}}}
     start = time.monotonic()
     kube.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body=job)
-    while _count(kube, ns, "bench=job", "Running") < pods:
+    while _count(kube, ns, f"bench={label}", "Running") < pods:
         if time.monotonic() - start > 600:
-            raise SystemExit(f"job: not all {pods} pods Running after 600 s")
-        time.sleep(0.2)
+            raise SystemExit(f"{label}: not all {pods} pods Running after 600 s")
+        time.sleep(0.05)
     elapsed = time.monotonic() - start
-    nodes = {p["spec"]["nodeName"] for p in kube.list_pods(namespace=ns, label_selector="bench=job").items}
+    nodes = {p["spec"]["nodeName"] for p in kube.list_pods(namespace=ns, label_selector=f"bench={label}").items}
     return elapsed, len(nodes)
+
+
+def _delete_job(cluster: RealCluster, label: str) -> None:
+    kube, ns = cluster.kube, cluster.namespace
+    kube.request("DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs/bench-{label}",
+                 body={"propagationPolicy": "Background"})
+    while kube.list_pods(namespace=ns, label_selector=f"bench={label}").items:
+        time.sleep(0.5)
 
 
 def main() -> None:
@@ -101,6 +119,7 @@ def main() -> None:
         raise SystemExit(reason)
     logging.basicConfig(level=logging.WARNING)
     nodes = {f"node{i:02d}": default_cards(f"node{i:02d}", args.cards) for i in range(args.nodes)}
+    nodes[BIG_NODE] = default_cards(BIG_NODE, 10)  # the pinned Job's (the binpack Job keeps off it)
     print(f"starting a real control plane with {args.nodes} nodes x {args.cards} cards, mode {args.mode} ...",
           flush=True)
     started = time.monotonic()
@@ -124,10 +143,17 @@ def main() -> None:
               f"({args.pods / bound:6.1f} pods/s), Running in {running:6.2f} s "
               f"({args.pods / running:6.1f} pods/s)")
         print(f"  ratio to baseline: bound {bound / base_bound:.2f}x, Running {running / base_running:.2f}x")
-        job_time, used = _job(cluster, args.job)
+        job_time, used = _job(cluster, args.job, "job", BIG_NODE, pinned=False)
         fewest = math.ceil(args.job / (args.cards * 4))
         print(f"\nJob of {args.job} pods (binpack): all Running in {job_time:.2f} s on {used} nodes "
               f"(fewest possible: {fewest})")
+        _delete_job(cluster, "job")
+        plain, _ = _job(cluster, args.job, "plain-one", BIG_NODE, dcu=False)
+        _delete_job(cluster, "plain-one")
+        one, _ = _job(cluster, args.job, "one", BIG_NODE)
+        print(f"Job of {args.job} pods onto one 10-card node ({BIG_NODE}, node affinity): all Running in "
+              f"{one:.2f} s (target <= 5 s: {'met' if one <= 5 else 'MISSED'}); baseline, {args.job} plain pods "
+              f"of a Job onto it: {plain:.2f} s; ratio {one / plain:.2f}x")
 
 
 if __name__ == "__main__":
