@@ -22,9 +22,15 @@ def _no_constant(name: str) -> object:
     raise JsonError(f"body is not JSON: {name} is not a JSON value")
 
 
+# One decoder for every call: json.loads with an option builds a new one each time.
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
 def loads(raw: bytes | str, max_depth: int = MAX_DEPTH) -> object:
     try:
-        value = json.loads(raw, parse_constant=_no_constant)
+        # what json.loads does with bytes (it detects UTF-16/32 too, as the JSON RFC allows)
+        text = raw.decode(json.detect_encoding(raw), "surrogatepass") if isinstance(raw, bytes) else raw
+        value = _DECODER.decode(text)
     except RecursionError as exc:
         raise JsonError(f"JSON nested deeper than {max_depth} levels") from exc
     except JsonError:

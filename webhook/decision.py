@@ -15,7 +15,7 @@ from typing import Any
 import jsonpatch
 
 from hami_dcu.common import keys
-from hami_dcu.common.requests import RequestError, asks_for_dcu, names_dcu, parse_container_request
+from hami_dcu.common.requests import DcuRequest, RequestError, names_dcu, parse_container_request
 from hami_dcu.common.writers import Identities
 from hami_dcu.dra.translate import TranslateError, translate
 from hami_dcu.webhook.advice import scheduling_warnings
@@ -64,6 +64,15 @@ def _deny(reason: str, message: str) -> Decision:
 DEFAULT_SETTINGS = Settings()
 
 
+def _parsed(container: JSON, names: keys.ResourceNames) -> DcuRequest | RequestError | None:
+    """The container's DCU request, None for none, or why it cannot be honoured (a request
+    that cannot be honoured still makes the pod a DCU pod: admission says why)."""
+    try:
+        return parse_container_request(container, names)
+    except RequestError as exc:
+        return exc
+
+
 def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
     labels = (pod.get("metadata") or {}).get("labels") or {}
     if labels.get(keys.WEBHOOK_LABEL) == keys.WEBHOOK_IGNORE:
@@ -78,8 +87,11 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
     init_containers = list(spec.get("initContainers") or [])
     containers = list(spec.get("containers") or [])
     names = settings.resources
+    # Each container's request, parsed once: (container, request or the error), for the
+    # containers naming a DCU resource.
+    dcu_containers = [(c, _parsed(c, names)) for c in init_containers + containers if names_dcu(c, names)]
     # `dcunum: 0` alone asks for no DCU (as in HAMi): such a pod is not ours to route.
-    if not any(asks_for_dcu(c, names) for c in init_containers + containers):
+    if all(request is None for _, request in dcu_containers):
         return Decision(allowed=True, reason="no-dcu")
 
     forged = sorted(set(meta.get("annotations") or {}) & keys.SCHEDULER_OWNED_POD_ANNOTATIONS)
@@ -102,18 +114,14 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
             return _deny("init-container-sharing",
                          f"init container {container.get('name')}: DCU sharing ({names.memory}/{names.cores}) "
                          f"is not supported in init containers; request whole cards with {names.count} only")
-    for container in init_containers + containers:
-        if not names_dcu(container, names):
-            continue
+    for container, request in dcu_containers:
         cname = container.get("name")
         if ((container.get("securityContext") or {}).get("privileged")) is True:
             return _deny("privileged",
                          f"container {cname} is privileged and uses a DCU: a privileged container sees every "
                          "card on the node, so its share cannot be enforced; drop privileged: true")
-        try:
-            request = parse_container_request(container, names)
-        except RequestError as exc:
-            return _deny("invalid-request", str(exc))
+        if isinstance(request, RequestError):
+            return _deny("invalid-request", str(request))
         if request is not None and request.count > 1 and request.shared:
             return _deny("multi-card-sharing",
                          f"container {cname}: {names.memory}/{names.cores} with {names.count} {request.count}; "

@@ -11,6 +11,7 @@ names the same thing in both sets is refused: which one was meant cannot be know
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,10 +31,16 @@ class Adopted:
         return [f"{old} renamed to {new} (this cluster speaks the {naming.name} names)" for old, new in self.renames]
 
 
-def adopt_names(pod: JSON, naming: Naming) -> Adopted:
+@functools.cache
+def _maps(naming: Naming) -> tuple[dict[str, str], dict[str, str]]:
+    """(resource renames, annotation renames) from the other set into `naming`."""
     other = other_naming(naming)
-    resource_map = dict(zip(other.resources.all(), naming.resources.all(), strict=True))
-    annotation_map = {other.use_type: naming.use_type, other.nouse_type: naming.nouse_type}
+    return (dict(zip(other.resources.all(), naming.resources.all(), strict=True)),
+            {other.use_type: naming.use_type, other.nouse_type: naming.nouse_type})
+
+
+def adopt_names(pod: JSON, naming: Naming) -> Adopted:
+    resource_map, annotation_map = _maps(naming)
     if not _mentions(pod, resource_map, annotation_map):
         return Adopted(pod)
     renamed = copy.deepcopy(pod)
@@ -60,10 +67,12 @@ def _mentions(pod: JSON, resource_map: dict[str, str], annotation_map: dict[str,
     for section_name in ("initContainers", "containers"):
         for container in spec.get(section_name) or []:
             resources = container.get("resources") or {}
-            if any(name in (resources.get(section) or {}) for section in _SECTIONS for name in resource_map):
-                return True
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return any(name in annotations for name in annotation_map)
+            for section in _SECTIONS:
+                values = resources.get(section)
+                if values and not resource_map.keys().isdisjoint(values):
+                    return True
+    annotations = (pod.get("metadata") or {}).get("annotations")
+    return bool(annotations) and not annotation_map.keys().isdisjoint(annotations)
 
 
 def _rename(values: dict[str, Any] | None, mapping: dict[str, str], found: list[tuple[str, str]],
