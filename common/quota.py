@@ -89,19 +89,22 @@ def _amount(raw: object) -> int | None:
     return max(int(value), 0)  # a fraction of a MiB or percent allows no more than its floor
 
 
-def requested(requests: Sequence[DcuRequest | None], init_count: int) -> Amount:
-    """What a pod asks for at admission (HAMi's rule, whole-card memory counted as 0)."""
-    app = Amount()
+def requested(requests: Sequence[DcuRequest | None], init_count: int,
+              sidecars: frozenset[int] = frozenset()) -> Amount:
+    """What a pod asks for at admission (HAMi's rule, whole-card memory counted as 0; native
+    sidecars in `sidecars` add to what runs after them, as Kubernetes counts them)."""
+    running = Amount()  # the sidecars so far, then the app containers too
     init_peak = Amount()
     for position, request in enumerate(requests):
         if request is None:
             continue
         each = Amount(request.count * request.memory_mib, request.count * request.cores)
-        if position < init_count:
-            init_peak = Amount(max(init_peak.memory, each.memory), max(init_peak.cores, each.cores))
+        if position < init_count and position not in sidecars:
+            beside = running + each
+            init_peak = Amount(max(init_peak.memory, beside.memory), max(init_peak.cores, beside.cores))
         else:
-            app = app + each
-    return Amount(max(app.memory, init_peak.memory), max(app.cores, init_peak.cores))
+            running = running + each
+    return Amount(max(running.memory, init_peak.memory), max(running.cores, init_peak.cores))
 
 
 def exceeded(limits: QuotaLimits, used: Amount, asked: Amount, names: ResourceNames) -> str | None:

@@ -75,6 +75,17 @@ def pod_containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
     return list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
 
 
+def sidecar_positions(pod: dict[str, Any]) -> frozenset[int]:
+    """Codec positions (pod_containers order) of the native sidecars: init containers with
+    `restartPolicy: Always`, which keep running beside the app containers."""
+    init = (pod.get("spec") or {}).get("initContainers") or []
+    found = [i for i, c in enumerate(init) if isinstance(c, dict) and c.get("restartPolicy") == "Always"]
+    return frozenset(found) if found else _NO_SIDECARS  # one shared empty set: the cache keeps one per pod
+
+
+_NO_SIDECARS: frozenset[int] = frozenset()
+
+
 def pod_uses_dcu(pod: dict[str, Any], names: ResourceNames | None = None) -> bool:
     names = names or keys.DEFAULT_RESOURCES
     return any(names_dcu(c, names) for c in pod_containers(pod))

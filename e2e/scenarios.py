@@ -315,6 +315,27 @@ def type_and_uuid_selection(b: ClusterBackend) -> None:
     assert phase(b.kube, b.namespace, "wrong-type") == "Pending"
 
 
+@scenario(nodes=1, cards_per_node=2)
+def a_native_sidecar_keeps_its_card(b: ClusterBackend) -> None:
+    """A native sidecar (an init container with restartPolicy Always) holds its card for the
+    pod's life: the app container gets the other card, and a second such pod pinned to the
+    same two cards does not fit."""
+    node = next(iter(b.cards))
+    ids = [c.id for c in b.cards[node][:2]]
+
+    def manifest(name: str) -> JSON:
+        made = pod_manifest(name, [Ctr("proxy", 1, init=True), Ctr("main", 1)], {keys.USE_DCU_UUID: ",".join(ids)})
+        made["spec"]["initContainers"][0]["restartPolicy"] = "Always"
+        return made
+
+    b.kube.create_pod(b.namespace, manifest("sidecar-a"))
+    proxy, main = allocation(wait_running(b, "sidecar-a"))
+    assert sorted([proxy[0].uuid, main[0].uuid]) == sorted(ids), (proxy, main)
+    b.kube.create_pod(b.namespace, manifest("sidecar-b"))
+    wait_until("sidecar-b's scheduling failure", lambda: events_for(b.kube, b.namespace, "sidecar-b"), timeout=30)
+    assert phase(b.kube, b.namespace, "sidecar-b") == "Pending"
+
+
 @scenario(nodes=1, cards_per_node=1)
 def init_container_sharing_is_denied(b: ClusterBackend) -> None:
     manifest = pod_manifest("init-share", [Ctr("setup", 1, 1000, 10, init=True), Ctr("main", 1)])

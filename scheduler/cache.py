@@ -43,6 +43,7 @@ from hami_dcu.common.codec import (
     decode_node_devices,
     decode_pod_devices,
 )
+from hami_dcu.common.requests import sidecar_positions
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.cardstates import CardStateTable
 from hami_dcu.scheduler.fit import CardSpec, PodFit
@@ -123,6 +124,7 @@ class PodRecord:
     init_count: int
     resource_version: str
     state: purpose.HolderState  # what decides whether a lock it holds is still needed
+    sidecars: frozenset[int] = frozenset()  # native sidecars among the init containers (usage.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,7 +395,8 @@ class ClusterCache:
             current.state = state
             return
         self._drop_pod(uid)
-        record = PodRecord(uid, namespace, name, node, allocated, len(spec.get("initContainers") or []), rv, state)
+        record = PodRecord(uid, namespace, name, node, allocated, len(spec.get("initContainers") or []), rv, state,
+                           sidecar_positions(pod))
         self.pods[uid] = record
         self.pod_uids[(namespace, name)] = uid
         self.forget(uid)  # the real allocation replaces the assumption
@@ -630,4 +633,4 @@ def _holding(record: PodRecord) -> Holding:
     if negative is not None:
         # It would hand capacity back that nobody freed: the node is degraded instead.
         return Holding(label, None, f"negative share in {keys.POD_DEVICES_ALLOCATED} on card {negative.uuid}")
-    return Holding(label, collapse(devices, record.init_count))
+    return Holding(label, collapse(devices, record.init_count, record.sidecars))

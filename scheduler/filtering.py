@@ -27,7 +27,7 @@ from typing import Any
 from hami_dcu.common import keys
 from hami_dcu.common.keys import ResourceNames
 from hami_dcu.common.preferences import WeightsError, parse_weights
-from hami_dcu.common.requests import DcuRequest, RequestError, parse_pod_requests, pod_containers
+from hami_dcu.common.requests import DcuRequest, RequestError, parse_pod_requests, pod_containers, sidecar_positions
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.cache import ClusterCache, NodeEntry
 from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss, Selection, fit_pod
@@ -64,16 +64,17 @@ class PodPlan:
     node_policy: str
     card_policy: policies.CardPolicy
     weights: policies.Weights = policies.DEFAULT_WEIGHTS
+    sidecars: frozenset[int] = frozenset()  # positions of native sidecars (usage.py)
 
     @property
     def shape(self) -> tuple[object, ...]:
         # Two pods with the same shape fit the same way on the same node state.
-        return (self.requests, self.init_count, self.selection, self.card_policy, self.weights)
+        return (self.requests, self.init_count, self.sidecars, self.selection, self.card_policy, self.weights)
 
     def fit(self, cards: Sequence[CardSpec], used: Sequence[Usage]) -> PodFit | PodMiss:
         """The pod on `cards` whose current holdings are `used` (filter and bind's re-fit)."""
         return fit_pod(cards, used, self.requests, self.names, self.init_count, self.selection, self.card_policy,
-                       self.weights)
+                       self.weights, sidecars=self.sidecars)
 
 
 def plan_pod(pod: JSON, settings: FilterSettings) -> PodPlan | None:
@@ -97,6 +98,7 @@ def plan_pod(pod: JSON, settings: FilterSettings) -> PodPlan | None:
         requests=requests,
         names=tuple(c.get("name") or f"#{i}" for i, c in enumerate(pod_containers(pod))),
         init_count=len((pod.get("spec") or {}).get("initContainers") or []),
+        sidecars=sidecar_positions(pod),
         selection=Selection.from_annotations(annotations),
         node_policy=node_policy,
         card_policy=card_policy,
@@ -166,8 +168,9 @@ class Filter:
             self._verdicts.move_to_end(shape)
             verdicts = self._verdicts[shape]
         else:
+            by_states = judgeable(plan.requests, plan.init_count, plan.selection, plan.card_policy, plan.sidecars)
             verdicts = (shape_verdicts(plan.requests, plan.names, plan.selection, plan.card_policy)
-                        if judgeable(plan.requests, plan.init_count, plan.selection, plan.card_policy) else None)
+                        if by_states else None)
             self._verdicts[shape] = verdicts
             if len(self._verdicts) > _SHAPES_KEPT:
                 self._verdicts.popitem(last=False)

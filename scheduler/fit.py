@@ -133,21 +133,25 @@ def fit_pod(
     selection: Selection,
     card_policy: policies.CardPolicy,
     weights: policies.Weights = policies.DEFAULT_WEIGHTS,
+    *,
+    sidecars: frozenset[int] = frozenset(),
 ) -> PodFit | PodMiss:
-    """Place every container of the pod on `cards` whose current holdings are `used`."""
-    base = [[u.slots, u.memory, u.cores] for u in used]
-    app_usage = [list(row) for row in base]
+    """Place every container of the pod on `cards` whose current holdings are `used`
+    (accounting as usage.collapse: `sidecars` run beside what starts after them)."""
+    # what is on the cards plus the sidecars placed so far, then plus the app containers
+    running = [[u.slots, u.memory, u.cores] for u in used]
     devices: PodDevices = []
     for position, request in enumerate(requests):
         if request is None:
             devices.append([])
             continue
-        usage = [list(row) for row in base] if position < init_count else app_usage
+        ordinary_init = position < init_count and position not in sidecars
+        usage = [list(row) for row in running] if ordinary_init else running  # an init container's share ends
         placed = fit_container(cards, usage, request, container_names[position], selection, card_policy, weights)
         if isinstance(placed, PodMiss):
             return placed
         devices.append(placed)
-    return PodFit(devices=devices, held=collapse(devices, init_count))
+    return PodFit(devices=devices, held=collapse(devices, init_count, sidecars))
 
 
 def fit_container(

@@ -36,6 +36,13 @@ def _metadata(meta: JSON) -> JSON:
     return kept
 
 
+def _init_container(container: JSON) -> JSON:
+    """Its name, and whether it is a native sidecar (it holds its cards beside the app's)."""
+    if container.get("restartPolicy") == "Always":
+        return {"name": container.get("name"), "restartPolicy": "Always"}
+    return {"name": container.get("name")}
+
+
 def slim_pod(pod: JSON) -> JSON:
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     kept_spec: JSON = {}
@@ -44,7 +51,7 @@ def slim_pod(pod: JSON) -> JSON:
         kept_spec["nodeName"] = sys.intern(node) if isinstance(node, str) else node
     init = spec.get("initContainers")
     if isinstance(init, list) and init:
-        kept_spec["initContainers"] = [{"name": c.get("name")} if isinstance(c, dict) else c for c in init]
+        kept_spec["initContainers"] = [_init_container(c) if isinstance(c, dict) else c for c in init]
     phase = status.get("phase")
     return {"metadata": _metadata(pod.get("metadata") or {}), "spec": kept_spec,
             "status": {"phase": sys.intern(phase)} if isinstance(phase, str) else {}}

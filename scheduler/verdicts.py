@@ -42,12 +42,14 @@ class Need:
 
 
 def judgeable(requests: Sequence[DcuRequest | None], init_count: int, selection: Selection,
-              card_policy: policies.CardPolicy) -> bool:
+              card_policy: policies.CardPolicy, sidecars: frozenset[int] = frozenset()) -> bool:
     """True when the pod's fit on a node follows from the node's card states (module doc)."""
     if selection.use_ids or selection.nouse_ids:
         return False
     if sum(1 for request in requests[init_count:] if request is not None) > 1:
         return False
+    if any(requests[position] is not None for position in sidecars):
+        return False  # a sidecar's share stays beside the others: fit.py places them together
     return not (card_policy.numa and any(r is not None and r.count > 1 for r in requests))
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from hami_dcu.common.keys import ResourceNames
 from hami_dcu.common.quota import Amount, QuotaLimits, exceeded, requested
-from hami_dcu.common.requests import RequestError, parse_pod_requests
+from hami_dcu.common.requests import RequestError, parse_pod_requests, sidecar_positions
 
 JSON = dict[str, Any]
 QuotaLookup = Callable[[str], tuple[QuotaLimits, Amount] | None]
@@ -30,4 +30,4 @@ def quota_problem(pod: JSON, names: ResourceNames, lookup: QuotaLookup | None) -
     except RequestError:
         return None  # refused for that reason already
     init_count = len((pod.get("spec") or {}).get("initContainers") or [])
-    return exceeded(limits, used, requested(requests, init_count), names)
+    return exceeded(limits, used, requested(requests, init_count, sidecar_positions(pod)), names)
