@@ -23,7 +23,10 @@ class Reply:
 
 
 def pieces(body: bytes, parts: int) -> list[bytes]:
-    """`body` cut into `parts` pieces of nearly equal size (never an empty piece)."""
+    """`body` cut into `parts` pieces of nearly equal size (never an empty piece: in a
+    chunked body an empty chunk is the end, so an empty body is no piece at all)."""
+    if not body:
+        return []
     parts = max(1, min(parts, len(body)))
     size, extra = divmod(len(body), parts)
     out, start = [], 0

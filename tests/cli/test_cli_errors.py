@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ctrl_c import interruptible
 
 from hami_dcu.webhook import certs
 
@@ -106,7 +107,8 @@ def test_demo_into_a_pipe_closed_after_one_line():
 
 
 def test_ctrl_c_in_the_demo():
-    demo = subprocess.Popen([HAMI_DCU, "demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    demo = subprocess.Popen([HAMI_DCU, "demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
     assert demo.stdout.readline().startswith("starting a local cluster")  # interrupted while it starts
     demo.send_signal(signal.SIGINT)
     stdout, stderr = demo.communicate(timeout=60)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ctrl_c import interruptible
 
 from hami_dcu.e2e.tools import helm_and_kubectl
 
@@ -20,7 +21,7 @@ def test_kept_demo_answers_kubectl_and_status_then_stops_on_ctrl_c():
         pytest.skip("kubectl not available")
     kubectl = str(tools[1])
     demo = subprocess.Popen([str(BIN / "hami-dcu"), "demo", "--keep"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     try:
         kubeconfig = None
         for line in demo.stdout:

@@ -4,8 +4,8 @@ correctly after each fuzzed one. Bounded to a few seconds."""
 
 import json
 
-from fuzz_bodies import bodies, framings
-from hypothesis import HealthCheck, given, settings
+from fuzz_bodies import Framing, bodies, framings
+from hypothesis import HealthCheck, example, given, settings
 from split_http import send_split
 from test_webhook_server import review
 
@@ -22,6 +22,7 @@ def assert_well_formed_review_still_answered(served) -> None:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=bodies(review()), framing=framings)
+@example(body=b"", framing=Framing(parts=2, chunked=True, pause=0.0))  # an empty chunked body is one "0" chunk
 def test_fuzzed_split_and_chunked_reviews_never_5xx(served_webhook, body, framing):
     reply = send_split(served_webhook.url, "/webhook", body, parts=framing.parts, chunked=framing.chunked,
                        pause=framing.pause, cafile=str(served_webhook.ca_file))
