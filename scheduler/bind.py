@@ -127,6 +127,7 @@ class _Attempt:
     lock_value: str | None = None  # written, or possibly written, by this attempt
     api_calls: int = 0
     contended: bool = False
+    waiting_logged: bool = False  # "waiting for the node lock" is said once per attempt
 
 
 class Binder:
@@ -389,6 +390,10 @@ class Binder:
         if self.monotonic() >= attempt.deadline:
             raise BindError(f"node {attempt.args.node} stayed locked by {holder} for "
                             f"{self.settings.lock_wait:.0f}s")
+        if not attempt.waiting_logged:  # called before each wait: why this bind is slow, once
+            attempt.waiting_logged = True
+            log.info("bind %s to node %s: waiting for the node lock held by %s (at most %.0f s)", attempt.args.pod,
+                     attempt.args.node, holder, max(0.0, attempt.deadline - self.monotonic()))
 
     # --- freshest state ----------------------------------------------------------------
 

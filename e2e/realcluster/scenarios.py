@@ -125,7 +125,9 @@ def bind_retried_after_extender_timeout(cluster: RealCluster) -> None:
     cluster.kube.create_pod(cluster.namespace, pod_manifest("retried", [Ctr("main", 1, 2000, 20)]))
     extenders = [p for kubelet in cluster.kubelets.values() for running in list(kubelet.running.values())
                  for name, p in running.containers.items() if name == "extender"]
-    time.sleep(1.5)  # the first /bind is now waiting for the lock
+    wait_until("the first /bind waiting for the lock", lambda: any(
+        f"bind {cluster.namespace}/retried to node" in line and "waiting for the node lock" in line
+        for line in cluster.container_logs("extender").splitlines()), timeout=30)
     for process in extenders:
         process.signal(signal.SIGSTOP)
     try:

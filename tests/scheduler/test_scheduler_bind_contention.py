@@ -6,6 +6,7 @@ changed waits for the watch instead of reading the node."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from scheduler_helpers import bind_args, create_nodes, dcu_pod, filter_args, lock_of, until
@@ -48,7 +49,9 @@ def round_trips(service: SchedulerService) -> tuple[float, float]:
     return samples["hami_dcu_scheduler_bind_api_calls_sum"], samples["hami_dcu_scheduler_bind_api_calls_count"]
 
 
-async def test_a_bind_behind_a_live_lock_waits_on_the_cache_and_costs_two_round_trips(kube_factory, aiohttp_client):
+async def test_a_bind_behind_a_live_lock_waits_on_the_cache_and_costs_two_round_trips(kube_factory, aiohttp_client,
+                                                                                     caplog):
+    caplog.set_level(logging.INFO, logger="hami_dcu.scheduler.bind")
     kube = kube_factory()
     create_nodes(kube, ["n1"])
     holder = kube.create_pod("default", dcu_pod("holder", memory=1000, cores=10))
@@ -71,6 +74,10 @@ async def test_a_bind_behind_a_live_lock_waits_on_the_cache_and_costs_two_round_
         await asyncio.sleep(0.5)
         assert not waiting.done()
         assert own.calls == []  # the cache says the lock is live: nothing asked of the API
+        waits = [r.getMessage() for r in caplog.records if "waiting for the node lock" in r.getMessage()]
+        # why this bind is slow, said once however often it wakes, naming pod, node and holder
+        assert waits == [waits[0]] and waits[0].startswith("bind default/next to node n1: ")
+        assert "default/holder" in waits[0]
         # the device plugin finishes the holder's Allocate
         kube.patch_pod_metadata("default", "holder", annotations={keys.POD_BIND_PHASE: keys.BIND_PHASE_SUCCESS})
         NodeLock(kube).release("n1", "default", "holder")
