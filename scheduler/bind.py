@@ -324,7 +324,9 @@ class Binder:
                     # Locked: wait for the watch to show the release, asking the API once a
                     # second whether the holder still needs it (NodeLock takes it over if not).
                     lock = entry.lock()
-                    self._check_deadline(attempt, lock.holder if lock else "an unreadable lock")
+                    holder = lock.holder if lock else "an unreadable lock"
+                    self._check_deadline(attempt, holder)
+                    self._say_waiting(attempt, holder)
                     await self._wait_for_cache(min(next_api_check, attempt.deadline) - self.monotonic())
                     continue
                 unlocked_version = (entry.resource_version if entry is not None and entry.present
@@ -350,7 +352,9 @@ class Binder:
                         pod = await self._read_pod(attempt)
                         if (pod.get("spec") or {}).get("nodeName"):
                             raise _AlreadyBound(pod) from None
-                    self._check_deadline(attempt, "another bind of this pod" if exc.same_pod else exc.lock.holder)
+                    holder = "another bind of this pod" if exc.same_pod else exc.lock.holder
+                    self._check_deadline(attempt, holder)
+                    self._say_waiting(attempt, holder)
                     await self._wait_for_cache(min(next_api_check, attempt.deadline) - self.monotonic())
                     continue
                 except LockUncertain as exc:
@@ -390,7 +394,10 @@ class Binder:
         if self.monotonic() >= attempt.deadline:
             raise BindError(f"node {attempt.args.node} stayed locked by {holder} for "
                             f"{self.settings.lock_wait:.0f}s")
-        if not attempt.waiting_logged:  # called before each wait: why this bind is slow, once
+
+    def _say_waiting(self, attempt: _Attempt, holder: str) -> None:
+        """Why this bind is slow, once per attempt however often it wakes."""
+        if not attempt.waiting_logged:
             attempt.waiting_logged = True
             log.info("bind %s to node %s: waiting for the node lock held by %s (at most %.0f s)", attempt.args.pod,
                      attempt.args.node, holder, max(0.0, attempt.deadline - self.monotonic()))
