@@ -104,8 +104,8 @@ class PluginCore:
         self.node_lock = NodeLock(kube, timeout=timedelta(seconds=lock_timeout_seconds))
         self.state = NodeState(compute_units={c.index: c.card.compute_units for c in cards})
         self.lock = threading.Lock()
-        # API calls of one Allocate that can overlap (the node and the pod list; the last pod
-        # write and the lock release): two round trips of waiting instead of four.
+        # API calls of one Allocate that overlap other work: the pod list beside the node read,
+        # the last pod write beside the files, the lock release after the answer.
         self._io = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"allocate-{node}")
         self.metrics = metrics or PluginMetrics()
         self.metrics.unknown_models.labels(node).set(sum(1 for c in cards if c.card.model == FALLBACK_MODEL))
