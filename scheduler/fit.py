@@ -78,6 +78,8 @@ class Selection:
         )
 
     def type_problem(self, model: str) -> str | None:
+        if not self.use_types and not self.nouse_types:
+            return None  # most pods name no type: checked for every card state a new shape meets
         upper = model.upper()
         if self.use_types and not any(t in upper for t in self.use_types):
             return f"model {model} not in {keys.USE_DCU_TYPE}={','.join(self.use_types)}"
