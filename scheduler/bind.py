@@ -67,7 +67,7 @@ from hami_dcu.common.nodelock import (
     NodeLock,
 )
 from hami_dcu.common.requests import RequestError
-from hami_dcu.scheduler.cache import Assumption, ClusterCache
+from hami_dcu.scheduler.cache import Assumption, ClusterCache, used_without
 from hami_dcu.scheduler.events import EventSink
 from hami_dcu.scheduler.extender import BindArgs
 from hami_dcu.scheduler.filtering import Filter, PodPlan, plan_pod
@@ -434,7 +434,7 @@ class Binder:
         if problem is not None:
             raise BindError(f"node {args.node} unusable: {problem.message}")
         assert entry is not None
-        others = self.cache.used_without(entry, assumption.key)
+        others = used_without(entry, [assumption.key])
         still_fits = True
         for card_id, share in assumption.fit.held.items():
             pos = entry.card_pos.get(card_id)

@@ -565,20 +565,6 @@ class ClusterCache:
                 del pending[key]
         return not pending
 
-    def used_without(self, entry: NodeEntry, key: str) -> list[Usage]:
-        """The node's per-card holdings, leaving out one holding (an assumption's `key`, to
-        re-check its own placement)."""
-        used = [Usage(u.slots, u.memory, u.cores) for u in entry.used]
-        holding = entry.holdings.get(key)
-        if holding is not None and holding.held:
-            for card, share in holding.held.items():
-                pos = entry.card_pos.get(card)
-                if pos is not None:
-                    used[pos].slots -= share.slots
-                    used[pos].memory -= share.memory
-                    used[pos].cores -= share.cores
-        return used
-
     def _recompute(self, entry: NodeEntry) -> None:
         used = [Usage() for _ in entry.cards]
         degraded, ignored = [], []
@@ -634,3 +620,20 @@ def _holding(record: PodRecord) -> Holding:
         # It would hand capacity back that nobody freed: the node is degraded instead.
         return Holding(label, None, f"negative share in {keys.POD_DEVICES_ALLOCATED} on card {negative.uuid}")
     return Holding(label, collapse(devices, record.init_count, record.sidecars))
+
+
+def used_without(entry: NodeEntry, keys: Iterable[str]) -> list[Usage]:
+    """The node's per-card holdings with some holdings given back: an assumption's key (to
+    re-check its own placement at bind), or preemption victims' uids."""
+    used = [Usage(u.slots, u.memory, u.cores) for u in entry.used]
+    for key in keys:
+        holding = entry.holdings.get(key)
+        if holding is None or not holding.held:
+            continue
+        for card, share in holding.held.items():
+            pos = entry.card_pos.get(card)
+            if pos is not None:
+                used[pos].slots -= share.slots
+                used[pos].memory -= share.memory
+                used[pos].cores -= share.cores
+    return used

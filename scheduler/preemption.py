@@ -18,26 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hami_dcu.scheduler.cache import NodeEntry
+from hami_dcu.scheduler.cache import NodeEntry, used_without
 from hami_dcu.scheduler.filtering import PodPlan
 from hami_dcu.scheduler.fit import PodFit
-from hami_dcu.scheduler.usage import Usage
-
-
-def used_without(entry: NodeEntry, uids: Sequence[str]) -> list[Usage]:
-    """The node's per-card holdings with those pods' shares given back."""
-    used = [Usage(u.slots, u.memory, u.cores) for u in entry.used]
-    for uid in uids:
-        holding = entry.holdings.get(uid)
-        if holding is None or not holding.held:
-            continue
-        for card, share in holding.held.items():
-            pos = entry.card_pos.get(card)
-            if pos is not None:
-                used[pos].slots -= share.slots
-                used[pos].memory -= share.memory
-                used[pos].cores -= share.cores
-    return used
 
 
 def fits_without(plan: PodPlan, entry: NodeEntry, uids: Sequence[str]) -> bool:
