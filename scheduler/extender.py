@@ -47,17 +47,22 @@ class FilterArgs:
         return [str((n.get("metadata") or {}).get("name", "")) for n in self.nodes or []]
 
 
-def parse_filter_args(body: object) -> FilterArgs:
+def _checked_pod(body: object, kind: str, what: str) -> JSON:
+    """The request's Pod, checked before any decision reads it: a wrongly typed field gets its
+    name in Error instead of surfacing as an exception deep in the filter ("internal error")."""
     if not isinstance(body, dict):
-        raise WireError("ExtenderArgs must be a JSON object")
+        raise WireError(f"{kind} must be a JSON object")
     pod = get_field(body, "Pod")
     if not isinstance(pod, dict):
-        raise WireError("extender args missing pod")
-    # Checked here, before any decision reads the pod: a wrongly typed field gets its name
-    # in Error instead of surfacing as an exception deep in the filter ("internal error").
+        raise WireError(f"{what} missing pod")
     problem = pod_shape_problem(pod)
     if problem:
         raise WireError(f"pod is malformed: {problem}")
+    return pod
+
+
+def parse_filter_args(body: object) -> FilterArgs:
+    pod = _checked_pod(body, "ExtenderArgs", "extender args")
     names = get_field(body, "NodeNames")
     nodes = get_field(body, "Nodes")
     if names is not None and (not isinstance(names, list) or not _all_strings(names)):
@@ -167,14 +172,7 @@ class PreemptionArgs:
 def parse_preemption_args(body: object) -> PreemptionArgs:
     """ExtenderPreemptionArgs: victims as UIDs (`NodeNameToMetaVictims`, nodeCacheCapable) or
     as whole pods (`NodeNameToVictims`); either way only their UIDs are kept."""
-    if not isinstance(body, dict):
-        raise WireError("ExtenderPreemptionArgs must be a JSON object")
-    pod = get_field(body, "Pod")
-    if not isinstance(pod, dict):
-        raise WireError("preemption args missing pod")
-    problem = pod_shape_problem(pod)
-    if problem:
-        raise WireError(f"pod is malformed: {problem}")
+    pod = _checked_pod(body, "ExtenderPreemptionArgs", "preemption args")
     meta = get_field(body, "NodeNameToMetaVictims")
     full = get_field(body, "NodeNameToVictims")
     source, whole = (meta, False) if meta is not None else (full, True)
