@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
 import subprocess
 import threading
 import uuid
@@ -20,6 +21,30 @@ from pathlib import Path
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
+
+
+def _forward_rule(bridge: str) -> list[str]:
+    return ["FORWARD", "-i", bridge, "-o", bridge, "-m", "comment", "--comment", "hami-dcu e2e pod network",
+            "-j", "ACCEPT"]
+
+
+def _accept_bridge_traffic(bridge: str) -> None:
+    """Let pod-to-pod traffic on the bridge through the host's FORWARD chain.
+
+    A running dockerd sets the FORWARD policy to DROP and turns on bridge netfilter
+    (net.bridge.bridge-nf-call-iptables=1), so frames between two ports of any bridge are
+    filtered there and our pods stop reaching each other. One ACCEPT rule for traffic that
+    enters and leaves this bridge holds whichever starts first: dockerd inserts its own jumps
+    above it and they only concern its bridges.
+    """
+    if shutil.which("iptables") is None:
+        return  # no iptables: nothing filters bridged traffic either
+    subprocess.run(["iptables", "-w", "-I", *_forward_rule(bridge)], check=True, capture_output=True)
+
+
+def _drop_bridge_rule(bridge: str) -> None:
+    if shutil.which("iptables") is not None:
+        subprocess.run(["iptables", "-w", "-D", *_forward_rule(bridge)], check=False, capture_output=True)
 
 
 def _free_cidr() -> str:
@@ -52,6 +77,7 @@ class PodNetwork:
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("addr", "add", f"{self.gateway}/{self.net.prefixlen}", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
+        _accept_bridge_traffic(self.bridge)
         return self
 
     def add_pod(self) -> tuple[str, str]:
@@ -84,6 +110,7 @@ class PodNetwork:
         for namespace in list(self._namespaces):
             self.remove_pod(namespace)
         _ip("link", "del", self.bridge, check=False)
+        _drop_bridge_rule(self.bridge)
         (OWNERS / self._tag).unlink(missing_ok=True)
 
 
@@ -109,6 +136,7 @@ def _sweep_abandoned() -> None:
             if namespace.startswith(f"hp{tag}"):
                 _ip("netns", "del", namespace, check=False)
         _ip("link", "del", f"hbr{tag}", check=False)
+        _drop_bridge_rule(f"hbr{tag}")
         owner.unlink(missing_ok=True)
 
 
