@@ -18,6 +18,10 @@ from hami_dcu.common.codec import decode_node_devices, decode_pod_devices
 from hami_dcu.common.kube import Kube, KubeError, NotFoundError
 
 JSON = dict[str, Any]
+# The image every scenario pod runs. kind has no registry to pull from: e2e/kind/build.sh makes
+# this image from Debian's busybox-static and preloads it on the nodes; other backends only
+# read the name. A fixed tag (not latest), so the kubelet never tries to pull it.
+TEST_IMAGE = "hami-dcu-e2e/busybox:1"
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,8 @@ class Ctr:
             limits[keys.DEFAULT_CORES_RESOURCE] = str(self.cores)
         return {
             "name": self.name,
-            "image": "busybox",
+            "image": TEST_IMAGE,
+            "imagePullPolicy": "IfNotPresent",
             "command": ["sleep", "infinity"],
             "resources": {"limits": limits},
         }

@@ -1,184 +1,237 @@
-"""The shared scenarios on a real kind cluster, installed with `helm install hami-dcu ./chart`.
+"""The shared scenarios, and what only a real kubelet and containerd can show, on kind.
 
-Runs only where Docker (with a reachable daemon), kind, helm and kubectl exist; everywhere
-else every test is skipped with a one-line reason. The cluster has one control-plane and
-two workers labelled `dcu=on`, and the chart runs the device plugin in mock-SMI mode, so
-the pods get fake DCUs with real device files (character devices with /dev/null's numbers).
+The cluster (one control plane, two workers labelled `dcu=on`) runs nodes from an image built
+on this machine (e2e/kind/build.sh: no registry is needed anywhere), and the chart is installed
+with `helm install` and mock-SMI values, as a user would: the device plugin DaemonSet registers
+with each real kubelet, which calls `Allocate` at admission, and containerd starts the
+containers with the devices and mounts it returned.
 
-    pytest e2e/test_kind.py --kind-bin $(which kind) --kind-kubectl-bin $(which kubectl)
+    pytest -m kind e2e/test_kind.py               # add --keep-cluster to look around afterwards
+
+Skips, with a one-line reason, only where Docker cannot run at all. The first run builds the
+kind world (about 15 minutes after the real-cluster suite's build; progress is printed).
 """
 
 from __future__ import annotations
 
-import shutil
+import json
 import subprocess
-import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from hami_dcu.common.kube import Kube
-from hami_dcu.e2e.scenarios import SCENARIOS, MockCard, Scenario, default_cards
-
-ROOT = Path(__file__).resolve().parent.parent
-IMAGE = "hami-dcu:e2e"
-NAMESPACE = "hami-e2e"
-WORKERS = ["hami-dcu-e2e-worker", "hami-dcu-e2e-worker2"]
-CARDS_PER_NODE = 2
-
-
-def _missing_prerequisite() -> str | None:
-    for tool in ("docker", "kind", "helm", "kubectl"):
-        if shutil.which(tool) is None:
-            return f"kind e2e: {tool} not found on PATH"
-    try:
-        subprocess.run(["docker", "info"], capture_output=True, check=True, timeout=20)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError):
-        return "kind e2e: the Docker daemon is not reachable"
-    return None
-
+from hami_dcu.common import keys
+from hami_dcu.e2e.kindcluster import (
+    CARDS_PER_NODE,
+    RELEASE_NAMESPACE,
+    WORKERS,
+    KindBackend,
+)
+from hami_dcu.e2e.scenarios import (
+    SCENARIOS,
+    Ctr,
+    Scenario,
+    allocation,
+    assert_no_card_over_capacity,
+    assert_no_lock_left,
+    card_of,
+    phase,
+    pod_manifest,
+    vdev_for,
+    wait_running,
+    wait_until,
+)
 
 pytestmark = pytest.mark.kind
-_REASON = _missing_prerequisite()
 
 
-def _run(*cmd: str, **kwargs: Any) -> str:
-    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kwargs).stdout
+@pytest.fixture
+def dp(kind: KindBackend) -> KindBackend:
+    """The cluster in device-plugin mode, with no pod of an earlier test left."""
+    kind.ensure_mode("devicePlugin")
+    kind.clean()
+    return kind
 
 
-class KindBackend:
-    """ClusterBackend over a kind cluster: vdev files are read with `docker exec` on the node."""
-
-    def __init__(self, kubeconfig: Path) -> None:
-        self.kubeconfig = kubeconfig
-        self.kube = Kube.from_kubeconfig(str(kubeconfig))
-        self.namespace = NAMESPACE
-        self.cards: dict[str, list[MockCard]] = {node: default_cards(node, CARDS_PER_NODE) for node in WORKERS}
-
-    def kubectl(self, *args: str) -> str:
-        return _run("kubectl", "--kubeconfig", str(self.kubeconfig), *args)
-
-    def vdev_files(self, node: str) -> dict[str, str]:
-        script = (
-            'for d in /usr/local/vgpu/dcu/*/; do [ -f "$d/vdev0.conf" ] && '
-            'echo "==$(basename $d)" && cat "$d/vdev0.conf"; done'
-        )
-        out = _run("docker", "exec", node, "sh", "-c", script)
-        files: dict[str, str] = {}
-        current = None
-        for line in out.splitlines():
-            if line.startswith("=="):
-                current = line[2:]
-                files[current] = ""
-            elif current:
-                files[current] += line + "\n"
-        return files
-
-    def restart_device_plugin(self, node: str) -> None:
-        self.kubectl(
-            "-n",
-            "kube-system",
-            "delete",
-            "pod",
-            "-l",
-            "app.kubernetes.io/component=device-plugin",
-            "--field-selector",
-            f"spec.nodeName={node}",
-            "--wait=true",
-        )
-        self.kubectl(
-            "-n",
-            "kube-system",
-            "rollout",
-            "status",
-            "daemonset",
-            "-l",
-            "app.kubernetes.io/component=device-plugin",
-            "--timeout=120s",
-        )
-
-    def restart_scheduler(self) -> None:
-        self.kubectl(
-            "-n", "kube-system", "rollout", "restart", "deployment", "-l", "app.kubernetes.io/component=scheduler"
-        )
-        self.kubectl(
-            "-n",
-            "kube-system",
-            "rollout",
-            "status",
-            "deployment",
-            "-l",
-            "app.kubernetes.io/component=scheduler",
-            "--timeout=180s",
-        )
-
-
-@pytest.fixture(scope="session")
-def kind_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindBackend]:
-    if _REASON:
-        pytest.skip(_REASON)
-    work = tmp_path_factory.mktemp("kind")
-    config = work / "kind.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "kind": "Cluster",
-                "apiVersion": "kind.x-k8s.io/v1alpha4",
-                "nodes": [{"role": "control-plane"}, {"role": "worker"}, {"role": "worker"}],
-            }
-        )
-    )
-    kubeconfig = work / "kubeconfig"
-    _run(
-        "kind", "create", "cluster", "--name", "hami-dcu-e2e", "--config", str(config), "--kubeconfig", str(kubeconfig)
-    )
-    try:
-        _run("docker", "build", "-t", IMAGE, str(ROOT), timeout=1800)
-        _run("kind", "load", "docker-image", IMAGE, "--name", "hami-dcu-e2e")
-        backend = KindBackend(kubeconfig)
-        for node in WORKERS:
-            backend.kubectl("label", "node", node, "dcu=on", "--overwrite")
-        mock = {node: [c.as_mock_entry() for c in cards] for node, cards in backend.cards.items()}
-        values = work / "values.yaml"
-        values.write_text(
-            yaml.safe_dump(
-                {
-                    "image": {"repository": "hami-dcu", "tag": "e2e", "pullPolicy": "Never"},
-                    "devicePlugin": {"smi": "mock", "mockDevicesPerNode": mock},
-                }
-            )
-        )
-        _run(
-            "helm",
-            "install",
-            "hami-dcu",
-            str(ROOT / "chart"),
-            "--namespace",
-            "kube-system",
-            "--kubeconfig",
-            str(kubeconfig),
-            "-f",
-            str(values),
-            "--wait",
-            "--timeout",
-            "10m",
-        )
-        backend.kubectl("create", "namespace", NAMESPACE)
-        yield backend
-    finally:
-        subprocess.run(["kind", "delete", "cluster", "--name", "hami-dcu-e2e"], check=False)
-
-
-def _fits_kind(s: Scenario) -> bool:
-    """Scenarios need at least their topology; the 100-pod one needs ten nodes and runs locally only."""
+def _fits(s: Scenario) -> bool:
     return s.nodes <= len(WORKERS) and s.cards_per_node <= CARDS_PER_NODE
 
 
-@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if _fits_kind(s)], ids=lambda s: s.name)
-def test_scenario_on_kind(kind_backend: KindBackend, scenario: Scenario) -> None:
-    kind_backend.kubectl("delete", "pods", "--all", "-n", NAMESPACE, "--wait=true")
-    time.sleep(2)
-    scenario.run(kind_backend)
+# --- every shared scenario ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if _fits(s)], ids=lambda s: s.name)
+def test_scenario_on_kind(dp: KindBackend, scenario: Scenario) -> None:
+    scenario.run(dp)
+
+
+# --- inside the containers ------------------------------------------------------------------------
+
+
+def _conf_in_container(b: KindBackend, pod: str) -> dict[str, list[str]]:
+    parsed: dict[str, list[str]] = {}
+    for line in b.pod_exec(pod, "cat", "/etc/vdev/docker/vdev0.conf").splitlines():
+        key, _, value = line.partition(":")
+        parsed.setdefault(key.strip(), []).append(value.strip())
+    return parsed
+
+
+def test_two_containers_sharing_a_card_see_their_own_vdev(dp: KindBackend) -> None:
+    card = dp.cards[WORKERS[0]][1]
+    for name, memory, cores in (("left", 2000, 15), ("right", 3000, 25)):
+        dp.kube.create_pod(dp.namespace, pod_manifest(name, [Ctr("main", 1, memory, cores)],
+                                                      {keys.USE_DCU_UUID: card.id}))
+    pods = {name: wait_running(dp, name, timeout=120) for name in ("left", "right")}
+    masks = []
+    for name, memory in (("left", 2000), ("right", 3000)):
+        inside = _conf_in_container(dp, name)
+        print(f"vdev0.conf inside {name}:\n" + dp.pod_exec(name, "cat", "/etc/vdev/docker/vdev0.conf"))
+        assert inside["PciBusId"] == [card.pci_bus_id]
+        assert inside["mem"] == [f"{memory} MiB"]
+        on_node = vdev_for(dp, pods[name], "main")  # what the plugin wrote is what the container sees
+        assert inside["cu_mask"] == [on_node["cu_mask1"], on_node["cu_mask2"]]
+        low, high = (int(v, 16) for v in inside["cu_mask"])
+        masks.append(low | high << 64)
+        devices = dp.pod_exec(name, "ls", "-l", "/dev/kfd", "/dev/mkfd", "/dev/dri/")
+        assert devices.count("\nc") + devices.startswith("c") >= 2, devices  # character devices
+        dri = dp.pod_exec(name, "ls", "/dev/dri")
+        assert "card" in dri and "renderD" in dri, dri
+    assert masks[0] & masks[1] == 0, f"the two vDCUs' CU masks overlap: {masks[0]:x} {masks[1]:x}"
+    assert masks[0] and masks[1]
+
+
+def test_driver_dirs_are_read_only_in_the_container(dp: KindBackend) -> None:
+    dp.kube.create_pod(dp.namespace, pod_manifest("reader", [Ctr("main", 1, 1000, 10)]))
+    wait_running(dp, "reader", timeout=120)
+    mounts = dp.pod_exec("reader", "cat", "/proc/mounts")
+    for path in ("/opt/hygondriver", "/opt/hyhal"):
+        line = next((m for m in mounts.splitlines() if m.split()[1] == path), None)
+        assert line is not None, f"{path} not mounted:\n{mounts}"
+        assert "ro" in line.split()[3].split(","), f"{path} is writable: {line}"
+    vdev = next(m for m in mounts.splitlines() if m.split()[1].startswith("/etc/vdev/docker"))
+    assert "ro" in vdev.split()[3].split(","), f"the vdev dir is writable: {vdev}"
+
+
+# --- the real kubelet's own behaviour ---------------------------------------------------------------
+
+
+def _allocatable_slots(b: KindBackend, node: str) -> int:
+    allocatable = b.kube.get_node(node)["status"].get("allocatable") or {}
+    return int(allocatable.get(keys.DEFAULT_COUNT_RESOURCE, "0"))
+
+
+def test_kubelet_restart_keeps_running_pods_and_the_plugin_re_registers(dp: KindBackend) -> None:
+    node = WORKERS[0]
+    dp.kube.create_pod(dp.namespace, pod_manifest("before", [Ctr("main", 1, 1000, 10)]))
+    before = wait_running(dp, "before", timeout=120)
+    node = before["spec"]["nodeName"]
+    mask_before = _conf_in_container(dp, "before")["cu_mask"]
+    socket_before = dp.node_exec(node, "stat", "-c", "%Y", "/var/lib/kubelet/device-plugins/kubelet.sock")
+    dp.node_exec(node, "systemctl", "restart", "kubelet")
+    # The kubelet recreates its socket; the plugin notices and registers again.
+    wait_until("the kubelet's new socket",
+               lambda: dp.node_exec(node, "stat", "-c", "%Y", "/var/lib/kubelet/device-plugins/kubelet.sock")
+               != socket_before, timeout=60, interval=1)
+    wait_until(f"{node} allocatable slots back", lambda: _allocatable_slots(dp, node) == 4 * CARDS_PER_NODE,
+               timeout=90, interval=1)
+    assert phase(dp.kube, dp.namespace, "before") == "Running"
+    assert _conf_in_container(dp, "before")["cu_mask"] == mask_before
+    dp.kube.create_pod(dp.namespace, pod_manifest("after", [Ctr("main", 1, 1000, 10)]))
+    after = wait_running(dp, "after", timeout=120)
+    assert after["metadata"]["annotations"][keys.POD_BIND_PHASE] == keys.BIND_PHASE_SUCCESS
+    assert_no_card_over_capacity(dp)
+    assert_no_lock_left(dp)
+
+
+def test_plugin_pod_replaced_mid_burst_gives_no_wrong_card(dp: KindBackend) -> None:
+    node = WORKERS[1]
+    names = [f"burst{i}" for i in range(6)]
+    for name in names[:3]:
+        dp.kube.create_pod(dp.namespace, pod_manifest(name, [Ctr("main", 1, 1000, 10)]))
+    dp.restart_device_plugin(node)
+    for name in names[3:]:
+        dp.kube.create_pod(dp.namespace, pod_manifest(name, [Ctr("main", 1, 1000, 10)]))
+
+    def settled() -> bool:
+        return all(phase(dp.kube, dp.namespace, n) in ("Running", "Failed") for n in names)
+
+    wait_until("every pod of the burst Running or Failed", settled, timeout=240, interval=1)
+    for name in names:
+        pod = dp.kube.get_pod(dp.namespace, name)
+        if pod["status"]["phase"] != "Running":
+            continue
+        (dev,) = allocation(pod)[0]
+        card = card_of(dp, pod["spec"]["nodeName"], dev.uuid)
+        assert _conf_in_container(dp, name)["PciBusId"] == [card.pci_bus_id], f"{name} got another card"
+    wait_until("no lock left", lambda: _no_lock(dp), timeout=60, interval=1)
+    assert_no_card_over_capacity(dp)
+
+
+def _no_lock(b: KindBackend) -> bool:
+    try:
+        assert_no_lock_left(b)
+        return True
+    except AssertionError:
+        return False
+
+
+def test_preferred_allocation_steers_the_kubelet_to_the_chosen_card(dp: KindBackend) -> None:
+    """The kubelet picks device ids itself; GetPreferredAllocation names the card the extender
+    chose, so the ids the kubelet checkpoints are that card's."""
+    node = WORKERS[0]
+    card = dp.cards[node][1]  # not the first card: the kubelet's own pick would be the first ids
+    dp.kube.create_pod(dp.namespace, pod_manifest("steered", [Ctr("main", 1, 1000, 10)],
+                                                  {keys.USE_DCU_UUID: card.id}))
+    pod = wait_running(dp, "steered", timeout=120)
+    checkpoint = dp.node_exec(node, "cat", "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")
+    uid = pod["metadata"]["uid"]
+    entries = [e for e in json.loads(checkpoint)["Data"]["PodDeviceEntries"] if e["PodUID"] == uid]
+    assert entries, f"no checkpoint entry for {uid}"
+    ids = [device for e in entries for ids in e["DeviceIDs"].values() for device in ids]
+    assert ids and all(i.startswith(card.id) for i in ids), f"kubelet picked {ids}, not {card.id}"
+
+
+def test_a_pod_refused_at_allocate_ends_unexpected_admission_error(dp: KindBackend) -> None:
+    """With the webhook out of the way (as with failurePolicy Ignore and the webhook down), a
+    DCU pod bound by hand (spec.nodeName: no scheduler, no lock, no allocation) still reaches
+    the kubelet, which asks the plugin for slots: the plugin refuses, and the real kubelet
+    fails the pod with UnexpectedAdmissionError."""
+    saved = dp.remove_webhook()
+    try:
+        manifest = pod_manifest("bypass", [Ctr("main", 1, 1000, 10)])
+        manifest["spec"]["nodeName"] = WORKERS[0]
+        dp.kube.create_pod(dp.namespace, manifest)
+        failed = wait_until("the bypassing pod Failed", lambda: _failed(dp, "bypass"), timeout=120, interval=1)
+    finally:
+        dp.restore_webhook(saved)
+    assert failed["status"].get("reason") == "UnexpectedAdmissionError", failed["status"]
+    assert "hami" in failed["status"].get("message", "").lower() or failed["status"].get("message"), failed["status"]
+    assert_no_lock_left(dp)
+    assert not [d for d in dp.vdev_files(WORKERS[0]) if d.startswith(failed["metadata"]["uid"])]
+
+
+def _failed(b: KindBackend, name: str) -> dict | None:
+    pod = b.kube.get_pod(b.namespace, name)
+    return pod if pod["status"].get("phase") == "Failed" else None
+
+
+def test_node_reboot_brings_pods_back_or_fails_them_cleanly(dp: KindBackend) -> None:
+    node = WORKERS[1]
+    card = dp.cards[node][0]
+    dp.kube.create_pod(dp.namespace, pod_manifest("survivor", [Ctr("main", 1, 1000, 10)],
+                                                  {keys.USE_DCU_UUID: card.id}))
+    wait_running(dp, "survivor", timeout=120)
+    subprocess.run(["docker", "restart", node], check=True, capture_output=True, timeout=180)
+
+    def settled() -> bool:
+        ready = _allocatable_slots(dp, node) == 4 * CARDS_PER_NODE
+        state = phase(dp.kube, dp.namespace, "survivor")
+        return ready and state in ("Running", "Failed", "Gone")
+
+    wait_until(f"{node} back with its slots and the pod settled", settled, timeout=300, interval=2)
+    wait_until("no lock left", lambda: _no_lock(dp), timeout=60, interval=1)
+    assert_no_card_over_capacity(dp)
+    dp.kube.create_pod(dp.namespace, pod_manifest("after-reboot", [Ctr("main", 1, 1000, 10)],
+                                                  {keys.USE_DCU_UUID: card.id}))
+    wait_running(dp, "after-reboot", timeout=180)
+    plugin = dp.plugin_pod(node)
+    assert plugin and phase(dp.kube, RELEASE_NAMESPACE, plugin) == "Running"

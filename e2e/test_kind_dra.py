@@ -1,0 +1,130 @@
+"""DRA mode on kind: the chart reinstalled with `mode: dra` on the kind suite's cluster.
+
+The real kubelet registers our driver through its plugin manager, kube-scheduler allocates the
+claims against the driver's ResourceSlices (consumable capacity), the kubelet calls
+NodePrepareResources before the sandbox, and containerd injects the CDI devices and mounts into
+the container, which sees its vDCU. Runs after e2e/test_kind.py (same session cluster).
+
+    pytest -m kind e2e/test_kind_dra.py
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hami_dcu.dra import names
+from hami_dcu.e2e.kindcluster import CARDS_PER_NODE, WORKERS, KindBackend
+from hami_dcu.e2e.scenarios import TEST_IMAGE, phase, wait_until
+
+pytestmark = pytest.mark.kind
+JSON = dict[str, Any]
+
+
+@pytest.fixture
+def dra(kind: KindBackend) -> KindBackend:
+    kind.ensure_mode("dra")
+    kind.clean_claims()
+    return kind
+
+
+def _claims(b: KindBackend) -> str:
+    return f"{names.RESOURCE_API}/namespaces/{b.namespace}/resourceclaims"
+
+
+def share(b: KindBackend, name: str, cores: str, memory: str) -> None:
+    exactly = {"deviceClassName": names.DEVICE_CLASS, "allocationMode": "ExactCount", "count": 1,
+               "capacity": {"requests": {"cores": cores, "memory": memory}}}
+    b.kube.request("POST", _claims(b), body={"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                                             "metadata": {"name": name},
+                                             "spec": {"devices": {"requests": [{"name": "dcu", "exactly": exactly}]}}})
+    b.kube.create_pod(b.namespace, {
+        "metadata": {"name": name},
+        "spec": {"terminationGracePeriodSeconds": 1, "resourceClaims": [{"name": "dcu", "resourceClaimName": name}],
+                 "containers": [{"name": "main", "image": TEST_IMAGE, "imagePullPolicy": "IfNotPresent",
+                                 "command": ["sleep", "infinity"], "resources": {"claims": [{"name": "dcu"}]}}]}})
+
+
+def running(b: KindBackend, name: str, timeout: float = 120) -> JSON:
+    def check() -> JSON | None:
+        pod = b.kube.get_pod(b.namespace, name)
+        return pod if (pod.get("status") or {}).get("phase") == "Running" else None
+
+    return wait_until(f"pod {name} Running", check, timeout=timeout, interval=0.5)
+
+
+def conf_inside(b: KindBackend, pod: str) -> dict[str, list[str]]:
+    parsed: dict[str, list[str]] = {}
+    for line in b.pod_exec(pod, "cat", "/etc/vdev/docker/vdev0.conf").splitlines():
+        key, _, value = line.partition(":")
+        parsed.setdefault(key.strip(), []).append(value.strip())
+    return parsed
+
+
+def mask(conf: dict[str, list[str]]) -> int:
+    low, high = (int(v, 16) for v in conf["cu_mask"])
+    return low | high << 64
+
+
+def test_the_real_kubelet_registers_the_driver_and_its_slices_are_published(dra: KindBackend) -> None:
+    for node in WORKERS:
+        published = wait_until(f"{node}'s ResourceSlice", lambda n=node: dra.resource_slice(n), timeout=120,
+                               interval=1)
+        devices = published["spec"]["devices"]
+        assert len(devices) == CARDS_PER_NODE and all(d["allowMultipleAllocations"] for d in devices)
+        registry = dra.node_exec(node, "ls", "/var/lib/kubelet/plugins_registry")
+        assert "dra.hygon.com" in registry, registry
+        assert not (dra.kube.get_node(node)["status"].get("allocatable") or {}).get("hygon.com/dcunum")
+
+
+def test_a_share_is_prepared_and_the_container_sees_its_vdcu(dra: KindBackend) -> None:
+    share(dra, "share-a", cores="30", memory="8Gi")
+    pod = running(dra, "share-a")
+    conf = conf_inside(dra, "share-a")
+    print("vdev0.conf inside share-a (DRA):\n" + dra.pod_exec("share-a", "cat", "/etc/vdev/docker/vdev0.conf"))
+    assert conf["cu_count"] == ["30"] and conf["mem"] == ["8192 MiB"]
+    assert bin(mask(conf)).count("1") == 30
+    devices = dra.pod_exec("share-a", "ls", "/dev", "/dev/dri")
+    assert "kfd" in devices and "mkfd" in devices and "renderD" in devices, devices
+    node = pod["spec"]["nodeName"]
+    uid = dra.kube.request("GET", f"{_claims(dra)}/share-a")["metadata"]["uid"]
+    assert any(uid in spec for spec in dra.cdi_specs(node)), "no CDI spec for the claim on its node"
+
+
+def test_two_shares_on_one_card_have_disjoint_masks(dra: KindBackend) -> None:
+    # 70 % each: no card holds both, unless... they must go to distinct cards or share without overlap.
+    share(dra, "left", cores="60", memory="4Gi")
+    share(dra, "right", cores="40", memory="4Gi")
+    left, right = running(dra, "left"), running(dra, "right")
+    a, b = conf_inside(dra, "left"), conf_inside(dra, "right")
+    if left["spec"]["nodeName"] == right["spec"]["nodeName"] and a["PciBusId"] == b["PciBusId"]:
+        assert mask(a) & mask(b) == 0, "two shares of one card overlap"
+    assert bin(mask(a)).count("1") == 60 and bin(mask(b)).count("1") == 40
+
+
+def test_deleting_the_pod_unprepares_and_frees_the_share(dra: KindBackend) -> None:
+    share(dra, "gone", cores="30", memory="2Gi")
+    pod = running(dra, "gone")
+    node = pod["spec"]["nodeName"]
+    uid = dra.kube.request("GET", f"{_claims(dra)}/gone")["metadata"]["uid"]
+    dra.kube.delete_pod(dra.namespace, "gone")
+    wait_until("the pod gone", lambda: phase(dra.kube, dra.namespace, "gone") == "Gone", timeout=60)
+    wait_until("its CDI spec and vDCU removed",
+               lambda: not any(uid in s for s in dra.cdi_specs(node))
+               and not any(uid in d for d in dra.vdev_files(node)), timeout=60, interval=1)
+    wait_until("the claim deallocated",
+               lambda: not (dra.kube.request("GET", f"{_claims(dra)}/gone").get("status") or {}).get("allocation"),
+               timeout=60, interval=1)
+
+
+def test_a_hami_style_pod_is_rewritten_into_a_claim_and_runs(dra: KindBackend) -> None:
+    dra.kube.create_pod(dra.namespace, {"metadata": {"name": "hami-style"}, "spec": {
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "main", "image": TEST_IMAGE, "imagePullPolicy": "IfNotPresent",
+                        "command": ["sleep", "infinity"],
+                        "resources": {"limits": {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000",
+                                                 "hygon.com/dcucores": "25"}}}]}})
+    running(dra, "hami-style")
+    conf = conf_inside(dra, "hami-style")
+    assert conf["mem"] == ["2000 MiB"] and conf["cu_count"] == ["30"]  # 25 % of 120 CUs
