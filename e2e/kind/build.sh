@@ -46,6 +46,17 @@ say() { echo "kind-build: $*" >&2; }
 step() { step_started=$SECONDS; say "$* ..."; }
 done_step() { say "  done in $((SECONDS - step_started)) s"; }
 hash_of() { cat "$@" | sha256sum | cut -c1-12; }
+# docker build, quiet unless it fails (the classic builder's deprecation notice is noise here).
+docker_build() {
+    local log
+    log=$(mktemp)
+    if ! docker build -q "$@" >"$log" 2>&1; then
+        cat "$log" >&2
+        rm -f "$log"
+        return 1
+    fi
+    rm -f "$log"
+}
 
 mkdir -p "$kind_cache/bin" "$kind_cache/rootfs"
 
@@ -110,10 +121,27 @@ node_base=hami-dcu-e2e/node-rootfs:$(basename "$node_rootfs" .tar | sed 's/^node
 docker_image_from_tar "$node_rootfs" "$node_base"
 
 python_rootfs=$(rootfs_with python "$PYTHON_PACKAGES")
-python_base=hami-dcu-e2e/python-base:$DEBIAN_SUITE-$(basename "$python_rootfs" .tar | sed 's/^python-//')
-docker_image_from_tar "$python_rootfs" "$python_base" \
-    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-    --change 'CMD ["python3"]'
+python_imported=hami-dcu-e2e/python-rootfs:$(basename "$python_rootfs" .tar | sed 's/^python-//')
+docker_image_from_tar "$python_rootfs" "$python_imported"
+# The base trusts what this machine trusts (its CA bundle: the package registries may be reached
+# through a TLS-inspecting proxy), so pip inside `docker build` reaches them as the host does.
+host_ca=/etc/ssl/certs/ca-certificates.crt
+python_base=hami-dcu-e2e/python-base:$DEBIAN_SUITE-$(hash_of <(echo "$python_imported") "$host_ca")
+if ! docker image inspect "$python_base" >/dev/null 2>&1; then
+    step "python base image $python_base"
+    context=$(mktemp -d)
+    cp "$host_ca" "$context/ca-certificates.crt"
+    {
+        echo "FROM $python_imported"
+        echo "COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt"
+        echo "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+            "PIP_CERT=/etc/ssl/certs/ca-certificates.crt SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"
+        echo 'CMD ["python3"]'
+    } >"$context/Dockerfile"
+    docker_build -t "$python_base" "$context"
+    rm -rf "$context"
+    done_step
+fi
 
 if [ "${1:-}" = "--rootfs-only" ]; then
     exit 0
@@ -177,7 +205,9 @@ fi
 
 # --- Images kubeadm asks for -----------------------------------------------------------------
 
-images_dir=$kind_cache/images/$k8s_version-$(hash_of "$0" "$here/pause.c")
+# Bump when a recipe below changes: the saved images are reused while this and the inputs match.
+IMAGES_RECIPE=1
+images_dir=$kind_cache/images/$k8s_version-$(hash_of <(echo "$IMAGES_RECIPE $coredns_bin") "$here/pause.c")
 mkdir -p "$images_dir"
 mapfile -t wanted < <("$node_bins/kubeadm" config images list --kubernetes-version "$k8s_version" 2>/dev/null)
 [ "${#wanted[@]}" -gt 0 ] || { say "kubeadm listed no images"; exit 1; }
@@ -203,7 +233,7 @@ image_of_binaries() {
     echo 'hosts: files dns' >"$context/root/etc/nsswitch.conf"
     echo 'root:x:0:0:root:/root:/sbin/nologin' >"$context/root/etc/passwd"
     printf 'FROM scratch\nCOPY root/ /\n' >"$context/Dockerfile"
-    docker build -q -t "$image" "$context" >/dev/null
+    docker_build -t "$image" "$context"
     rm -rf "$context"
 }
 
@@ -223,14 +253,14 @@ for image in "${wanted[@]}"; do
         context=$(mktemp -d)
         cp "$node_bins/kube-proxy" "$context/"
         printf 'FROM %s\nCOPY kube-proxy /usr/local/bin/kube-proxy\n' "$node_base" >"$context/Dockerfile"
-        docker build -q -t "$image" "$context" >/dev/null
+        docker_build -t "$image" "$context"
         rm -rf "$context"
         ;;
     pause)
         context=$(mktemp -d)
         gcc -static -O2 -o "$context/pause" "$here/pause.c"
         printf 'FROM scratch\nCOPY pause /pause\nENTRYPOINT ["/pause"]\n' >"$context/Dockerfile"
-        docker build -q -t "$image" "$context" >/dev/null
+        docker_build -t "$image" "$context"
         rm -rf "$context"
         ;;
     busybox)
@@ -243,14 +273,14 @@ for image in "${wanted[@]}"; do
         done
         printf 'FROM scratch\nCOPY bin /bin\nENV PATH=/bin\nCMD ["sh"]\n' >"$context/Dockerfile"
         rm -rf "$context/usr"
-        docker build -q -t "$image" "$context" >/dev/null
+        docker_build -t "$image" "$context"
         rm -rf "$context"
         ;;
     coredns)
         context=$(mktemp -d)
         cp "$coredns_bin" "$context/coredns"
         printf 'FROM scratch\nCOPY coredns /coredns\nEXPOSE 53 53/udp\nENTRYPOINT ["/coredns"]\n' >"$context/Dockerfile"
-        docker build -q -t "$image" "$context" >/dev/null
+        docker_build -t "$image" "$context"
         rm -rf "$context"
         ;;
     *)
@@ -297,7 +327,7 @@ ENV container=docker
 STOPSIGNAL SIGRTMIN+3
 ENTRYPOINT ["/usr/local/bin/entrypoint"]
 EOF
-    docker build -q -t "$node_image.unloaded" "$context" >/dev/null
+    docker_build -t "$node_image.unloaded" "$context"
     rm -rf "$context"
     # Preload the images: containerd imports them (without unpacking: no overlay snapshots on
     # the build container's overlay root) into /var, which kind's /var volume carries to
@@ -311,7 +341,7 @@ EOF
     docker stop -t 10 "$loader" >/dev/null
     docker commit \
         --change 'ENTRYPOINT ["/usr/local/bin/entrypoint"]' --change 'CMD []' \
-        --change 'ENV container=docker' --change 'STOPSIGNAL SIGRTMIN+3' \
+        --change 'ENV container=docker' \
         "$loader" "$node_image" >/dev/null
     docker rm "$loader" >/dev/null
     docker rmi "$node_image.unloaded" >/dev/null
