@@ -80,7 +80,7 @@ def test_two_volcano_pods_allocating_at_once_are_refused_as_ambiguous_never_gues
 def test_a_lone_pod_whose_cards_are_not_the_kubelets_is_refused(dcu_node):
     core = dcu_node.core(volcano_scheduler=VOLCANO)
     volcano_bind(dcu_node, "v", [("main", [dev("S1", 2000, 10)])])
-    with pytest.raises(AllocateFailed, match="the kubelet passed devices on DCU-S2, .* names DCU-S1"):
+    with pytest.raises(AllocateFailed, match=r"the kubelet passed devices on DCU-S2, .* names DCU-S1"):
         core.allocate([["DCU-S2-fake-0"]])
     assert vdev_dirnames(dcu_node) == []
 
@@ -101,7 +101,7 @@ def test_a_pod_bound_by_hand_beside_the_volcano_pod_makes_the_call_ambiguous(dcu
     volcano_bind(dcu_node, "v", [("main", [dev("S1", 2000, 10)])])
     dcu_node.kube.create_pod("default", {"metadata": {"name": "by-hand"}, "spec": {"nodeName": "n1", "containers": [
         {"name": "c", "image": "x", "resources": {"limits": {keys.DEFAULT_COUNT_RESOURCE: "1"}}}]}})
-    with pytest.raises(Ambiguous, match="by-hand .*bound without a bind-phase"):
+    with pytest.raises(Ambiguous, match=r"by-hand .*bound without a bind-phase"):
         core.allocate([["DCU-S1-fake-0"]])
 
 
