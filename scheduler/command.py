@@ -105,6 +105,7 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
         resource_memory=keys.DEFAULT_MEMORY_RESOURCE, resource_cores=keys.DEFAULT_CORES_RESOURCE,
         scheduler_identity=getattr(args, "scheduler_identity", None),
         device_plugin_identity=getattr(args, "device_plugin_identity", None),
+        volcano_identity=getattr(args, "volcano_identity", None),
         volcano_scheduler_name=getattr(args, "volcano_scheduler_name", ""))
     # In this process the webhook sees the extender's quota book and cache: it checks quotas at admission.
     settings = replace(webhook_settings(defaults), quota=admission_view(service.quotas, service.cache))
