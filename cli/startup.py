@@ -56,6 +56,29 @@ def startup_problems(args: argparse.Namespace) -> list[str]:
     for dest, flag in READABLE_FILES.items():
         if values.get(dest):
             problems.extend(_readable_file_problem(flag, Path(values[dest])))
+    problems.extend(volcano_problems(values))
+    return problems
+
+
+# Volcano's Hygon deviceshare drops a node whose handshake it stamped over 60 s ago: the
+# plugin must write its own at least twice a minute.
+VOLCANO_MAX_REGISTER_INTERVAL = 30.0
+
+
+def volcano_problems(values: dict[str, object]) -> list[str]:
+    """What Volcano mode (`--volcano-scheduler-name`) cannot work with (pure)."""
+    if not values.get("volcano_scheduler_name"):
+        return []
+    problems = []
+    naming = values.get("naming")
+    if naming is not None and naming != "hcu":
+        problems.append(f"--volcano-scheduler-name: Volcano's Hygon deviceshare (HYGON-AI/volcano) reads only the "
+                        f"hcu naming set (hami.io/node-hcu-register, hygon.com/hcunum): run with --naming hcu, "
+                        f"not {naming} (chart value naming: hcu)")
+    interval = values.get("register_interval")
+    if isinstance(interval, int | float) and interval > VOLCANO_MAX_REGISTER_INTERVAL:
+        problems.append(f"--register-interval {interval:g}: Volcano drops a node whose handshake is older than "
+                        f"60 s; at most {VOLCANO_MAX_REGISTER_INTERVAL:g} in Volcano mode")
     return problems
 
 

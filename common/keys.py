@@ -92,6 +92,9 @@ NOUSE_DCU_UUID = "hygon.com/nouse-gpuuuid"
 NODE_SCHEDULER_POLICY = "hami.io/node-scheduler-policy"
 DEVICE_SCHEDULER_POLICY = "hami.io/gpu-scheduler-policy"
 DEVICE_SCORING_WEIGHTS = "hami.io/device-scoring-weights"
+# NVIDIA's key, but HAMi's scheduler reads it on every pod as NumaBind (NUMA first in the
+# card order), so a DCU pod carrying it is ordered that way under HAMi too.
+NUMA_BIND = "nvidia.com/numa-bind"
 
 # --- naming sets --------------------------------------------------------------------------
 

@@ -216,14 +216,18 @@ class NodeLock:
 
     def release(self, node: str, namespace: str, name: str, known: dict | None = None) -> bool:
         """Remove the lock if (and only if) pod namespace/name holds it, whichever attempt
-        wrote it (the device plugin, done with that pod's Allocate). True when removed.
+        wrote it (the device plugin, done with that pod's Allocate). True when removed; False
+        also when the node is gone (its lock went with it; HAMi calls that an error).
         `known` is a node object the caller already read: it saves a GET when still current."""
 
+        suffix = f",{namespace},{name}"
+
         def held_by_pod(current: str) -> bool:
-            try:
-                return decode_lock(current).held_by(namespace, name)
-            except CodecError:
-                return False
+            # HAMi's owner check: only the ",<ns>,<name>" suffix counts, so a lock naming
+            # this pod is released even when its time part is unreadable. A legacy bare
+            # timestamp names nobody and is kept (unlike HAMi): Volcano's own lock helper
+            # writes that form for its pods, and only expiry proves it is not needed.
+            return current.count(",") == 2 and current.endswith(suffix)
 
         return self._remove_if(node, held_by_pod, f"lock of {namespace}/{name}", known)
 

@@ -35,6 +35,8 @@ class CardPolicy:
     """A valid card policy value, split into its words (in the order written)."""
 
     words: tuple[str, ...]
+    # HAMi's NumaBind (`nvidia.com/numa-bind` on the pod): the NUMA node is the first sort key.
+    numa_first: bool = False
 
     @property
     def chained(self) -> bool:
@@ -52,7 +54,7 @@ class CardPolicy:
         return NUMA in self.words
 
     def __str__(self) -> str:
-        return ",".join(self.words)
+        return ",".join(self.words) + (" (numa-bind)" if self.numa_first else "")
 
 
 def parse_card_policy(value: str | None) -> CardPolicy | None:
@@ -63,6 +65,16 @@ def parse_card_policy(value: str | None) -> CardPolicy | None:
     if any(word not in CARD_WORDS for word in words):
         return None
     return CardPolicy(words)
+
+
+# strconv.ParseBool's spellings of true: HAMi reads `nvidia.com/numa-bind` with it.
+_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+
+
+def numa_bind(value: str | None) -> bool:
+    """HAMi's NumaBind: the annotation parses as a Go boolean and is true. Anything else
+    (absent, "false", "yes") is no NumaBind, as in HAMi, which ignores a parse error."""
+    return value is not None and value in _GO_TRUE
 
 
 def unknown_card_words(value: str) -> list[str]:

@@ -15,8 +15,12 @@ def add_identity_arguments(parser: argparse.ArgumentParser) -> None:
                              "system:serviceaccount:kube-system:hami-dcu-scheduler (repeatable)")
     parser.add_argument("--device-plugin-identity", action="append", default=None, metavar="USER",
                         help="username of hami-dcu's device plugins (repeatable)")
+    parser.add_argument("--volcano-identity", action="append", default=None, metavar="USER",
+                        help="Volcano mode: username of Volcano's scheduler, which writes the allocation of the pods "
+                             "it places, e.g. system:serviceaccount:volcano-system:volcano-scheduler (repeatable)")
 
 
 def identities_from(args: argparse.Namespace) -> Identities:
     return Identities(scheduler=frozenset(args.scheduler_identity or ()),
-                      device_plugin=frozenset(args.device_plugin_identity or ()))
+                      device_plugin=frozenset(args.device_plugin_identity or ()),
+                      volcano=frozenset(getattr(args, "volcano_identity", None) or ()))

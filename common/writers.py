@@ -7,6 +7,8 @@ take a card that is not theirs, or lock a node, so only hami-dcu's own identitie
 
 * the scheduler extender: the pod keys, and only through the Binding it creates (or a pod
   write); on nodes, the lock;
+* Volcano's scheduler, in Volcano mode only: the pod keys (its Hygon deviceshare writes the
+  allocation with a pod patch, then binds), and on nodes the hcu handshake and the lock;
 * a device plugin: on pods bound to its own node, the progress of an allocation
   (`dcu-devices-to-allocate` as it is served, `bind-phase`); on its own Node, the
   registration, the handshake and the lock (it releases it). "Its own node" comes from its
@@ -42,6 +44,7 @@ SCHEDULER_NODE_KEYS: frozenset[str] = frozenset({keys.NODE_LOCK})
 PLUGIN_POD_KEYS: frozenset[str] = frozenset(
     {keys.POD_BIND_PHASE, keys.DCU_NAMING.pod_devices_to_allocate, keys.HCU_NAMING.pod_devices_to_allocate})
 PLUGIN_NODE_KEYS: frozenset[str] = NODE_KEYS
+VOLCANO_NODE_KEYS: frozenset[str] = frozenset({keys.NODE_LOCK, keys.HCU_NAMING.node_handshake})
 
 # What a request writes: a pod (CREATE/UPDATE, any pod subresource), a Binding (the
 # pods/binding subresource, whose annotations the API server copies onto the pod without
@@ -56,6 +59,9 @@ class Identities:
 
     scheduler: frozenset[str] = frozenset()
     device_plugin: frozenset[str] = frozenset()
+    # Volcano mode: Volcano's scheduler, whose Hygon deviceshare writes the pod allocation and
+    # stamps the node handshake (and, with its NodeLockEnable, the node lock) itself.
+    volcano: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,11 @@ def _allowed_keys(kind: str, caller: Caller, identities: Identities) -> frozense
         if kind == BINDING:
             return frozenset()
         return PLUGIN_NODE_KEYS if kind == NODE else PLUGIN_POD_KEYS
+    if caller.username in identities.volcano:
+        # The fork patches the pod, then binds it with a plain Binding; it never registers cards.
+        if kind == BINDING:
+            return frozenset()
+        return VOLCANO_NODE_KEYS if kind == NODE else POD_KEYS
     return frozenset()
 
 

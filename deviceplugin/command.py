@@ -60,6 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lock-timeout", type=int, default=300, help="node lock expiry, seconds")
     parser.add_argument("--metrics-bind", default="",
                         help="serve Prometheus /metrics on HOST:PORT (default: off)")
+    parser.add_argument("--volcano-scheduler-name", default="",
+                        help="Volcano mode (off when empty): serve pods this scheduler (Volcano's Hygon deviceshare) "
+                             "placed without a node lock, and advertise memory (MiB) and cores as node resources; "
+                             "needs --naming hcu")
 
 
 def make_backend(args: argparse.Namespace) -> SmiBackend:
@@ -115,7 +119,7 @@ def build(args: argparse.Namespace, kube: Kube) -> tuple[PluginCore, DevicePlugi
                   driver_dir=Path(args.driver_dir), hyhal_dir=Path(args.hyhal_dir))
     resource = args.resource_count or keys.DEFAULT_COUNT_RESOURCE  # the naming set's, chosen before this runs
     core = PluginCore(kube, args.node_name, served, paths, args.slots_per_card, args.lock_timeout,
-                      metrics=PluginMetrics(), resource=resource)
+                      metrics=PluginMetrics(), resource=resource, volcano_scheduler=args.volcano_scheduler_name)
     server = DevicePluginServer(core, args.plugin_dir, resource,
                                 health=SmiHealth(backend, served, args.dev_root))
     loop = NodeLoop(core, server, args.register_interval)

@@ -58,7 +58,11 @@ def who(pod: JSON) -> str:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
-def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str, DcuCard]) -> ContainerPlan:
+def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str, DcuCard],
+                   entry_containers: list[JSON] | None = None) -> ContainerPlan:
+    """`entry_containers`: the containers the pod's entries belong to, in order; by default
+    every container, init containers first (HAMi's layout). Volcano's Hygon deviceshare
+    writes entries only for the containers that request HCU (lockless.hcu_containers)."""
     meta = pod.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     bound = (pod.get("spec") or {}).get("nodeName")
@@ -87,7 +91,7 @@ def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str
     if index is None:
         raise AllocateRefused(f"pod {who(pod)}: every container already got its DCU, none left for this request")
     _refuse_unless_recorded(pod, annotations, entries, index)
-    containers = pod_containers(pod)
+    containers = pod_containers(pod) if entry_containers is None else entry_containers
     if index >= len(containers):
         raise AllocateRefused(
             f"pod {who(pod)}: {keys.POD_DEVICES_TO_ALLOCATE} names container #{index}, the pod has {len(containers)}"

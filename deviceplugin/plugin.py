@@ -28,6 +28,7 @@ from hami_dcu.common.codec import (
 )
 from hami_dcu.common.kube import ConflictError, Kube, KubeError, NotFoundError, UnreachableError
 from hami_dcu.common.nodelock import LockError, NodeLock, lock_annotation
+from hami_dcu.deviceplugin import lockless
 from hami_dcu.deviceplugin import plan as planning
 from hami_dcu.deviceplugin.allocator import AllocationError, Grant, NodeState
 from hami_dcu.deviceplugin.discovery import DcuCard
@@ -92,6 +93,7 @@ class PluginCore:
         lock_timeout_seconds: int = 300,
         metrics: PluginMetrics | None = None,
         resource: str | None = None,  # the naming set's count resource when not given
+        volcano_scheduler: str = "",  # Volcano mode (deviceplugin/lockless.py): its schedulerName
     ) -> None:
         self.kube = kube
         self.node = node
@@ -101,6 +103,9 @@ class PluginCore:
         self.paths = paths or Paths()
         self.slots_per_card = slots_per_card
         self.resource = resource or keys.DEFAULT_COUNT_RESOURCE
+        self.names = keys.ResourceNames(self.resource, keys.DEFAULT_MEMORY_RESOURCE, keys.DEFAULT_CORES_RESOURCE)
+        self.volcano_scheduler = volcano_scheduler
+        self._advertised: dict[str, dict[str, str]] | None = None  # Volcano mode: node status last written
         self.node_lock = NodeLock(kube, timeout=timedelta(seconds=lock_timeout_seconds))
         self.state = NodeState(compute_units={c.index: c.card.compute_units for c in cards})
         self.lock = threading.Lock()
@@ -205,14 +210,21 @@ class PluginCore:
         # The two reads do not depend on each other: one round trip of waiting, not two.
         listing = self._io.submit(self._list_pending)
         node_obj = self._read_node()
-        namespace, name = self._lock_holder(node_obj)
-        pending = self._pending_pods(namespace, name, listing)
-        holder = (namespace, name)
-        pod = next((p for p in pending if (p["metadata"].get("namespace"), p["metadata"].get("name")) == holder), None)
-        if pod is None:  # not Pending on this node: read it to say exactly why (the slow path)
-            pod = self._read_holder(namespace, name)
-        self._refuse_if_not_for_holder(pod, node_obj)
-        self._refuse_if_ambiguous(pod, pending)
+        lockless = bool(self.volcano_scheduler) and not lock_annotation(node_obj)
+        if lockless:
+            pod = self._identify_lockless(listing, requests)
+            namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        else:
+            namespace, name = self._lock_holder(node_obj)
+            pending = self._pending_pods(namespace, name, listing)
+            holder = (namespace, name)
+            pod = next((p for p in pending if (p["metadata"].get("namespace"), p["metadata"].get("name")) == holder),
+                       None)
+            if pod is None:  # not Pending on this node: read it to say exactly why (the slow path)
+                pod = self._read_holder(namespace, name)
+            self._refuse_if_not_for_holder(pod, node_obj)
+            self._refuse_if_ambiguous(pod, pending)
+        entry_containers = self._entry_containers(pod)
         responses: list[ContainerResponse] = []
         written: list[tuple[Grant, VdevSpec]] = []
         release: Future[None] | None = None
@@ -221,7 +233,12 @@ class PluginCore:
             if not requests:
                 raise planning.AllocateRefused("the kubelet sent an Allocate call without container requests")
             for ids in requests:
-                container_plan = planning.plan_container(pod, self.node, ids, self.cards)
+                container_plan = planning.plan_container(pod, self.node, ids, self.cards, entry_containers)
+                if lockless and not container_plan.ids_match:
+                    raise planning.AllocateRefused(
+                        f"pod {namespace}/{name} container {container_plan.container}: the kubelet passed "
+                        f"{','.join(ids)}, not slots of {','.join(d.uuid for d in container_plan.devices)}: without "
+                        "a node lock only matching cards prove the call is this pod's")
                 if not container_plan.ids_match:
                     self.metrics.device_id_mismatches.labels(self.node).inc()
                     log.warning(
@@ -264,6 +281,30 @@ class PluginCore:
             raise AllocateFailed(why) from exc
         self.metrics.vdevs.labels(self.node).set(len(self.state.vdevs_used))
         return responses, release  # _release retries and never raises
+
+    def _identify_lockless(self, listing: Future[list[dict]], requests: list[list[str]]) -> dict:
+        """Volcano mode, no node lock: the one pod that proves this call is its own
+        (lockless.py), or a refusal that fails no pod's allocation: which pod the kubelet is
+        admitting is exactly what is unknown."""
+        try:
+            pending = listing.result()
+        except KubeError as exc:
+            raise AllocateFailed(f"cannot list the pods of node {self.node}: {exc}") from exc
+        try:
+            return lockless.identify(pending, self.node, requests[0] if requests else [], self.resource,
+                                     self.volcano_scheduler)
+        except lockless.LocklessRefused as exc:
+            why = str(exc)
+            log.error("node %s: %s", self.node, why)
+            self._node_event("DCUAllocationAmbiguous" if exc.ambiguous else "DCUAllocationRefused", why)
+            raise (Ambiguous(why) if exc.ambiguous else AllocateFailed(why)) from None
+
+    def _entry_containers(self, pod: dict) -> list[dict] | None:
+        """The containers the pod's entries belong to: Volcano's pods have entries only for
+        their HCU containers; None means HAMi's layout (every container)."""
+        if self.volcano_scheduler and (pod.get("spec") or {}).get("schedulerName") == self.volcano_scheduler:
+            return lockless.hcu_containers(pod, self.names)
+        return None
 
     def _list_pending(self) -> list[dict]:
         return self.kube.list_pods(field_selector=f"spec.nodeName={self.node},status.phase=Pending").items
@@ -483,8 +524,14 @@ class PluginCore:
 
     def preferred(self, available: list[str], must_include: list[str], size: int) -> list[str]:
         try:
-            namespace, name = self._lock_holder()
-            pod = self.kube.get_pod(namespace, name)
+            node_obj = self.kube.get_node(self.node)
+            if self.volcano_scheduler and not lock_annotation(node_obj):
+                # Steered only when one pod awaits: with several, any advice would be a guess.
+                awaiting = lockless.awaiting_pods(self._list_pending(), self.node, self.resource)
+                pod = awaiting[0].pod if len(awaiting) == 1 else {}
+            else:
+                namespace, name = self._lock_holder(node_obj)
+                pod = self.kube.get_pod(namespace, name)
         except (AllocateFailed, KubeError):
             pod = {}
         return planning.preferred_ids(pod, available, must_include, size)
@@ -586,7 +633,8 @@ class PluginCore:
         ]
 
     def register_node(self, health: dict[str, bool] | None = None, now: datetime | None = None) -> None:
-        """Publish the cards and the handshake on the node (what hami-scheduler reads)."""
+        """Publish the cards and the handshake on the node (what hami-scheduler reads); in
+        Volcano mode also memory and cores as node resources (what Volcano's fit reads)."""
         for device in self.node_devices(health):
             self.metrics.card_healthy.labels(self.node, device.id).set(1 if device.health else 0)
         self.kube.patch_node_metadata(
@@ -596,3 +644,19 @@ class PluginCore:
                 keys.NODE_HANDSHAKE: encode_reported(now or datetime.now(UTC)),
             },
         )
+        if self.volcano_scheduler:
+            self._advertise_shares(health or {})
+
+    def _advertise_shares(self, health: dict[str, bool]) -> None:
+        """Volcano counts `hcumem` and `hcucores` as plain node resources: memory in MiB (the
+        unit Hygon's plugin registers and Volcano's fit compares), cores in percent of a card.
+        They are too many to list as kubelet devices, so they go into the node's status, as
+        Hygon's plugin does; written again only when they change."""
+        status = lockless.share_resources(
+            [(c.card.memory_mib, health.get(c.id, c.card.healthy)) for c in self.cards.values()], self.names)
+        if status == self._advertised:
+            return
+        self.kube.patch_node_status(self.node, status)
+        self._advertised = status
+        log.info("node %s: advertised %s for Volcano", self.node,
+                 ", ".join(f"{k}={v}" for k, v in sorted(status["allocatable"].items())))

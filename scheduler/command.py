@@ -62,6 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=("devicePlugin", "dra"), default="devicePlugin",
                         help="what the webhook does with DCU pods: route them to this extender (devicePlugin) or "
                              "rewrite them into DRA claims (dra) (default %(default)s)")
+    parser.add_argument("--volcano-scheduler-name", default="",
+                        help="Volcano mode, for the webhook served here (off when empty): pods with this "
+                             "schedulerName keep it; the deny rules still apply")
     add_identity_arguments(parser)
 
 
@@ -101,7 +104,9 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
         scheduler_name=args.scheduler_name, overwrite_scheduler=None, resource_count=keys.DEFAULT_COUNT_RESOURCE,
         resource_memory=keys.DEFAULT_MEMORY_RESOURCE, resource_cores=keys.DEFAULT_CORES_RESOURCE,
         scheduler_identity=getattr(args, "scheduler_identity", None),
-        device_plugin_identity=getattr(args, "device_plugin_identity", None))
+        device_plugin_identity=getattr(args, "device_plugin_identity", None),
+        volcano_identity=getattr(args, "volcano_identity", None),
+        volcano_scheduler_name=getattr(args, "volcano_scheduler_name", ""))
     # In this process the webhook sees the extender's quota book and cache: it checks quotas at admission.
     settings = replace(webhook_settings(defaults), quota=admission_view(service.quotas, service.cache))
     dra = None

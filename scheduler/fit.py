@@ -20,7 +20,8 @@ card is taken when every check passes (in this order, each failure a reason code
 With `numa` in the card policy a multi-card container gets all its cards from one NUMA
 node, or the node fails with NodeNumaInsufficient (HAMi only sorts by NUMA node for DCUs).
 
-What we fix relative to HAMi: empty selection values mean "no constraint", use and nouse
+What we fix relative to HAMi: empty selection values mean "no constraint" (but a
+`use-<set>type` of only empty entries, ",,", matches no card, as in HAMi), use and nouse
 both apply, a multi-card container gets distinct cards, init containers are fitted each
 against the node as it is (they run one at a time, before the app containers) and app
 containers cumulatively, and every rejected card is reported with its numbers.
@@ -67,19 +68,25 @@ class Selection:
     nouse_types: tuple[str, ...] = ()
     use_ids: frozenset[str] = frozenset()
     nouse_ids: frozenset[str] = frozenset()
+    # `use-<set>type` written with only empty entries (",,"): HAMi matches no card with it.
+    use_types_empty: bool = False
 
     @classmethod
     def from_annotations(cls, annotations: Mapping[str, str]) -> Selection:
+        use_types = annotations.get(keys.USE_DCU_TYPE)
         return cls(
-            use_types=tuple(t.upper() for t in _tokens(annotations.get(keys.USE_DCU_TYPE))),
+            use_types_empty=bool(use_types and use_types.strip()) and not _tokens(use_types),
+            use_types=tuple(t.upper() for t in _tokens(use_types)),
             nouse_types=tuple(t.upper() for t in _tokens(annotations.get(keys.NOUSE_DCU_TYPE))),
             use_ids=frozenset(_tokens(annotations.get(keys.USE_DCU_UUID))),
             nouse_ids=frozenset(_tokens(annotations.get(keys.NOUSE_DCU_UUID))),
         )
 
     def type_problem(self, model: str) -> str | None:
-        if not self.use_types and not self.nouse_types:
+        if not self.use_types and not self.nouse_types and not self.use_types_empty:
             return None  # most pods name no type: checked for every card state a new shape meets
+        if self.use_types_empty:
+            return f"{keys.USE_DCU_TYPE} names no card type (only empty entries): no card matches, as in HAMi"
         upper = model.upper()
         if self.use_types and not any(t in upper for t in self.use_types):
             return f"model {model} not in {keys.USE_DCU_TYPE}={','.join(self.use_types)}"

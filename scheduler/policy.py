@@ -18,7 +18,10 @@ container lists its cards in the order HAMi would. The keys, per policy value:
     topology-aware     as spread (it has no meaning for DCU cards)
     a chain ("binpack,numa") or "numa" alone: one key per word, in the order written
         (binpack score asc, spread score desc, numa NUMA asc; mutex and topology-aware add
-        no key), then index asc.
+        no key), then index asc. A chain of words that add no key ("mutex,topology-aware")
+        orders as spread, as HAMi does.
+    `nvidia.com/numa-bind: true` on the pod (HAMi's NumaBind, read for every vendor): the
+        NUMA node becomes the first key, before the policy's own.
 Among equal cards HAMi therefore tries the highest NUMA node first, then the highest index.
 The card id is a last key only so that a registration with duplicate indexes still sorts
 deterministically (HAMi's sort is unstable there).
@@ -49,6 +52,7 @@ from hami_dcu.common.preferences import (
     SPREAD,
     CardPolicy,
     Weights,
+    numa_bind,
     parse_card_policy,
     parse_node_policy,
 )
@@ -61,10 +65,10 @@ WEIGHT = 10.0
 
 def pod_policies(annotations: Mapping[str, str], node_default: str,
                  card_default: CardPolicy) -> tuple[str, CardPolicy]:
-    return (
-        parse_node_policy(annotations.get(keys.NODE_SCHEDULER_POLICY)) or node_default,
-        parse_card_policy(annotations.get(keys.DEVICE_SCHEDULER_POLICY)) or card_default,
-    )
+    card_policy = parse_card_policy(annotations.get(keys.DEVICE_SCHEDULER_POLICY)) or card_default
+    if numa_bind(annotations.get(keys.NUMA_BIND)) != card_policy.numa_first:
+        card_policy = CardPolicy(card_policy.words, numa_first=not card_policy.numa_first)
+    return parse_node_policy(annotations.get(keys.NODE_SCHEDULER_POLICY)) or node_default, card_policy
 
 
 def card_score(used_slots: int, slots: int, used_memory: int, memory: int, used_cores: int, cores: int,
@@ -101,7 +105,11 @@ class CardState:
 
 
 def _sort_key(card: CardState, policy: CardPolicy) -> tuple[float | int | str, ...]:
-    tail = (card.index, card.id)
+    head = (card.numa,) if policy.numa_first else ()
+    return (*head, *_policy_key(card, policy), card.index, card.id)
+
+
+def _policy_key(card: CardState, policy: CardPolicy) -> tuple[float | int, ...]:
     if policy.chained:
         chain: list[float | int] = []
         for word in policy.words:
@@ -111,13 +119,15 @@ def _sort_key(card: CardState, policy: CardPolicy) -> tuple[float | int | str, .
                 chain.append(-card.score)
             elif word == NUMA:
                 chain.append(card.numa)
-        return (*chain, *tail)
+        if chain:
+            return tuple(chain)
+        return (-card.score, card.numa)  # only filter words: spread's order (HAMi)
     word = policy.words[0]
     if word == BINPACK:
-        return (card.score, card.numa, *tail)
+        return (card.score, card.numa)
     if word == MUTEX:
-        return (-card.used_slots, card.numa, *tail)
-    return (-card.score, card.numa, *tail)  # spread, topology-aware
+        return (-card.used_slots, card.numa)
+    return (-card.score, card.numa)  # spread, topology-aware
 
 
 def card_order(cards: Sequence[CardState], policy: CardPolicy) -> list[int]:

@@ -32,6 +32,9 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
                         help="schedulerName given to DCU pods (default %(default)s)")
     parser.add_argument("--overwrite-scheduler", action="append", default=None, metavar="NAME",
                         help="schedulerName values that may be replaced (repeatable; default: default-scheduler)")
+    parser.add_argument("--volcano-scheduler-name", default="",
+                        help="Volcano mode (off when empty): pods with this schedulerName keep it (Volcano's Hygon "
+                             "deviceshare places them); the deny rules still apply and hcumem must be MiB")
     parser.add_argument("--resource-count", help="count resource name (default: the naming set's)")
     parser.add_argument("--resource-memory", help="memory (MiB) resource name (default: the naming set's)")
     parser.add_argument("--resource-cores", help="cores (%%) resource name (default: the naming set's)")
@@ -46,6 +49,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
                                      args.resource_memory or keys.DEFAULT_MEMORY_RESOURCE,
                                      args.resource_cores or keys.DEFAULT_CORES_RESOURCE),
         identities=identities_from(args),
+        volcano_scheduler=args.volcano_scheduler_name,
     )
 
 

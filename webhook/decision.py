@@ -21,6 +21,7 @@ from hami_dcu.dra.translate import TranslateError, translate
 from hami_dcu.webhook.advice import scheduling_warnings
 from hami_dcu.webhook.quotacheck import QuotaLookup, quota_problem
 from hami_dcu.webhook.rename import adopt_names
+from hami_dcu.webhook.volcano import memory_unit_problem
 
 JSON = dict[str, Any]
 DEVICE_PLUGIN, DRA = "devicePlugin", "dra"
@@ -44,6 +45,9 @@ class Settings:
     # DRA mode: compute units per card size published in ResourceSlices (the shell reads them),
     # which a cores percentage needs to become a compute-unit count.
     card_units: tuple[int, ...] = ()
+    # Volcano mode: pods with this schedulerName are Volcano's to place (its Hygon
+    # deviceshare); they keep it, but the deny rules still apply. Empty: off.
+    volcano_scheduler: str = ""
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,15 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
         return _as_claims(original, pod, settings, adopted.warnings(settings.naming))
     hints = adopted.warnings(settings.naming) + scheduling_warnings(meta.get("annotations") or {})
     current = spec.get("schedulerName") or ""
+    if settings.volcano_scheduler and current == settings.volcano_scheduler:
+        unit = memory_unit_problem(pod, names)
+        if unit:
+            return _deny("volcano-memory-unit", unit)
+        over = quota_problem(pod, names, settings.quota)
+        if over:
+            return _deny("quota-exceeded", f"pod {over}")
+        return Decision(allowed=True, reason="left-to-volcano", warnings=adopted.warnings(settings.naming),
+                        patch=_renames_only(original, pod) if adopted.renames else [])
     if current and current != settings.scheduler_name and current not in settings.overwritable_schedulers:
         return Decision(allowed=True, reason="other-scheduler",
                         warnings=[f"schedulerName {current} is kept: its DCU request will not be honoured by "
@@ -158,6 +171,15 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
     patch = jsonpatch.make_patch(before, after).patch
     reason = "routed" if current != settings.scheduler_name else "renamed"
     return Decision(allowed=True, reason=reason, patch=patch, warnings=hints)
+
+
+def _renames_only(original: JSON, pod: JSON) -> list[JSON]:
+    """The patch of the other naming set's names alone (a pod another scheduler places)."""
+    before: JSON = {"spec": original.get("spec") or {},
+                    "metadata": {"annotations": (original.get("metadata") or {}).get("annotations") or {}}}
+    after: JSON = {"spec": pod.get("spec") or {},
+                   "metadata": {"annotations": (pod.get("metadata") or {}).get("annotations") or {}}}
+    return jsonpatch.make_patch(before, after).patch
 
 
 def _as_claims(original: JSON, pod: JSON, settings: Settings, hints: list[str]) -> Decision:

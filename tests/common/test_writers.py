@@ -73,3 +73,31 @@ def test_nobody_is_trusted_without_identities():
 ])
 def test_caller_from_user_info(user_info, expected):
     assert Caller.from_user_info(user_info) == expected
+
+
+# --- Volcano mode (issue 24): Volcano's scheduler writes the allocation of its own pods --------
+
+VOLCANO_USER = "system:serviceaccount:volcano-system:volcano-scheduler"
+VOLCANO_IDS = Identities(scheduler=frozenset({SCHEDULER}), device_plugin=frozenset({PLUGIN}),
+                         volcano=frozenset({VOLCANO_USER}))
+FORK_POD = {"hami.io/hcu-devices-to-allocate": "HCU-A,HCU,2048,50:", "hami.io/hcu-devices-allocated":
+            "HCU-A,HCU,2048,50:", keys.POD_BIND_PHASE: "allocating", keys.POD_NODE: "node0"}
+
+
+@pytest.mark.parametrize(("kind", "new", "old", "ids", "refused"), [
+    (POD, pod(**FORK_POD), pod(), VOLCANO_IDS, None),  # the fork's allocate patch
+    (POD, pod(), pod(**FORK_POD), VOLCANO_IDS, None),  # its Release, stripping the keys
+    (NODE, node_obj("node0", **{"hami.io/node-handshake-hcu": "Requesting_2026.01.01 10:00:00"}), node_obj("node0"),
+     VOLCANO_IDS, None),
+    (NODE, node_obj("node0", **{keys.NODE_LOCK: "2026-01-01T00:00:00Z,ns,p"}), node_obj("node0"), VOLCANO_IDS, None),
+    # it never registers cards, and without Volcano mode it writes nothing
+    (NODE, node_obj("node0", **{"hami.io/node-hcu-register": "x:"}), node_obj("node0"), VOLCANO_IDS,
+     "hami.io/node-hcu-register"),
+    (POD, pod(**FORK_POD), pod(), IDS, "hami.io/bind-phase"),
+])
+def test_volcano_writes_what_its_hygon_deviceshare_writes_and_nothing_else(kind, new, old, ids, refused):
+    why = writers.judge(kind, Caller(VOLCANO_USER), new, old, ids)
+    if refused is None:
+        assert why is None
+    else:
+        assert why is not None and refused in why

@@ -64,7 +64,7 @@ def test_use_and_nouse_type_both_apply():
 
 
 def test_empty_selection_values_are_no_constraint():
-    result = fit([card(1)], [Usage()], [SHARE], annotations={keys.USE_DCU_UUID: "", keys.USE_DCU_TYPE: " , "})
+    result = fit([card(1)], [Usage()], [SHARE], annotations={keys.USE_DCU_UUID: "", keys.USE_DCU_TYPE: ""})
     assert isinstance(result, PodFit)
 
 

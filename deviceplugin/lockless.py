@@ -1,0 +1,161 @@
+"""Which pod an Allocate call serves when no node lock names one: pure decisions, no I/O.
+
+Volcano's Hygon deviceshare (HYGON-AI/volcano, `deviceshare.VHCUEnable`) writes a pod's
+allocation itself and binds it; its node lock is off by default, and when on it is deleted
+right after the pod patch, before the Binding (volcano-hcu-fork.md §4). So the kubelet's
+Allocate finds no lock. Hygon's own plugin then takes the first Pending pod with
+`bind-phase: allocating`, which confuses two pods allocating on one node at once.
+
+Here the pod must prove it is the one: among the pods bound to this node that still await an
+Allocate (Pending, not being deleted, naming the count resource, and either `allocating` with
+an entry left to serve or never bound by a scheduler that writes bind-phase), exactly one may
+exist, it must be the Volcano scheduler's and `allocating` with `hami.io/vgpu-node` naming this
+node, and its next entry must name the cards the kubelet passed (GetPreferredAllocation steers
+the kubelet there). Two or more awaiting pods are refused as ambiguous, whatever cards the
+kubelet passed: the kubelet's choice of device ids names no pod, and GetPreferredAllocation
+could only steer it by guessing which pod is being admitted, so a card match between several
+candidates proves nothing.
+
+The fork writes an entry only for containers that request HCU (`hcunum` or `hcumem` in their
+limits; it has no vHCU in init containers), without the trailing `;`: entry i belongs to the
+i-th such app container, not to pod container i as in HAMi's layout.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from hami_dcu.common import keys
+from hami_dcu.common.codec import CodecError, decode_pod_devices
+from hami_dcu.common.keys import ResourceNames
+from hami_dcu.common.requests import pod_containers
+from hami_dcu.deviceplugin.plan import card_of_fake_id, who
+
+JSON = dict[str, Any]
+
+
+class LocklessRefused(RuntimeError):
+    """No pod, or more than one, can be the one this lockless Allocate call is for."""
+
+    def __init__(self, message: str, ambiguous: bool = False) -> None:
+        self.ambiguous = ambiguous
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Awaiting:
+    """A pod on this node that still expects an Allocate."""
+
+    pod: JSON
+    why: str  # how it shows that, for messages
+
+
+def hcu_containers(pod: JSON, names: ResourceNames) -> list[JSON]:
+    """The app containers the fork writes an entry for, in order (its `checkVHCUResourcesInPod`
+    rule per container: the count or the memory resource in limits)."""
+    found = []
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        limits = (container.get("resources") or {}).get("limits") or {}
+        if names.count in limits or names.memory in limits:
+            found.append(container)
+    return found
+
+
+def _names_resource(pod: JSON, resource: str) -> bool:
+    for container in pod_containers(pod):
+        resources = container.get("resources") or {}
+        if resource in (resources.get("limits") or {}) or resource in (resources.get("requests") or {}):
+            return True
+    return False
+
+
+def _entries_left(pod: JSON) -> bool:
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.POD_DEVICES_TO_ALLOCATE)
+    if value is None:
+        return False
+    try:
+        return any(decode_pod_devices(value, keys.POD_DEVICES_TO_ALLOCATE))
+    except CodecError:
+        return True  # unreadable: it may still await; its Allocate says why it cannot be served
+
+
+def awaiting_pods(pods: list[JSON], node: str, resource: str) -> list[Awaiting]:
+    """The pods of `pods` bound to `node` that may be the one the kubelet is admitting."""
+    found = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        if (pod.get("spec") or {}).get("nodeName") != node or (pod.get("status") or {}).get("phase") != "Pending":
+            continue
+        if not _names_resource(pod, resource):
+            continue
+        bind_phase = (meta.get("annotations") or {}).get(keys.POD_BIND_PHASE)
+        if bind_phase is None:
+            found.append(Awaiting(pod, "bound without a bind-phase (spec.nodeName set by hand, or another scheduler)"))
+        elif bind_phase == keys.BIND_PHASE_ALLOCATING and _entries_left(pod):
+            found.append(Awaiting(pod, f"{keys.POD_BIND_PHASE}={bind_phase}"))
+    return found
+
+
+def identify(pods: list[JSON], node: str, request_ids: list[str], resource: str, volcano_scheduler: str) -> JSON:
+    """The one pod this lockless Allocate call (for a container asking `request_ids`) serves;
+    raises LocklessRefused otherwise, `ambiguous` when several pods await."""
+    awaiting = awaiting_pods(pods, node, resource)
+    if not awaiting:
+        raise LocklessRefused(
+            f"no node lock on node {node} and no pod bound here awaits a {resource} allocation "
+            f"({keys.POD_BIND_PHASE}={keys.BIND_PHASE_ALLOCATING} with an entry left in "
+            f"{keys.POD_DEVICES_TO_ALLOCATE}): the pod was not placed by a scheduler that allocates cards")
+    if len(awaiting) > 1:
+        listed = "; ".join(f"{who(a.pod)} ({a.why})" for a in awaiting)
+        raise LocklessRefused(
+            f"no node lock on node {node} and {len(awaiting)} pods await a {resource} allocation here: {listed}. "
+            "The kubelet's call names no pod, so which one it admits cannot be proven: refused rather than "
+            "guessed (the refused pod fails and its controller creates it again)", ambiguous=True)
+    pod = awaiting[0].pod
+    scheduler = (pod.get("spec") or {}).get("schedulerName")
+    if scheduler != volcano_scheduler:
+        raise LocklessRefused(
+            f"no node lock on node {node}, and the pod awaiting a {resource} allocation, {who(pod)}, is "
+            f"{awaiting[0].why} with schedulerName {scheduler!r}: only {volcano_scheduler!r} allocates without "
+            "the lock")
+    placed_on = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.POD_NODE)
+    if placed_on != node:
+        raise LocklessRefused(
+            f"pod {who(pod)} is bound to node {node} but its {keys.POD_NODE} names {placed_on!r}: its allocation "
+            "was made for another node")
+    wanted = next_entry_cards(pod)
+    passed = Counter(card_of_fake_id(i) for i in request_ids)
+    if wanted is not None and wanted != passed:
+        raise LocklessRefused(
+            f"pod {who(pod)}: the kubelet passed devices on {_cards(passed)}, its {keys.POD_DEVICES_TO_ALLOCATE} "
+            f"names {_cards(wanted)}: without a node lock only matching cards prove the call is this pod's")
+    return pod
+
+
+def next_entry_cards(pod: JSON) -> Counter[str] | None:
+    """The cards of the pod's next entry to serve; None when unreadable (plan.py says why)."""
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.POD_DEVICES_TO_ALLOCATE, "")
+    try:
+        entries = decode_pod_devices(value, keys.POD_DEVICES_TO_ALLOCATE)
+    except CodecError:
+        return None
+    entry = next((e for e in entries if e), [])
+    return Counter(d.uuid for d in entry)
+
+
+def _cards(counted: Counter[str]) -> str:
+    return ", ".join(f"{card} x{n}" if n > 1 else card for card, n in sorted(counted.items())) or "no card"
+
+
+def share_resources(cards: list[tuple[int, bool]], names: ResourceNames) -> dict[str, dict[str, str]]:
+    """Node status for Volcano: capacity of every card (memory MiB, 100 cores each),
+    allocatable of the healthy ones. `cards`: (memory MiB, healthy) per card."""
+    def totals(chosen: list[int]) -> dict[str, str]:
+        return {names.memory: str(sum(chosen)), names.cores: str(100 * len(chosen))}
+
+    return {"capacity": totals([memory for memory, _ in cards]),
+            "allocatable": totals([memory for memory, healthy in cards if healthy])}

@@ -1,0 +1,56 @@
+"""Volcano mode in the chart (issue 24): off by default; on, every component gets its flags, the
+device plugin may write node status, and admission lets Volcano's scheduler write what its
+Hygon deviceshare writes."""
+
+import subprocess
+
+import pytest
+from chart_paths import CHART
+
+VOLCANO = ["--set", "naming=hcu", "--set", "volcano.enabled=true"]
+
+
+def by_kind(docs, kind, suffix=""):
+    return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(suffix))
+
+
+def container_args(doc, name):
+    spec = doc["spec"]["template"]["spec"]
+    found = next(c for c in spec["containers"] if c["name"] == name)
+    return " ".join(found.get("command", []) + found.get("args", []))
+
+
+def test_off_by_default(render):
+    docs = render()
+    assert "volcano" not in container_args(by_kind(docs, "DaemonSet", "device-plugin"), "device-plugin")
+    assert "volcano" not in container_args(by_kind(docs, "Deployment", "scheduler"), "extender")
+    rules = by_kind(docs, "ClusterRole", "device-plugin")["rules"]
+    assert not any("nodes/status" in r["resources"] for r in rules)
+
+
+def test_on_every_component_gets_its_flags_and_rights(render):
+    docs = render(*VOLCANO)
+    assert "--volcano-scheduler-name=volcano" in container_args(by_kind(docs, "DaemonSet", "device-plugin"),
+                                                                 "device-plugin")
+    mock = container_args(by_kind(render(*VOLCANO, "--set", "devicePlugin.smi=mock"), "DaemonSet", "device-plugin"),
+                          "device-plugin")
+    assert "--volcano-scheduler-name volcano" in mock
+    extender = container_args(by_kind(docs, "Deployment", "scheduler"), "extender")
+    assert "--volcano-scheduler-name=volcano" in extender
+    assert "--volcano-identity=system:serviceaccount:volcano-system:volcano-scheduler" in extender
+    rules = by_kind(docs, "ClusterRole", "device-plugin")["rules"]
+    assert any(r["resources"] == ["nodes/status"] and r["verbs"] == ["patch"] for r in rules)
+    policy = by_kind(docs, "ValidatingAdmissionPolicy", "allocation-writers")
+    allowed = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "allowed")
+    assert "system:serviceaccount:volcano-system:volcano-scheduler" in allowed
+    assert "'hami.io/node-handshake-hcu'" in allowed
+
+
+@pytest.mark.parametrize(("values", "fragment"), [
+    (["--set", "volcano.enabled=true"], "volcano.enabled needs naming: hcu"),
+    ([*VOLCANO, "--set", "devicePlugin.registerIntervalSeconds=45"], "must be at most 30"),
+    ([*VOLCANO, "--set", "volcano.identity=volcano"], "/volcano/identity"),
+])
+def test_what_volcano_cannot_read_fails_the_install(helm, values, fragment):
+    result = subprocess.run([str(helm), "template", "x", str(CHART), *values], capture_output=True, text=True)
+    assert result.returncode != 0 and fragment in result.stderr, result.stderr
