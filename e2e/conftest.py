@@ -16,19 +16,24 @@ def kind(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     if reason:
         pytest.skip(reason)
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
 
     def progress(line: str) -> None:
-        if reporter is not None:
+        """Straight to the terminal, past pytest's capture: a first run builds for minutes."""
+        if reporter is None or capture is None:
+            return
+        with capture.global_and_fixture_disabled():
             reporter.write_line(line)
 
     world = KindWorld.build(progress)
     image = project_image(world, progress)
-    cluster = create_cluster(world, tmp_path_factory.mktemp("kind"), progress)
+    keep = bool(request.config.getoption("keep_cluster"))
+    cluster = create_cluster(world, tmp_path_factory.mktemp("kind"), progress, reuse=keep)
     try:
         cluster.load_docker_image(image)
         backend = KindBackend(cluster, world, image)
         backend.prepare_nodes()
         yield backend
     finally:
-        if not request.config.getoption("keep_cluster"):
+        if not keep:
             cluster.delete()

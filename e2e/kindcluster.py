@@ -23,7 +23,8 @@ from typing import Any
 import yaml
 from pytest_kind import KindCluster
 
-from hami_dcu.common.kube import Kube, NotFoundError
+from hami_dcu.common import keys
+from hami_dcu.common.kube import Kube, KubeError, NotFoundError
 from hami_dcu.dra import names
 from hami_dcu.e2e.scenarios import MockCard, default_cards, wait_until
 from hami_dcu.e2e.tools import helm_and_kubectl
@@ -105,8 +106,11 @@ def project_image(world: KindWorld, progress: Callable[[str], None]) -> str:
     tracked = _run("git", "-C", ROOT, "ls-files", "-co", "--exclude-standard").splitlines()
     for rel in sorted(tracked):
         path = ROOT / rel
-        if path.is_file() and rel.split("/")[0] in {"common", "webhook", "scheduler", "deviceplugin", "dra", "cli",
-                                                      "e2e", "Dockerfile", "constraints.txt", "pyproject.toml"}:
+        # What the image runs; the suites' own files (copied along with e2e/) do not matter to it.
+        harness = rel.startswith(("e2e/test_", "e2e/kind/")) or rel == "e2e/conftest.py"
+        if path.is_file() and not harness and rel.split("/")[0] in {
+                "common", "webhook", "scheduler", "deviceplugin", "dra", "cli", "e2e", "Dockerfile", "constraints.txt",
+                "pyproject.toml"}:
             digest.update(rel.encode() + b"\0" + path.read_bytes())
     image = f"hami-dcu:e2e-{digest.hexdigest()[:12]}"
     if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:
@@ -172,10 +176,16 @@ class KindBackend:
         }
 
     def prepare_nodes(self) -> None:
+        """Label the workers and give them what a DCU node has installed; a release left by an
+        earlier run on a reused cluster is uninstalled first."""
+        releases = _run(self.helm, "list", "-q", "--namespace", RELEASE_NAMESPACE, "--kubeconfig", self.kubeconfig)
+        if RELEASE in releases.split():
+            self.uninstall()
         for node in WORKERS:
             self.kubectl("label", "node", node, "dcu=on", "--overwrite")
             self.node_exec(node, "mkdir", "-p", DRIVER_DIR, HYHAL_DIR, "/etc/vdev", "/usr/local/vgpu")
-        self.kubectl("create", "namespace", self.namespace)
+        if self.namespace not in self.kubectl("get", "namespaces", "-o", "name"):
+            self.kubectl("create", "namespace", self.namespace)
 
     def ensure_mode(self, mode: str) -> None:
         """The chart installed in this mode (reinstalled when another mode is in place)."""
@@ -192,8 +202,26 @@ class KindBackend:
         _run(self.helm, "install", RELEASE, ROOT / "chart", "--namespace", RELEASE_NAMESPACE,
              "--kubeconfig", self.kubeconfig, "-f", values, "--wait", "--timeout", "10m", timeout=900)
         self.mode = mode
+        self.wait_webhook_serving()
         if mode == "devicePlugin":
             self.wait_registered()
+
+    def wait_webhook_serving(self, timeout: float = 120) -> None:
+        """The API server reaches the webhook through its Service (helm's --wait saw the pod
+        ready; kube-proxy may route to it a moment later): a dry-run DCU pod is admitted."""
+        probe = {"metadata": {"name": "webhook-probe"}, "spec": {"containers": [{
+            "name": "c", "image": "probe", "resources": {"limits": {keys.DEFAULT_COUNT_RESOURCE: "1"}}}]}}
+
+        def admitted() -> bool:
+            try:
+                self.kube.request("POST", f"/api/v1/namespaces/{self.namespace}/pods?dryRun=All", body=probe)
+                return True
+            except KubeError as err:
+                if "failed calling webhook" in str(err):
+                    return False
+                raise
+
+        wait_until("the webhook reachable through its Service", admitted, timeout=timeout, interval=1)
 
     def uninstall(self) -> None:
         _run(self.helm, "uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--kubeconfig", self.kubeconfig,
@@ -256,6 +284,29 @@ class KindBackend:
 
         wait_until(f"a new device plugin pod ready on {node}", replaced_and_ready, timeout=120, interval=1)
         time.sleep(1)  # registration follows readiness by a moment
+
+    def wait_plugin_registered(self, node: str, not_pod_uid: str | None = None, timeout: float = 180) -> None:
+        """The node's plugin pod (another than `not_pod_uid`'s, when given) has registered with
+        the kubelet: its log says so. Node status alone cannot tell: after a kubelet restart it
+        shows the old allocatable until the kubelet's next status update."""
+
+        def registered() -> bool:
+            name = self.plugin_pod(node)
+            if not name:
+                return False
+            pod = self.kube.get_pod(RELEASE_NAMESPACE, name)
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            if not statuses or "running" not in (statuses[0].get("state") or {}):
+                return False
+            if not_pod_uid and pod["metadata"]["uid"] == not_pod_uid and not statuses[0].get("restartCount"):
+                return False
+            try:
+                log = self.kubectl("-n", RELEASE_NAMESPACE, "logs", name, "--since=10m", timeout=30)
+            except RuntimeError:
+                return False
+            return "with the kubelet" in log.rsplit("serving on", 1)[-1]
+
+        wait_until(f"the device plugin registered again on {node}", registered, timeout=timeout, interval=1)
 
     def restart_scheduler(self) -> None:
         selector = "app.kubernetes.io/component=scheduler"
@@ -320,9 +371,12 @@ class KindBackend:
         wait_until("the previous test's pods gone", gone, timeout=120, interval=0.5)
 
 
-def create_cluster(world: KindWorld, workdir: Path, progress: Callable[[str], None]) -> KindCluster:
-    """A fresh cluster (an old one of the same name, left by a killed run, is deleted first)."""
-    subprocess.run([str(world.kind), "delete", "cluster", "--name", CLUSTER], capture_output=True)
+def create_cluster(world: KindWorld, workdir: Path, progress: Callable[[str], None],
+                   reuse: bool = False) -> KindCluster:
+    """A fresh cluster: one of the same name, left by a killed run, is deleted first, unless
+    `reuse` (pytest-kind's --keep-cluster: keep it between runs and start from it)."""
+    if not reuse:
+        subprocess.run([str(world.kind), "delete", "cluster", "--name", CLUSTER], capture_output=True)
     config = workdir / "kind.yaml"
     config.write_text(yaml.safe_dump(cluster_config()))
     cluster = KindCluster(CLUSTER, image=world.node_image, kind_path=world.kind, kubectl_path=world.kubectl)
