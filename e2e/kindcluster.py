@@ -191,7 +191,10 @@ class KindBackend:
         """The chart installed in this mode (reinstalled when another mode is in place)."""
         if self.mode == mode:
             return
-        if self.mode is not None:
+        if self.mode == "dra":
+            self.clean_claims()  # while the driver runs: the kubelet needs it to unprepare them
+            self.uninstall()
+        elif self.mode is not None:
             self.clean()
             self.uninstall()
         self.install(mode)
@@ -222,6 +225,27 @@ class KindBackend:
                 raise
 
         wait_until("the webhook reachable through its Service", admitted, timeout=timeout, interval=1)
+
+    def set_cards_per_node(self, count: int) -> None:
+        """Give every worker `count` mock cards (helm upgrade) and wait until each kubelet
+        offers their slots; between tests only (no pod may hold a card)."""
+        self.cards = {node: default_cards(node, count) for node in WORKERS}
+        values = Path(self.cluster.path) / "values-cards.yaml"
+        values.write_text(yaml.safe_dump(self.values(self.mode or "devicePlugin")))
+        _run(self.helm, "upgrade", RELEASE, ROOT / "chart", "--namespace", RELEASE_NAMESPACE,
+             "--kubeconfig", self.kubeconfig, "-f", values, "--wait", "--timeout", "5m", timeout=400)
+        # The plugin pods read their mock file at start: restart them on the new ConfigMap.
+        for node in WORKERS:
+            self.restart_device_plugin(node)
+
+        def offered() -> bool:
+            for node in WORKERS:
+                allocatable = self.kube.get_node(node)["status"].get("allocatable") or {}
+                if int(allocatable.get(keys.DEFAULT_COUNT_RESOURCE, "0")) != 4 * count:
+                    return False
+            return True
+
+        wait_until(f"{count} cards' slots offered by every worker", offered, timeout=180, interval=1)
 
     def uninstall(self) -> None:
         _run(self.helm, "uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--kubeconfig", self.kubeconfig,

@@ -64,6 +64,21 @@ def test_scenario_on_kind(dp: KindBackend, scenario: Scenario) -> None:
     scenario.run(dp)
 
 
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if not _fits(s)], ids=lambda s: s.name)
+def test_large_scenario_on_kind(dp: KindBackend, scenario: Scenario) -> None:
+    """A scenario for more nodes than the cluster has runs with as many cards in all: spread
+    over the two workers (the 100-pod one: 10 nodes x 3 cards becomes 2 workers x 15 cards,
+    100 real pods). The shape of the topology differs; the load on cards, locks and kubelets
+    does not."""
+    total = scenario.nodes * scenario.cards_per_node
+    dp.set_cards_per_node(-(-total // len(WORKERS)))
+    try:
+        scenario.run(dp)
+    finally:
+        dp.clean()
+        dp.set_cards_per_node(CARDS_PER_NODE)
+
+
 # --- inside the containers ------------------------------------------------------------------------
 
 
