@@ -95,10 +95,10 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
     hints = adopted.warnings(settings.naming) + scheduling_warnings(meta.get("annotations") or {})
     current = spec.get("schedulerName") or ""
     if settings.volcano_scheduler and current == settings.volcano_scheduler:
-        unit = memory_unit_problem(pod, names)
+        unit = memory_unit_problem(pod, settings.resources)
         if unit:
             return _deny("volcano-memory-unit", unit)
-        over = quota_problem(pod, names, settings.quota)
+        over = quota_problem(pod, settings.resources, settings.quota)
         if over:
             return _deny("quota-exceeded", f"pod {over}")
         return Decision(allowed=True, reason="left-to-volcano", warnings=adopted.warnings(settings.naming),
