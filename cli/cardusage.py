@@ -21,6 +21,7 @@ from typing import Any
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import CodecError, decode_handshake, decode_lock, decode_node_devices, decode_pod_devices
+from hami_dcu.common.untrusted import shown
 from hami_dcu.scheduler.usage import Usage, collapse
 
 JSON = dict[str, Any]
@@ -163,7 +164,7 @@ def _node_usage(node: JSON, now: datetime) -> NodeUsage:
         try:
             lock = decode_lock(lock_value)
         except CodecError as exc:
-            usage.lock = LockInfo(holder=f"unreadable lock {lock_value!r}", since=None, age_seconds=None)
+            usage.lock = LockInfo(holder=f"unreadable lock '{shown(lock_value)}'", since=None, age_seconds=None)
             usage.problems.append(str(exc))
         else:
             usage.lock = LockInfo(holder=lock.holder, since=lock.since,
@@ -211,7 +212,7 @@ def _add_pod(by_name: dict[str, NodeUsage], pod: JSON, pods_on: set[tuple[str, s
         if card_id in cards:
             _count(cards[card_id], usage)
     names = _container_names(pod)
-    bind_phase = annotations.get(keys.POD_BIND_PHASE, "")
+    bind_phase = shown(annotations.get(keys.POD_BIND_PHASE, ""), 20)
     for position, container_devices in enumerate(devices):
         container = names[position] if position < len(names) else f"#{position}"
         for device in container_devices:

@@ -20,6 +20,7 @@ import yaml
 from hami_dcu.cli.cardusage import ClusterUsage, LockInfo, NodeUsage, PluginReport, Share, Summary
 from hami_dcu.common import keys
 from hami_dcu.common.codec import format_rfc3339
+from hami_dcu.common.untrusted import escape_controls
 
 FORMATS = ("table", "wide", "json", "yaml")
 
@@ -154,6 +155,8 @@ def summary_line(summary: Summary) -> str:
 
 
 def _table(rows: list[list[str]]) -> str:
+    # Cells carry what pods and nodes say about themselves: nothing reaches the terminal unescaped.
+    rows = [[escape_controls(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 

@@ -33,9 +33,12 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from hami_dcu.common import keys
+from hami_dcu.common import keys, untrusted
 
 INT32_MAX = 2**31 - 1
+
+
+PART_SHOWN = 120  # characters of an undecodable value quoted in a CodecError
 
 
 class CodecError(ValueError):
@@ -45,7 +48,8 @@ class CodecError(ValueError):
         self.annotation = annotation
         self.part = part
         self.problem = problem
-        super().__init__(f"{annotation}: {problem} in {part!r}")
+        # The part is what someone wrote into an annotation: shown escaped and cut short.
+        super().__init__(f"{annotation}: {problem} in '{untrusted.shown(part, PART_SHOWN)}'")
 
 
 # --- node device list ---------------------------------------------------------------------
@@ -365,7 +369,7 @@ def _check_field(annotation: str, field: str, text: str) -> str:
 
 def _json_int(annotation: str, part: str, field: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise CodecError(annotation, part, f"{field} {value!r} is not an integer")
+        raise CodecError(annotation, part, f"{field} {untrusted.shown(repr(value), 40)} is not an integer")
     if not INT32_MIN <= value <= INT32_MAX or (field == "index" and value < 0):
         shown = value if abs(value) <= 2**63 else "(beyond int64)"
         raise CodecError(annotation, part, f"{field} {shown} is out of range")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import time
 
+from hami_dcu.common.untrusted import escape_controls
+
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -16,6 +18,13 @@ class UtcFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__(FORMAT)
         self._stamped: tuple[int, str] = (-1, "")  # one attribute: threads never see half an update
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        # One record, one line: a value a tenant wrote (an annotation, a name admission has not
+        # validated yet) that slipped past common/untrusted.shown cannot forge a second line or
+        # drive the reader's terminal. A traceback is appended after this, on lines of its own.
+        record.message = escape_controls(record.message)
+        return super().formatMessage(record)
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         second = int(record.created)

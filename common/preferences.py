@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from hami_dcu.common.untrusted import shown
+
 BINPACK = "binpack"
 SPREAD = "spread"
 NUMA = "numa"
@@ -112,11 +114,11 @@ def parse_weights(value: str) -> Weights:
     for part in value.split(","):
         key, equals, number = (piece.strip() for piece in part.partition("="))
         if not equals or key not in WEIGHT_KEYS:
-            raise WeightsError(f"{part.strip()[:40]!r} is not one of slot=, core=, memory=")
+            raise WeightsError(f"'{shown(part.strip(), 40)}' is not one of slot=, core=, memory=")
         if key in seen:
             raise WeightsError(f"{key} is given twice")
         if not _WEIGHT_VALUE.fullmatch(number):
-            raise WeightsError(f"{key}={number[:20]} is not a whole number from 0 to 999999999")
+            raise WeightsError(f"{key}={shown(number, 20)} is not a whole number from 0 to 999999999")
         seen[key] = int(number)
     missing = [key for key in WEIGHT_KEYS if key not in seen]
     if missing:

@@ -114,6 +114,7 @@ def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str
                 f"pod {who(pod)} container {cname}: the kubelet asks for device {fake_id!r}, which this plugin "
                 f"does not advertise on node {node}"
             )
+    _refuse_split_share(pod, cname, devices, cards)
     ids_match = Counter(map(card_of_fake_id, request_ids)) == Counter(d.uuid for d in devices)
     remaining = [list(e) for e in entries]
     remaining[index] = []
@@ -139,6 +140,20 @@ def _refuse_unless_recorded(pod: JSON, annotations: JSON, entries: PodDevices, i
             f"pod {who(pod)} container #{index}: {keys.POD_DEVICES_TO_ALLOCATE} ({encode_pod_devices([wanted])}) "
             f"disagrees with {keys.POD_DEVICES_ALLOCATED} ({scheduled}), which only hami-scheduler writes: "
             "refused, nothing is served that the scheduler did not account for"
+        )
+
+
+def _refuse_split_share(pod: JSON, cname: str, devices: list[ContainerDevice], cards: dict[str, DcuCard]) -> None:
+    """Several cards each with part of its memory or cores: a share no vdev file can describe
+    (a container gets one vDCU), which served as it is would hand over whole cards unlimited
+    while the scheduler charges only the parts (issue 21)."""
+    if len(devices) < 2:
+        return
+    partial = [d.uuid for d in devices if d.usedmem < cards[d.uuid].card.memory_mib or d.usedcores < 100]
+    if partial:
+        raise AllocateRefused(
+            f"pod {who(pod)} container {cname}: a share of {len(devices)} cards ({', '.join(partial)} in part) "
+            "cannot be enforced: one container gets one shared vDCU, or several whole cards"
         )
 
 

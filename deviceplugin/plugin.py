@@ -28,6 +28,7 @@ from hami_dcu.common.codec import (
 )
 from hami_dcu.common.kube import ConflictError, Kube, KubeError, NotFoundError, UnreachableError
 from hami_dcu.common.nodelock import LockError, NodeLock, lock_annotation
+from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
 from hami_dcu.deviceplugin import lockless
 from hami_dcu.deviceplugin import plan as planning
 from hami_dcu.deviceplugin.allocator import AllocationError, Grant, NodeState
@@ -106,6 +107,7 @@ class PluginCore:
         self.names = keys.ResourceNames(self.resource, keys.DEFAULT_MEMORY_RESOURCE, keys.DEFAULT_CORES_RESOURCE)
         self.volcano_scheduler = volcano_scheduler
         self._advertised: dict[str, dict[str, str]] | None = None  # Volcano mode: node status last written
+        self.checks = CheckSettings(self.names)  # admission's checks, again before serving (common/podchecks.py)
         self.node_lock = NodeLock(kube, timeout=timedelta(seconds=lock_timeout_seconds))
         self.state = NodeState(compute_units={c.index: c.card.compute_units for c in cards})
         self.lock = threading.Lock()
@@ -232,6 +234,13 @@ class PluginCore:
         try:
             if not requests:
                 raise planning.AllocateRefused("the kubelet sent an Allocate call without container requests")
+            refused = refusal_of(pod, self.checks, Stage.SERVE)
+            if refused is not None:
+                # The pod came without the webhook and past the extender (a pod bound by
+                # another scheduler that holds a stale lock, an extender of an older version):
+                # what it asks for cannot be enforced, so nothing is served.
+                raise planning.AllocateRefused(f"pod {namespace}/{name}: refused ({refused.check}): "
+                                               f"{refused.message}")
             for ids in requests:
                 container_plan = planning.plan_container(pod, self.node, ids, self.cards, entry_containers)
                 if lockless and not container_plan.ids_match:

@@ -1,9 +1,12 @@
 """Mutating admission for the local API server, done as kube-apiserver does it.
 
-For a pod CREATE, every registered MutatingWebhookConfiguration whose rules and selectors
+For a pod CREATE or UPDATE (any PUT or PATCH, of the pod or its status) and a Binding (CREATE
+of pods/binding), every registered MutatingWebhookConfiguration whose rules and selectors
 match is called over HTTPS (verified against its caBundle, within timeoutSeconds) with an
-AdmissionReview; its JSON patch is applied; a denial fails the create with the webhook's
-message; a call error is decided by failurePolicy (default Fail).
+AdmissionReview naming the caller (userInfo) and, for an UPDATE, the stored object; its JSON
+patch is applied; a denial fails the write with the webhook's message; a call error is
+decided by failurePolicy (default Fail). An objectSelector matches when the object or the old
+object matches it. matchConditions are not evaluated (no CEL here).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 import aiohttp
 import jsonpatch
 
-from hami_dcu.e2e.apiserver import AdmissionDenied, LocalApiServer
+from hami_dcu.e2e.apiserver import AdmissionAttributes, AdmissionDenied, LocalApiServer
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -46,6 +49,10 @@ def selector_matches(selector: JSON | None, labels: dict[str, str]) -> bool:
         if op == "DoesNotExist" and key in labels:
             return False
     return True
+
+
+def _labels(obj: JSON) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
 
 
 def rule_matches(rules: list[JSON], operation: str, group: str, version: str, resource: str) -> bool:
@@ -96,35 +103,42 @@ class WebhookDispatcher:
         # kube-apiserver verifies the serving certificate for <service>.<namespace>.svc.
         return base + (service.get("path") or "/"), f"{name}.{namespace}.svc"
 
-    async def admit(self, resource: str, namespace: str, obj: JSON, namespace_obj: JSON | None) -> JSON:
-        if resource != "pods":
+    async def admit(self, attributes: AdmissionAttributes) -> JSON:
+        obj = attributes.object
+        if attributes.resource != "pods":
             return obj
+        resource = f"pods/{attributes.subresource}" if attributes.subresource else "pods"
         configs, _ = self.server.store.list("mutatingwebhookconfigurations")
-        ns_labels = ((namespace_obj or {}).get("metadata") or {}).get("labels") or {}
+        ns_labels = ((attributes.namespace_object or {}).get("metadata") or {}).get("labels") or {}
         for config in sorted(configs, key=lambda c: c["metadata"]["name"]):
             for hook in config.get("webhooks") or []:
-                if not rule_matches(hook.get("rules") or [], "CREATE", "", "v1", "pods"):
+                if not rule_matches(hook.get("rules") or [], attributes.operation, "", "v1", resource):
                     continue
                 if not selector_matches(hook.get("namespaceSelector"), ns_labels):
                     continue
-                if not selector_matches(hook.get("objectSelector"), (obj.get("metadata") or {}).get("labels") or {}):
+                if not any(selector_matches(hook.get("objectSelector"), _labels(o))
+                           for o in (obj, attributes.old_object) if o is not None):
                     continue
-                obj = await self._call(hook, namespace, obj)
+                obj = await self._call(hook, attributes, obj)
         return obj
 
-    async def _call(self, hook: JSON, namespace: str, obj: JSON) -> JSON:
+    async def _call(self, hook: JSON, attributes: AdmissionAttributes, obj: JSON) -> JSON:
         name = hook.get("name", "?")
         versions = hook.get("admissionReviewVersions") or ["v1"]
         api_version = "admission.k8s.io/v1" if "v1" in versions else "admission.k8s.io/v1beta1"
         uid = str(uuid.uuid4())
-        review = {"apiVersion": api_version, "kind": "AdmissionReview", "request": {
-            "uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": (obj.get("metadata") or {}).get("name", ""), "namespace": namespace, "operation": "CREATE",
-            "userInfo": {"username": "local-cluster"}, "object": obj, "oldObject": None, "dryRun": False,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}}}
+        kind = {"group": "", "version": "v1", "kind": attributes.kind}
+        resource = {"group": "", "version": "v1", "resource": "pods"}
+        options = "CreateOptions" if attributes.operation == "CREATE" else "UpdateOptions"
+        request: JSON = {
+            "uid": uid, "kind": kind, "resource": resource, "requestKind": kind, "requestResource": resource,
+            "name": attributes.name, "namespace": attributes.namespace, "operation": attributes.operation,
+            "userInfo": attributes.user or {"username": "local-cluster"}, "object": obj,
+            "oldObject": attributes.old_object, "dryRun": False,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": options}}
+        if attributes.subresource:
+            request["subResource"] = request["requestSubResource"] = attributes.subresource
+        review = {"apiVersion": api_version, "kind": "AdmissionReview", "request": request}
         timeout = float(hook.get("timeoutSeconds") or 10)
         client_config = hook.get("clientConfig") or {}
         try:

@@ -9,7 +9,10 @@ a Service, which the local admission dispatcher resolves to the webhook's port);
 scheduler extender and the kube-scheduler stand-in driving it; and per node a kubelet
 stand-in plus a device plugin (mock SMI, its own fake /sys and /dev, its own vdev dirs).
 Components meet only over sockets: HTTP(S) to the API server, AdmissionReview, extender
-JSON, device plugin gRPC.
+JSON, device plugin gRPC. Each component authenticates as its own identity (the extender's
+ServiceAccount, each plugin's ServiceAccount bound to its node), and the webhook reviews pod
+UPDATEs and Bindings with the one-writer rule, as the chart registers it where no admission
+policy runs: the local API server sends every pod write through admission.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import yaml
 from hami_dcu.common import keys
 from hami_dcu.common.kube import AsyncKube, Kube
 from hami_dcu.common.tls import ReloadingTLS
+from hami_dcu.common.writers import NODE_NAME_EXTRA, Identities
 from hami_dcu.deviceplugin.command import NodeLoop
 from hami_dcu.deviceplugin.discovery import discover
 from hami_dcu.deviceplugin.faketree import lay_out
@@ -53,6 +57,10 @@ from hami_dcu.webhook.server import build_app as build_webhook_app
 log = logging.getLogger(__name__)
 
 SYSTEM_NAMESPACE = "kube-system"
+# The usernames the chart's ServiceAccounts have (release hami-dcu in kube-system).
+EXTENDER_IDENTITY = f"system:serviceaccount:{SYSTEM_NAMESPACE}:hami-dcu-scheduler"
+PLUGIN_IDENTITY = f"system:serviceaccount:{SYSTEM_NAMESPACE}:hami-dcu-device-plugin"
+IDENTITIES = Identities(scheduler=frozenset({EXTENDER_IDENTITY}), device_plugin=frozenset({PLUGIN_IDENTITY}))
 WEBHOOK_SERVICE = "hami-dcu-webhook"
 WEBHOOK_SECRET = "hami-dcu-webhook-tls"
 WEBHOOK_CONFIG = "hami-dcu-webhook"
@@ -167,7 +175,8 @@ class LocalCluster:
                                         for name in ("tls.crt", "tls.key")})
         tls = ReloadingTLS(str(tls_dir / "tls.crt"), str(tls_dir / "tls.key"))
         self.webhook = AppThread(
-            "webhook", lambda: build_webhook_app(WebhookSettings()), port=port, ssl_context=tls.context
+            "webhook", lambda: build_webhook_app(WebhookSettings(identities=IDENTITIES)), port=port,
+            ssl_context=tls.context
         ).start()
         WebhookDispatcher(self.api, resolve_service=lambda ns, name, _port: f"https://127.0.0.1:{port}").install()
 
@@ -181,7 +190,7 @@ class LocalCluster:
             bind=BindSettings(lock_timeout=timedelta(seconds=300), lock_wait=4.0),
             resync=30.0,
         )
-        kubeconfig = str(self.api.kubeconfig_path) if self.api else None
+        kubeconfig = str(self.api.credentials(EXTENDER_IDENTITY)) if self.api else None
 
         async def make_app() -> Any:
             service = SchedulerService(AsyncKube(Kube.from_kubeconfig(kubeconfig)), settings)
@@ -226,7 +235,9 @@ class LocalCluster:
         mock_file = node.root / "mock-devices.yaml"
         backend = MockBackend(mock_file)
         served = discover(backend.cards(), node.root / "sys", node.root / "dev")
-        kube = Kube.from_kubeconfig(str(self.api.kubeconfig_path)) if self.api else self.kube
+        # The plugin's token is bound to its node, as the kubelet binds a projected token to the pod.
+        kube = (Kube.from_kubeconfig(str(self.api.credentials(PLUGIN_IDENTITY, {NODE_NAME_EXTRA: [node.name]})))
+                if self.api else self.kube)
         node.core = PluginCore(kube, node.name, served, node.paths)
         node.server = DevicePluginServer(
             node.core,
@@ -263,8 +274,26 @@ class LocalCluster:
         return {d.name: (d / "vdev0.conf").read_text() for d in vdev_dir.iterdir() if (d / "vdev0.conf").exists()}
 
 
-def webhook_configuration(failure_policy: str = "Fail") -> dict[str, Any]:
-    """What the chart registers: CREATE pods, kube-system and opted-out pods excluded."""
+def webhook_configuration(failure_policy: str = "Fail", review_updates: bool = True) -> dict[str, Any]:
+    """What the chart registers: CREATE pods, kube-system and opted-out namespaces excluded; and
+    where no admission policy runs (as here: no CEL), pod UPDATEs and Bindings for the one-writer
+    rule."""
+    client_config = {"service": {"namespace": SYSTEM_NAMESPACE, "name": WEBHOOK_SERVICE, "path": "/webhook",
+                                 "port": 443}}
+    excluded = {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [SYSTEM_NAMESPACE]}
+    writers = {
+        "name": "writers.dcu.hami.io",
+        "clientConfig": client_config,
+        "rules": [{"operations": ["UPDATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                   "scope": "*"},
+                  {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/binding"],
+                   "scope": "*"}],
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": 10,
+        "namespaceSelector": {"matchExpressions": [excluded]},
+    }
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
@@ -291,15 +320,12 @@ def webhook_configuration(failure_policy: str = "Fail") -> dict[str, Any]:
                 "namespaceSelector": {
                     "matchExpressions": [
                         {"key": keys.WEBHOOK_LABEL, "operator": "NotIn", "values": [keys.WEBHOOK_IGNORE]},
-                        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [SYSTEM_NAMESPACE]},
+                        excluded,
                     ]
                 },
-                "objectSelector": {
-                    "matchExpressions": [
-                        {"key": keys.WEBHOOK_LABEL, "operator": "NotIn", "values": [keys.WEBHOOK_IGNORE]}
-                    ]
-                },
-            }
+                # No objectSelector: a pod's opt-out label exempts it only when it names no DCU.
+            },
+            *([writers] if review_updates else []),
         ],
     }
 

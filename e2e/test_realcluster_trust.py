@@ -26,6 +26,7 @@ import pytest
 from hami_dcu.common import keys, writers
 from hami_dcu.common.codec import encode_reported
 from hami_dcu.common.kube import Kube, KubeError
+from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
 from hami_dcu.common.writers import BINDING, NODE, POD, Caller, Identities
 from hami_dcu.e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster, unavailable
 from hami_dcu.e2e.scenarios import Ctr, default_cards, phase, pod_manifest, wait_until
@@ -377,3 +378,97 @@ def test_the_webhook_rule_and_the_admission_policies_agree(cluster: RealCluster)
             disagreements.append(f"{what}: API server {verdict!r}, writers.py {reasons!r}")
     assert not disagreements, "\n".join(disagreements)
     assert BINDING == "binding"  # the Binding's case is test_a_binding_carries_an_allocation_only_from_the_extender
+
+
+# --- issue 21: admission nobody can skip ------------------------------------------------------
+
+_WEBHOOK_CONFIG = f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{RELEASE}-webhook"
+_OPTED_OUT = {keys.WEBHOOK_LABEL: keys.WEBHOOK_IGNORE}
+
+
+def _two_card_share(name: str) -> JSON:
+    pod = pod_manifest(name, [Ctr("train", 2, 1000, 10)])
+    pod["metadata"]["labels"] = dict(_OPTED_OUT)
+    return pod
+
+
+def _privileged(name: str) -> JSON:
+    pod = pod_manifest(name, [Ctr("main", 1, 1000)])
+    pod["metadata"]["labels"] = dict(_OPTED_OUT)
+    pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    return pod
+
+
+def _init_share(name: str) -> JSON:
+    pod = pod_manifest(name, [Ctr("setup", 1, 500, init=True), Ctr("main", 1)])
+    pod["metadata"]["labels"] = dict(_OPTED_OUT)
+    return pod
+
+
+def test_an_opted_out_dcu_pod_meets_the_webhook(cluster: RealCluster) -> None:
+    """Issue 21: `hami.io/webhook: ignore` kept a two-card share away from the webhook, which
+    was then served as two whole cards without limits. The label now exempts only pods naming
+    no DCU resource."""
+    _clean(cluster)
+    tenant = _tenant(cluster)
+    message = _refused(tenant.create_pod, cluster.namespace, _two_card_share("twocards"))
+    assert "denied the request" in message and "one shared vDCU" in message
+    plain = _plain("plain", labels=dict(_OPTED_OUT))
+    assert tenant.create_pod(cluster.namespace, plain)["spec"]["schedulerName"] == "default-scheduler"
+
+
+@pytest.fixture
+def webhook_down(cluster: RealCluster) -> Iterator[None]:
+    """failurePolicy: Ignore, and the webhook unreachable (a Service port nobody serves)."""
+    saved = cluster.kube.request("GET", _WEBHOOK_CONFIG)
+    broken = json.loads(json.dumps(saved))
+    broken["webhooks"][0]["failurePolicy"] = "Ignore"
+    broken["webhooks"][0]["clientConfig"]["service"]["port"] = 1
+    cluster.kube.request("PUT", _WEBHOOK_CONFIG, body=broken)
+    try:
+        yield
+    finally:
+        current = cluster.kube.request("GET", _WEBHOOK_CONFIG)
+        saved["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        cluster.kube.request("PUT", _WEBHOOK_CONFIG, body=saved)
+
+
+def test_pods_past_a_webhook_that_is_down_get_no_card(cluster: RealCluster, webhook_down: None) -> None:
+    """The webhook down under failurePolicy: Ignore, schedulerName set by hand: the real
+    kube-scheduler asks our extender, which refuses each pod with the webhook's words."""
+    _clean(cluster)
+    tenant = _tenant(cluster)
+    expected = {}
+    for name, build in (("twocards", _two_card_share), ("priv", _privileged), ("initshare", _init_share)):
+        manifest = build(name)
+        manifest["spec"]["schedulerName"] = keys.DEFAULT_SCHEDULER_NAME
+        pod = tenant.create_pod(cluster.namespace, manifest)  # admitted: nobody reviewed it
+        refusal = refusal_of(pod, CheckSettings(), Stage.PLACE)
+        assert refusal is not None
+        expected[name] = refusal.message
+
+    def refused_all() -> bool:
+        events = cluster.kube.request("GET", f"/api/v1/namespaces/{cluster.namespace}/events")["items"]
+        said = {(e["involvedObject"]["name"], e["reason"], e["message"]) for e in events}
+        return all(any(n == name and reason == "FilteringFailed" and message in text for n, reason, text in said)
+                   for name, message in expected.items())
+
+    wait_until("each pod refused by the extender with the webhook's words", refused_all, timeout=60)
+    for name in expected:
+        pod = cluster.kube.get_pod(cluster.namespace, name)
+        assert not pod["spec"].get("nodeName"), name
+        assert keys.POD_DEVICES_ALLOCATED not in (pod["metadata"].get("annotations") or {})
+
+
+def test_a_native_sidecar_holds_a_share(cluster: RealCluster) -> None:
+    """Issue 21 item 8: the webhook refused a share in an init container with restartPolicy:
+    Always, which runs beside the app containers and which the extender already counts."""
+    _clean(cluster)
+    pod = pod_manifest("sidecar", [Ctr("proxy", 1, 500, 10, init=True), Ctr("main", 1, 2000, 20)])
+    pod["spec"]["initContainers"][0]["restartPolicy"] = "Always"
+    created = _tenant(cluster).create_pod(cluster.namespace, pod)
+    wait_until("the pod with a sidecar share running",
+               lambda: phase(cluster.kube, cluster.namespace, "sidecar") == "Running", timeout=60)
+    node = cluster.kube.get_pod(cluster.namespace, "sidecar")["spec"]["nodeName"]
+    mine = [d for d in cluster.vdev_files(node) if d.startswith(created["metadata"]["uid"])]
+    assert sorted(d.split("_")[1] for d in mine) == ["main", "proxy"]  # one vDCU each

@@ -66,6 +66,7 @@ from hami_dcu.common.nodelock import (
     LockUncertain,
     NodeLock,
 )
+from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
 from hami_dcu.common.requests import RequestError
 from hami_dcu.scheduler.cache import Assumption, ClusterCache, used_without
 from hami_dcu.scheduler.events import EventSink
@@ -152,6 +153,7 @@ class Binder:
         self.events = events
         self.wall_clock = wall_clock
         self.monotonic = monotonic
+        self.checks = CheckSettings(resources=filter_.settings.resources)  # admission's, again (podchecks.py)
         self.lock = NodeLock(kube.kube, settings.lock_timeout, clock=wall_clock, bind_window=settings.bind_window)
         self.janitor = LockJanitor(kube, cache, self.lock, metrics, wall_clock)
         # Binds of one process to one node queue here instead of racing on the API lock.
@@ -286,6 +288,9 @@ class Binder:
         pod = await self._read_pod(attempt)
         if (pod.get("spec") or {}).get("nodeName"):
             raise _AlreadyBound(pod)
+        refused = refusal_of(pod, self.checks, Stage.PLACE)
+        if refused is not None:
+            raise BindError(f"refused ({refused.check}): {refused.message}")
         try:
             plan = plan_pod(pod, self.filter.settings)
         except RequestError as exc:

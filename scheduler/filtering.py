@@ -26,6 +26,7 @@ from typing import Any
 
 from hami_dcu.common import keys
 from hami_dcu.common.keys import ResourceNames
+from hami_dcu.common.podchecks import Refusal
 from hami_dcu.common.preferences import WeightsError, parse_weights
 from hami_dcu.common.requests import DcuRequest, RequestError, parse_pod_requests, pod_containers, sidecar_positions
 from hami_dcu.scheduler import policy as policies
@@ -394,4 +395,10 @@ def _same_amounts_everywhere(plan: PodPlan) -> bool:
 def invalid_request(node_names: Iterable[str], error: RequestError) -> FilterOutcome:
     """A pod whose DCU request cannot be honoured fails on every node with the same reason."""
     rejection = NodeRejection(Code.POD_REQUEST_INVALID, str(error))
+    return FilterOutcome(failed={name: rejection for name in node_names})
+
+
+def refused_everywhere(node_names: Iterable[str], refusal: Refusal) -> FilterOutcome:
+    """A pod admission refuses (common/podchecks.py) fails on every node with admission's words."""
+    rejection = NodeRejection(Code.POD_REFUSED, refusal.message)
     return FilterOutcome(failed={name: rejection for name in node_names})

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, PodDevices
 from hami_dcu.common.requests import DcuRequest
+from hami_dcu.common.untrusted import shown
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.reasons import SUMMARY_PHRASE, CardRejection, Code, primary_code
 from hami_dcu.scheduler.usage import Usage, collapse
@@ -89,10 +90,11 @@ class Selection:
             return f"{keys.USE_DCU_TYPE} names no card type (only empty entries): no card matches, as in HAMi"
         upper = model.upper()
         if self.use_types and not any(t in upper for t in self.use_types):
-            return f"model {model} not in {keys.USE_DCU_TYPE}={','.join(self.use_types)}"
+            # The types are the pod author's words: escaped and cut before they reach a reason.
+            return f"model {model} not in {keys.USE_DCU_TYPE}={shown(','.join(self.use_types))}"
         for t in self.nouse_types:
             if t in upper:
-                return f"model {model} excluded by {keys.NOUSE_DCU_TYPE}={t}"
+                return f"model {model} excluded by {keys.NOUSE_DCU_TYPE}={shown(t)}"
         return None
 
     def id_problem(self, card_id: str) -> str | None:

@@ -32,6 +32,8 @@ class Code(StrEnum):
     NODE_DEGRADED = "NodeDegraded"
     POD_REQUEST_INVALID = "PodRequestInvalid"
     POD_QUOTA_EXCEEDED = "QuotaExceeded"
+    # admission's checks (common/podchecks.py) refuse the pod: it arrived without the webhook
+    POD_REFUSED = "PodRefused"
 
 
 # How a reason reads in a per-pod summary ("3 nodes: insufficient card memory").
@@ -53,6 +55,7 @@ SUMMARY_PHRASE: Mapping[Code, str] = {
     Code.NODE_DEGRADED: "node degraded",
     Code.POD_REQUEST_INVALID: "invalid DCU request",
     Code.POD_QUOTA_EXCEEDED: "namespace DCU quota exceeded",
+    Code.POD_REFUSED: "refused by admission checks",
 }
 
 # When a node's cards fail for different reasons, the node is summarised by the most common

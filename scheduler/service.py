@@ -16,6 +16,7 @@ from typing import Any
 
 from hami_dcu.common import keys
 from hami_dcu.common.kube import AsyncKube, KubeError
+from hami_dcu.common.podchecks import CheckSettings, Refusal, Stage, refusal_of
 from hami_dcu.common.requests import RequestError
 from hami_dcu.scheduler.bind import Binder, BindSettings
 from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock, NodeEntry
@@ -28,7 +29,7 @@ from hami_dcu.scheduler.extender import (
     filter_result,
     preemption_result,
 )
-from hami_dcu.scheduler.filtering import Filter, FilterSettings, invalid_request, plan_pod
+from hami_dcu.scheduler.filtering import Filter, FilterSettings, invalid_request, plan_pod, refused_everywhere
 from hami_dcu.scheduler.informer import Informer
 from hami_dcu.scheduler.metrics import SchedulerMetrics
 from hami_dcu.scheduler.namingwatch import check_naming
@@ -66,6 +67,7 @@ class SchedulerService:
         self.cache = ClusterCache(assume_ttl=self.settings.assume_ttl,
                                   handshake_ttl=timedelta(seconds=self.settings.filter.handshake_ttl_seconds))
         self.filter = Filter(self.cache, self.settings.filter)
+        self.checks = CheckSettings(resources=self.settings.filter.resources)
         self.quotas = QuotaBook(self.settings.filter.resources)
         self.metrics = SchedulerMetrics(self.cache)
         self.metrics.registry.register(QuotaMetrics(self.quotas, self.cache))
@@ -132,6 +134,14 @@ class SchedulerService:
         meta = pod.get("metadata") or {}
         namespace, name, uid = meta.get("namespace") or "default", meta.get("name") or "", meta.get("uid") or ""
         names = args.candidate_names()
+        refused = self.refusal(pod)
+        if refused is not None:
+            # It reached us without the webhook (an opt-out label, a webhook down under
+            # failurePolicy Ignore, schedulerName set by hand): refused as admission would.
+            log.info("filter %s/%s: refused (%s): %s", namespace, name, refused.check, refused.message)
+            self._emit(pod, "FilteringFailed", f"refused ({refused.check}): {refused.message}", "Warning")
+            self.metrics.filter_seconds.labels("refused").observe(self.monotonic() - started)
+            return filter_result(args, [], unresolvable=refused_everywhere(names, refused).failed_text())
         try:
             plan = plan_pod(pod, self.settings.filter)
         except RequestError as exc:
@@ -183,6 +193,10 @@ class SchedulerService:
         pod = args.pod
         meta = pod.get("metadata") or {}
         who = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        refused = self.refusal(pod)
+        if refused is not None:
+            log.info("preempt %s: refused (%s), no victims anywhere: %s", who, refused.check, refused.message)
+            return preemption_result({})
         try:
             plan = plan_pod(pod, self.settings.filter)
         except RequestError as exc:
@@ -229,6 +243,10 @@ class SchedulerService:
         return {"Error": await self.binder.bind(args)}
 
     # --- helpers -----------------------------------------------------------------------
+
+    def refusal(self, pod: JSON) -> Refusal | None:
+        """Why admission's checks refuse this pod at placement, or None."""
+        return refusal_of(pod, self.checks, Stage.PLACE)
 
     def _emit(self, pod: JSON, reason: str, message: str, event_type: str) -> None:
         task = asyncio.ensure_future(self.events.emit(pod, reason, message, event_type))

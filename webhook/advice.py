@@ -21,6 +21,7 @@ from hami_dcu.common.preferences import (
     parse_weights,
     unknown_card_words,
 )
+from hami_dcu.common.untrusted import shown
 
 WARNING_MAX = 120
 
@@ -35,7 +36,7 @@ def scheduling_warnings(annotations: Mapping[str, str]) -> list[str]:
     if card is not None:
         policy = parse_card_policy(card)
         if policy is None:
-            unknown = ", ".join(repr(word[:20]) for word in unknown_card_words(card)) or "''"
+            unknown = ", ".join(f"'{shown(word, 20)}'" for word in unknown_card_words(card)) or "''"
             warnings.append(f"{keys.DEVICE_SCHEDULER_POLICY}: {unknown} unknown, value ignored "
                             f"(words: {', '.join(CARD_WORDS)})")
         else:
@@ -44,7 +45,7 @@ def scheduling_warnings(annotations: Mapping[str, str]) -> list[str]:
                 warnings.append(f"{keys.DEVICE_SCHEDULER_POLICY}: {', '.join(idle)} has no effect on DCU cards")
     node = annotations.get(keys.NODE_SCHEDULER_POLICY)
     if node is not None and parse_node_policy(node) is None:
-        warnings.append(f"{keys.NODE_SCHEDULER_POLICY}: {node[:20]!r} unknown, value ignored "
+        warnings.append(f"{keys.NODE_SCHEDULER_POLICY}: '{shown(node, 20)}' unknown, value ignored "
                         f"(words: {', '.join(NODE_WORDS)})")
     weights = annotations.get(keys.DEVICE_SCORING_WEIGHTS)
     if weights is not None:

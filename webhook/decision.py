@@ -15,7 +15,8 @@ from typing import Any
 import jsonpatch
 
 from hami_dcu.common import keys
-from hami_dcu.common.requests import DcuRequest, RequestError, names_dcu, parse_container_request
+from hami_dcu.common.podchecks import CheckSettings, Stage, dcu_pod, first_refusal
+from hami_dcu.common.requests import RequestError
 from hami_dcu.common.writers import Identities
 from hami_dcu.dra.translate import TranslateError, translate
 from hami_dcu.webhook.advice import scheduling_warnings
@@ -68,19 +69,7 @@ def _deny(reason: str, message: str) -> Decision:
 DEFAULT_SETTINGS = Settings()
 
 
-def _parsed(container: JSON, names: keys.ResourceNames) -> DcuRequest | RequestError | None:
-    """The container's DCU request, None for none, or why it cannot be honoured (a request
-    that cannot be honoured still makes the pod a DCU pod: admission says why)."""
-    try:
-        return parse_container_request(container, names)
-    except RequestError as exc:
-        return exc
-
-
 def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    if labels.get(keys.WEBHOOK_LABEL) == keys.WEBHOOK_IGNORE:
-        return Decision(allowed=True, reason="ignored")
     # A pod written for the other naming set is judged (and patched) as this set names it.
     adopted = adopt_names(pod, settings.naming)
     if adopted.conflict:
@@ -88,49 +77,17 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
     original, pod = pod, adopted.pod
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
-    init_containers = list(spec.get("initContainers") or [])
-    containers = list(spec.get("containers") or [])
-    names = settings.resources
-    # Each container's request, parsed once: (container, request or the error), for the
-    # containers naming a DCU resource.
-    dcu_containers = [(c, _parsed(c, names)) for c in init_containers + containers if names_dcu(c, names)]
+    parsed = dcu_pod(pod, settings.resources)
     # `dcunum: 0` alone asks for no DCU (as in HAMi): such a pod is not ours to route.
-    if all(request is None for _, request in dcu_containers):
-        return Decision(allowed=True, reason="no-dcu")
-
-    forged = sorted(set(meta.get("annotations") or {}) & keys.SCHEDULER_OWNED_POD_ANNOTATIONS)
-    if forged:
-        return _deny("forged-annotations",
-                     f"annotations {', '.join(forged)} are written only by {settings.scheduler_name}; "
-                     "remove them from the pod")
-    if spec.get("nodeName"):
-        return _deny("node-name-set",
-                     f"spec.nodeName is set to {spec['nodeName']}: a DCU pod must be placed by "
-                     f"{settings.scheduler_name}, which picks its cards; remove spec.nodeName "
-                     "(use a nodeSelector or node affinity to constrain the node)")
-
-    for container in init_containers:
-        if not names_dcu(container, names):
-            continue
-        resources = container.get("resources") or {}
-        named = {k for section in ("limits", "requests") for k in (resources.get(section) or {})}
-        if names.memory in named or names.cores in named:
-            return _deny("init-container-sharing",
-                         f"init container {container.get('name')}: DCU sharing ({names.memory}/{names.cores}) "
-                         f"is not supported in init containers; request whole cards with {names.count} only")
-    for container, request in dcu_containers:
-        cname = container.get("name")
-        if ((container.get("securityContext") or {}).get("privileged")) is True:
-            return _deny("privileged",
-                         f"container {cname} is privileged and uses a DCU: a privileged container sees every "
-                         "card on the node, so its share cannot be enforced; drop privileged: true")
-        if isinstance(request, RequestError):
-            return _deny("invalid-request", str(request))
-        if request is not None and request.count > 1 and request.shared:
-            return _deny("multi-card-sharing",
-                         f"container {cname}: {names.memory}/{names.cores} with {names.count} {request.count}; "
-                         f"one container gets one shared vDCU, or several whole cards: use {names.count}: 1 "
-                         f"with {names.memory}/{names.cores}, or drop them to get {request.count} whole cards")
+    if not parsed.asks:
+        # The opt-out label exempts only such pods: a DCU pod wearing it is judged as any other
+        # (the extender and the device plugin would refuse it anyway, with the same words).
+        labels = meta.get("labels") or {}
+        opted_out = labels.get(keys.WEBHOOK_LABEL) == keys.WEBHOOK_IGNORE
+        return Decision(allowed=True, reason="ignored" if opted_out else "no-dcu")
+    refused = first_refusal(parsed, CheckSettings(settings.resources, settings.scheduler_name), Stage.CREATE)
+    if refused is not None:
+        return _deny(refused.check, refused.message)
 
     if settings.mode == DRA:
         # kube-scheduler places claims itself: no schedulerName, extender quota book or policy annotations apply.
@@ -138,10 +95,10 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
     hints = adopted.warnings(settings.naming) + scheduling_warnings(meta.get("annotations") or {})
     current = spec.get("schedulerName") or ""
     if settings.volcano_scheduler and current == settings.volcano_scheduler:
-        unit = memory_unit_problem(pod, names)
+        unit = memory_unit_problem(pod, settings.resources)
         if unit:
             return _deny("volcano-memory-unit", unit)
-        over = quota_problem(pod, names, settings.quota)
+        over = quota_problem(pod, settings.resources, settings.quota)
         if over:
             return _deny("quota-exceeded", f"pod {over}")
         return Decision(allowed=True, reason="left-to-volcano", warnings=adopted.warnings(settings.naming),
@@ -150,7 +107,7 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
         return Decision(allowed=True, reason="other-scheduler",
                         warnings=[f"schedulerName {current} is kept: its DCU request will not be honoured by "
                                   f"{settings.scheduler_name}"[:120]])
-    problem = quota_problem(pod, names, settings.quota)
+    problem = quota_problem(pod, settings.resources, settings.quota)
     if problem:
         return _deny("quota-exceeded", f"pod {problem}")
     if current == settings.scheduler_name and not adopted.renames:

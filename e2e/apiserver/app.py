@@ -12,6 +12,7 @@ import asyncio
 import functools
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,7 +22,7 @@ from aiohttp import web
 from hami_dcu.common.codec import format_rfc3339
 from hami_dcu.e2e.apiserver.discovery import add_discovery_routes
 from hami_dcu.e2e.apiserver.faults import AFTER_COMMIT, ERROR_AFTER_COMMIT, LOST_AFTER_COMMIT, Faults
-from hami_dcu.e2e.apiserver.hooks import AdmissionDenied, AdmissionHook
+from hami_dcu.e2e.apiserver.hooks import CREATE, UPDATE, AdmissionAttributes, AdmissionDenied, AdmissionHook
 from hami_dcu.e2e.apiserver.patching import JSON_PATCH, PatchError, apply_patch
 from hami_dcu.e2e.apiserver.resources import CLUSTER_SCOPED, JSON, KINDS, SUBRESOURCES, clone, now_rfc3339, with_kind
 from hami_dcu.e2e.apiserver.selectors import Predicate, SelectorError, combine, field_selector, label_selector
@@ -40,6 +41,11 @@ RETURNS_DELETED_OBJECT = frozenset({"pods", "namespaces"})
 VERSION = {"major": "1", "minor": "33", "gitVersion": "v1.33.0-hami-local", "gitCommit": "0" * 40,
            "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24.0",
            "compiler": "gc", "platform": "linux/amd64"}
+# Who a request without a known bearer token is: the local cluster's administrator.
+DEFAULT_USER: JSON = {"username": "local-cluster", "groups": ["system:masters", "system:authenticated"]}
+# How often an admitted update is worked out again when the pod changed under it (kube's
+# GuaranteedUpdate retries the same way when the client set no resourceVersion).
+_ADMITTED_UPDATE_ATTEMPTS = 5
 
 
 # What a watch's queue carries: a Change to consider; an int, the rv for a BOOKMARK (queued
@@ -120,12 +126,14 @@ def _is_true(value: str | None) -> bool:
 class ApiApp:
     """Routes plus the hooks the server exposes: `admission` (see hooks.py) and
     `bookmark_interval` (seconds between BOOKMARKs on watches that allow them; None, the
-    default, sends none, which real servers may also do)."""
+    default, sends none, which real servers may also do). `users` maps bearer tokens to the
+    userInfo admission sees (an unknown token is DEFAULT_USER: tokens are not checked)."""
 
     def __init__(self, store: Store, faults: Faults) -> None:
         self.store = store
         self.faults = faults
         self.admission: AdmissionHook | None = None
+        self.users: dict[str, JSON] = {}
         self.bookmark_interval: float | None = None
         self.graceful_pod_deletion = False
         # Open watches' queues: on shutdown each gets None and ends its stream cleanly
@@ -270,19 +278,55 @@ class ApiApp:
         prepare_create(t.resource, obj)
         hook = self.admission
         if t.resource == "pods" and hook is not None:
-            obj = await self._admit(hook, t.resource, ns, obj)
+            obj = await self._admit(hook, request, CREATE, t, obj)
             prepare_create(t.resource, obj)
         return object_response(t.resource, self.store.create(t.resource, ns, obj, copy=False), status=201)
 
-    async def _admit(self, hook: AdmissionHook, resource: str, namespace: str, obj: JSON) -> JSON:
-        namespace_obj = self.store.find("namespaces", "", namespace)
+    def user_of(self, request: web.Request) -> JSON:
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        return self.users.get(token, DEFAULT_USER) if scheme.lower() == "bearer" else DEFAULT_USER
+
+    async def _admit(self, hook: AdmissionHook, request: web.Request, operation: str, t: Target, obj: JSON,
+                     old: JSON | None = None) -> JSON:
+        namespace = t.namespace or ""
+        name = t.name or (obj.get("metadata") or {}).get("name") or ""
+        attributes = AdmissionAttributes(operation, t.resource, t.subresource or "", namespace, name, obj, old,
+                                         self.store.find("namespaces", "", namespace), self.user_of(request))
         try:
-            admitted = await hook(resource, namespace, obj, namespace_obj)
+            admitted = await hook(attributes)
         except AdmissionDenied as exc:
             raise StoreError(exc.code, exc.reason, exc.message) from exc
         if not isinstance(admitted, dict):
             raise StoreError(500, "InternalError", "Internal error occurred: admission returned no object")
         return admitted
+
+    async def _update(self, request: web.Request, t: Target, change: Callable[[JSON], JSON],
+                      precondition: str | None) -> JSON:
+        """store.update, with admission in between where a hook is set: the pod as it would be
+        stored is admitted, then committed only if the stored pod is still the one it was worked
+        out from (else worked out and admitted again, unless the client named a version)."""
+        ns, name = t.namespace or "", t.name or ""
+        hook = self.admission
+        if hook is None or t.resource != "pods":
+            return self.store.update(t.resource, ns, name, change, precondition_rv=precondition, copy=False)
+        for _ in range(_ADMITTED_UPDATE_ATTEMPTS):
+            current = self.store.get(t.resource, ns, name)
+            version = current["metadata"].get("resourceVersion")
+            if precondition is not None and precondition != version:
+                raise conflict(t.resource, name)
+            proposed = change(clone(current))
+            meta = proposed.get("metadata")
+            if isinstance(meta, dict):  # what the store keeps of the old object, as the webhook will see it
+                meta.update({k: v for k, v in current["metadata"].items()
+                             if k in ("name", "namespace", "uid", "creationTimestamp")})
+            admitted = await self._admit(hook, request, UPDATE, t, proposed, current)
+            try:
+                return self.store.update(t.resource, ns, name, lambda _latest, a=admitted: a,
+                                         precondition_rv=version, copy=False)
+            except StoreError as exc:
+                if exc.code != 409 or precondition is not None:
+                    raise
+        raise conflict(t.resource, name)
 
     async def _replace(self, request: web.Request, t: Target) -> web.Response:
         body = await _json_object(request)
@@ -296,8 +340,7 @@ class ApiApp:
         def change(current: JSON) -> JSON:
             return prepare_update(t.resource, t.subresource, current, body)
 
-        updated = self.store.update(t.resource, t.namespace or "", t.name or "", change,
-                                    precondition_rv=meta.get("resourceVersion") or None, copy=False)
+        updated = await self._update(request, t, change, meta.get("resourceVersion") or None)
         return object_response(t.resource, updated)
 
     async def _patch(self, request: web.Request, t: Target) -> web.Response:
@@ -317,8 +360,7 @@ class ApiApp:
                 raise StoreError(exc.code, exc.reason, str(exc)) from exc
             return prepare_update(t.resource, t.subresource, current, patched)
 
-        updated = self.store.update(t.resource, t.namespace or "", t.name or "", change,
-                                    precondition_rv=precondition, copy=False)
+        updated = await self._update(request, t, change, precondition)
         return object_response(t.resource, updated)
 
     async def _delete(self, request: web.Request, t: Target) -> web.Response:
@@ -394,6 +436,11 @@ class ApiApp:
         if target.get("kind", "") not in ("", "Node"):
             raise StoreError(400, "BadRequest", f'target.kind: Unsupported value: "{target.get("kind")}": supported '
                              'values: "", "Node"')
+        if self.admission is not None:
+            # The Binding is admitted as kube-apiserver admits it: CREATE of pods/binding.
+            binding = {**body, "metadata": {**meta, "namespace": t.namespace or ""}}
+            admitted = await self._admit(self.admission, request, CREATE, t, binding)
+            meta = admitted.get("metadata") if isinstance(admitted.get("metadata"), dict) else {}
         node = target["name"]
         annotations = meta.get("annotations") or {}
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import secrets
 import tempfile
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -32,7 +34,9 @@ class LocalApiServer:
             server.store.get("namespaces", "", "default")  # in-process, no HTTP
 
     The kubeconfig goes to `kubeconfig_path`, or into a temporary directory removed on stop.
-    The bearer token it carries is not checked.
+    The bearer token it carries is not checked: it is the cluster's administrator.
+    `credentials(username, extra)` writes a kubeconfig whose token authenticates as someone
+    else, as admission sees them (a component's ServiceAccount, a tenant).
     """
 
     def __init__(self, kubeconfig_path: str | Path | None = None, host: str = "127.0.0.1", port: int = 0,
@@ -64,7 +68,8 @@ class LocalApiServer:
 
     @property
     def admission(self) -> AdmissionHook | None:
-        """Awaited for every pod CREATE before it is stored (see hooks.py); None = admit all."""
+        """Awaited for every pod CREATE, UPDATE and Binding before it is written (see hooks.py);
+        None = admit all."""
         return self._api.admission
 
     @admission.setter
@@ -137,14 +142,27 @@ class LocalApiServer:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop_async()
 
-    def _write_kubeconfig(self) -> None:
+    def credentials(self, username: str, extra: dict[str, list[str]] | None = None,
+                    groups: tuple[str, ...] = ()) -> Path:
+        """A kubeconfig (beside the cluster's own) whose bearer token is `username`, with the
+        userInfo extra a bound ServiceAccount token carries (e.g. the node its pod runs on)."""
+        assert self.url, "server not started"
+        token = f"{TOKEN}-{secrets.token_hex(8)}"
+        self._api.users[token] = {"username": username, "groups": [*groups, "system:authenticated"],
+                                  "extra": dict(extra or {})}
+        path = self.kubeconfig_path.parent / f"kubeconfig-{re.sub(r'[^A-Za-z0-9.-]+', '-', username)}-{token[-6:]}"
+        self._write_kubeconfig(path, token)
+        return path
+
+    def _write_kubeconfig(self, path: Path | None = None, token: str | None = None) -> None:
+        path = path or self.kubeconfig_path
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "current-context": "local",
             "clusters": [{"name": "local", "cluster": {"server": self.url}}],
             "contexts": [{"name": "local", "context": {"cluster": "local", "user": "local", "namespace": "default"}}],
-            "users": [{"name": "local", "user": {"token": self.token}}],
+            "users": [{"name": "local", "user": {"token": token or self.token}}],
         }
-        self.kubeconfig_path.parent.mkdir(parents=True, exist_ok=True)
-        self.kubeconfig_path.write_text(yaml.safe_dump(config))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(config))

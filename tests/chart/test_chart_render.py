@@ -57,8 +57,9 @@ def test_old_clusters_get_the_old_config_api_and_no_match_conditions(render):
     docs = render(kube_version="1.24.0")
     config = yaml.safe_load(by_kind(docs, "ConfigMap", "scheduler-config")["data"]["config.yaml"])
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1beta3"
-    (hook,) = by_kind(docs, "MutatingWebhookConfiguration")["webhooks"]
-    assert "matchConditions" not in hook
+    hooks = by_kind(docs, "MutatingWebhookConfiguration")["webhooks"]
+    assert [h["name"] for h in hooks] == ["dcu.hami.io", "writers.dcu.hami.io"]
+    assert all("matchConditions" not in hook for hook in hooks)
 
 
 def test_webhook_rules_and_selectors(render):
@@ -70,10 +71,46 @@ def test_webhook_rules_and_selectors(render):
                                                "path": "/webhook", "port": 443}
     expressions = hook["namespaceSelector"]["matchExpressions"]
     assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]} in expressions
-    assert hook["objectSelector"]["matchExpressions"][0]["values"] == ["ignore"]
+    # A pod's own opt-out label exempts it only when it names no DCU (issue 21): no objectSelector.
+    assert "objectSelector" not in hook
     (condition,) = hook["matchConditions"]
     assert "'hygon.com/dcumem' in c.resources.limits" in condition["expression"]
     assert "object.spec.initContainers.exists" in condition["expression"]
+
+
+@pytest.mark.parametrize(("kube_version", "values", "reviewed"), [
+    ("1.31.0", [], False),  # the ValidatingAdmissionPolicies hold the one-writer rule
+    ("1.29.0", [], True),  # no policies below 1.30: the webhook reviews updates instead
+    ("1.31.0", ["--set", "admissionPolicy.enabled=false"], True),
+    ("1.29.0", ["--set", "webhook.reviewUpdates=false"], False),
+    ("1.31.0", ["--set", "webhook.reviewUpdates=true"], True),
+])
+def test_pod_updates_and_bindings_are_reviewed_where_no_policy_runs(render, kube_version, values, reviewed):
+    docs = render(*values, kube_version=kube_version)
+    hooks = {h["name"]: h for h in by_kind(docs, "MutatingWebhookConfiguration")["webhooks"]}
+    assert ("writers.dcu.hami.io" in hooks) is reviewed
+    if not reviewed:
+        return
+    writers = hooks["writers.dcu.hami.io"]
+    assert writers["rules"] == [
+        {"operations": ["UPDATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+         "scope": "Namespaced"},
+        {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/binding"],
+         "scope": "Namespaced"}]
+    assert writers["failurePolicy"] == "Fail" and "objectSelector" not in writers
+    assert "matchConditions" not in writers  # every DCU pod's update: the webhook tells DCU pods apart
+    for doc in docs:
+        kubernetes_validate.validate(doc, kube_version, strict=True)
+
+
+def test_the_release_namespace_is_never_sent_to_the_webhook(helm):
+    out = subprocess.run([str(helm), "template", "r", str(CHART), "--namespace", "dcu-system", "--kube-version",
+                          "1.29.0"], check=True, capture_output=True, text=True).stdout
+    config = by_kind([d for d in yaml.safe_load_all(out) if d], "MutatingWebhookConfiguration")
+    for hook in config["webhooks"]:
+        names = next(e for e in hook["namespaceSelector"]["matchExpressions"]
+                     if e["key"] == "kubernetes.io/metadata.name")
+        assert set(names["values"]) == {"kube-system", "dcu-system"}  # its own pods wait on it otherwise
 
 
 def test_rbac_is_least_privilege(render):

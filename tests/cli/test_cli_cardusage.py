@@ -148,3 +148,18 @@ def test_summary_line_and_machine_readable_output():
 def test_ages_read_like_kubectl():
     assert [age(s) for s in (-3, 5, 60, 190, 3600, 7500, 86400, 90000)] == [
         "0s", "5s", "1m", "3m10s", "1h", "2h5m", "1d", "1d1h"]
+
+
+def test_what_pods_and_nodes_say_reaches_the_terminal_escaped():
+    # A bind phase and a lock value are annotations: an author who could write them must not
+    # retitle the operator's terminal or forge a row of `hami-dcu status`.
+    forged = pod("a", "n1", [[dev("DCU-n1-0", 2000, 15)]])
+    forged["metadata"]["annotations"][keys.POD_BIND_PHASE] = "ok\x1b]0;owned\x07\nn9  DCU-fake  K100"
+    usage = cluster_usage([node("n1", lock="\x1b[2Jheld\nby me")], [forged], NOW)
+    for output in ("table", "wide"):
+        text = render(usage, output)
+        assert "\x1b" not in text and "\x07" not in text
+        assert not any(line.startswith("n9") for line in text.splitlines())
+    wide = render(usage, "wide")
+    assert "ok\\x1b]0;owned\\x07\\n..." in wide
+    assert "unreadable lock '\\x1b[2Jheld\\nby me'" in wide

@@ -36,3 +36,13 @@ def test_an_exception_is_still_rendered_after_the_line():
         rec.exc_info = sys.exc_info()
     lines = formatter.format(rec).splitlines()
     assert lines[0].endswith("pod default/p: allowed") and lines[-1] == "ValueError: boom"
+
+
+def test_a_forged_line_and_a_terminal_escape_stay_inside_one_line():
+    # A tenant's annotation value logged as it came: a newline would forge a second record, an
+    # OSC sequence would retitle the reader's terminal.
+    forged = "K100\n2026-11-18T11:06:40Z INFO hami_dcu.scheduler: pod x bound\x1b]0;pwned\x07"
+    line = UtcFormatter().format(record(1_795_000_000.0, f"pod default/p: type {forged}"))
+    assert len(line.splitlines()) == 1
+    assert "\x1b" not in line and "\x07" not in line
+    assert line.endswith("type K100\\n2026-11-18T11:06:40Z INFO hami_dcu.scheduler: pod x bound\\x1b]0;pwned\\x07")

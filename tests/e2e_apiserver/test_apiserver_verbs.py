@@ -173,8 +173,9 @@ def test_fault_injection_fails_writes_without_storing(kube, api_server):
 
 
 def test_admission_hook_mutates_and_denies(kube, api_server):
-    async def admit(resource, namespace, obj, namespace_obj):
-        assert namespace_obj["metadata"]["name"] == namespace
+    async def admit(attributes):
+        obj = attributes.object
+        assert attributes.namespace_object["metadata"]["name"] == attributes.namespace
         if obj["metadata"]["name"] == "bad":
             raise AdmissionDenied('admission webhook "x" denied the request: no')
         obj["spec"]["schedulerName"] = "hami-scheduler"

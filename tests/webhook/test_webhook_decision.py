@@ -114,9 +114,29 @@ def test_whole_cards_in_init_container_are_allowed():
     assert routed(pod([ctr(num=1)], init=[ctr("setup", num=1)]))[0] == "hami-scheduler"
 
 
-def test_ignore_label_skips_the_pod():
-    decision = review(pod([ctr(num=1, cores=500)], labels={keys.WEBHOOK_LABEL: keys.WEBHOOK_IGNORE}))
+def test_the_opt_out_label_exempts_only_pods_naming_no_dcu():
+    opted_out = {keys.WEBHOOK_LABEL: keys.WEBHOOK_IGNORE}
+    decision = review(pod([ctr(cpu=1)], labels=opted_out))
     assert decision.allowed and decision.patch == [] and decision.reason == "ignored"
+    # A DCU pod wearing the label is denied and routed as any other (issue 21: the label let a
+    # two-card share through, served as two whole cards).
+    decision = review(pod([ctr("train", num=2, mem=1000, cores=10)], labels=opted_out))
+    assert not decision.allowed and decision.reason == "multi-card-sharing" and "container train" in decision.message
+    assert routed(pod([ctr(num=1, mem=1000)], labels=opted_out))[0] == "hami-scheduler"
+
+
+def test_a_native_sidecar_may_hold_a_share_a_regular_init_container_may_not():
+    sidecar = ctr("proxy", num=1, mem=1000, cores=20)
+    sidecar["restartPolicy"] = "Always"
+    name, decision = routed(pod([ctr(num=1, mem=2000)], init=[sidecar]))
+    assert name == "hami-scheduler" and decision.reason == "routed"
+    decision = review(pod([ctr(num=1)], init=[ctr("setup", num=1, cores=20)]))
+    assert not decision.allowed and decision.reason == "init-container-sharing"
+    assert "native sidecars" in decision.message
+    # restartPolicy other than Always (Never, OnFailure are not valid there, but say so) is no sidecar.
+    other = ctr("setup", num=1, mem=100)
+    other["restartPolicy"] = "OnFailure"
+    assert review(pod([ctr(num=1)], init=[other])).reason == "init-container-sharing"
 
 
 def test_user_selection_annotations_are_not_forged_state():

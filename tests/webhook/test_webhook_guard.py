@@ -73,3 +73,44 @@ def test_dcu_pod_create_is_still_routed():
     pod["spec"]["containers"][0]["resources"] = {"limits": {keys.DEFAULT_COUNT_RESOURCE: "1"}}
     response = review("CREATE", pod)
     assert response["allowed"] is True and response["patchType"] == "JSONPatch"
+
+
+HAMI_SCHEDULER = "system:serviceaccount:kube-system:hami-scheduler"  # HAMi's own, beside us
+SHARED = {keys.POD_NODE: "node0", keys.POD_BIND_PHASE: "allocating", keys.POD_TIME: "1", keys.POD_BIND_TIME: "1"}
+
+
+def dcu(pod, resource=keys.DEFAULT_COUNT_RESOURCE):
+    pod["spec"]["containers"][0]["resources"] = {"limits": {resource: "1"}}
+    return pod
+
+
+def test_the_keys_hami_shares_with_us_are_guarded_on_dcu_pods_only():
+    # HAMi's scheduler places an NVIDIA pod: its keys on that pod are none of our business.
+    gpu_old, gpu_new = plain_pod("node0"), plain_pod("node0", **SHARED)
+    assert review("UPDATE", gpu_new, old=gpu_old, user=HAMI_SCHEDULER)["allowed"] is True
+    binding = {"metadata": {"name": "p", "annotations": SHARED}, "target": {"kind": "Node", "name": "node0"}}
+    assert review("CREATE", binding, kind="Binding", sub="binding", user=HAMI_SCHEDULER)["allowed"] is True
+    # The same keys on a DCU pod, of either naming set: only hami-dcu's identities.
+    for resource in (keys.DCU_NAMING.resources.count, keys.HCU_NAMING.resources.count):
+        refused = review("UPDATE", dcu(plain_pod("node0", **SHARED), resource), old=dcu(plain_pod("node0"), resource),
+                         user=HAMI_SCHEDULER)
+        assert refused["allowed"] is False and keys.POD_BIND_PHASE in refused["status"]["message"]
+    assert review("UPDATE", dcu(plain_pod("node0", **SHARED)), old=dcu(plain_pod("node0")),
+                  user=SCHEDULER)["allowed"] is True
+
+
+def test_a_pod_carrying_a_naming_sets_allocation_key_is_a_dcu_pod():
+    # No DCU resource, but an allocation a device plugin would read: set, changed or removed.
+    for key in (keys.DCU_NAMING.pod_devices_to_allocate, keys.HCU_NAMING.pod_devices_allocated):
+        forged = plain_pod("node0", **{key: "DCU-A,DCU,65520,100:;"})
+        assert review("UPDATE", forged, old=plain_pod("node0"), user=HAMI_SCHEDULER)["allowed"] is False
+        assert review("UPDATE", plain_pod("node0"), old=forged)["allowed"] is False
+    binding = {"metadata": {"name": "p", "annotations": {keys.HCU_NAMING.pod_devices_to_allocate: "x"}},
+               "target": {"kind": "Node", "name": "node0"}}
+    assert review("CREATE", binding, kind="Binding", sub="binding", user=HAMI_SCHEDULER)["allowed"] is False
+
+
+def test_a_device_plugin_stays_on_its_node_even_for_pods_that_are_not_ours():
+    response = review("UPDATE", plain_pod("node1", **SHARED), old=plain_pod("node1"), user=PLUGIN,
+                      extra={NODE_NAME_EXTRA: ["node0"]})
+    assert response["allowed"] is False and "node node0" in response["status"]["message"]
