@@ -33,12 +33,26 @@ import time
 
 log = logging.getLogger(__name__)
 YOUNG_THRESHOLD = 10_000
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+MMAP_THRESHOLD = 128 * 1024  # glibc's default, kept from moving
 
 
 def tune() -> None:
     """Once, at process start."""
     _, second, third = gc.get_threshold()
     gc.set_threshold(YOUNG_THRESHOLD, second, third)
+    _fixed_mmap_threshold()
+
+
+def _fixed_mmap_threshold() -> None:
+    """Allocations of 128 KiB and more get their own mapping, returned to the system when
+    freed. glibc otherwise raises that threshold the first time such a block is freed, and
+    then serves every later one from the heap, which it keeps: each TLS connection asyncio
+    accepts allocates a 256 KiB buffer, so a flood of short connections left the heap, and
+    the RSS, as large as the flood's peak (issue 21)."""
+    mallopt = getattr(_LIBC, "mallopt", None)
+    if mallopt is not None:
+        mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 
 def settle(what: str = "") -> None:
@@ -50,6 +64,14 @@ def settle(what: str = "") -> None:
     _trim()
     log.debug("gc after %s: %d unreachable, %d objects frozen, %.0f ms", what, found,
               gc.get_freeze_count(), (time.perf_counter() - started) * 1000)
+
+
+def release_garbage() -> None:
+    """Collect cyclic garbage now and hand the freed memory back (after a burst of dropped
+    connections: asyncio's TLS connections sit in reference cycles, each with 256 KiB of
+    buffers, until a collection that the raised threshold makes rare)."""
+    gc.collect()
+    _trim()
 
 
 def _libc() -> ctypes.CDLL | None:

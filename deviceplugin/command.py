@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 from hami_dcu.common import keys
+from hami_dcu.common.connlimits import add_connection_arguments, connection_limits_from
 from hami_dcu.common.kube import Kube, KubeConfigError, KubeError
 from hami_dcu.deviceplugin.discovery import discover
 from hami_dcu.deviceplugin.faketree import lay_out
@@ -64,6 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Volcano mode (off when empty): serve pods this scheduler (Volcano's Hygon deviceshare) "
                              "placed without a node lock, and advertise memory (MiB) and cores as node resources; "
                              "needs --naming hcu")
+    add_connection_arguments(parser)
 
 
 def make_backend(args: argparse.Namespace) -> SmiBackend:
@@ -156,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     log.info("node %s: serving %d cards: %s", args.node_name, len(core.cards), ", ".join(sorted(core.cards)))
     if args.metrics_bind:
         try:
-            serve(core.metrics, args.metrics_bind)
+            serve(core.metrics, args.metrics_bind, connection_limits_from(args))
         except (OSError, ValueError) as exc:
             log.error("device plugin cannot serve metrics on %s: %s", args.metrics_bind, exc)
             return 1

@@ -7,9 +7,13 @@ Served on `--metrics-bind` when given (`GET /metrics`); tests read the registry 
 from __future__ import annotations
 
 import logging
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from hami_dcu.common.connlimits import DEFAULT_LIMITS, ConnectionLimits
+from hami_dcu.common.guardedsite import ThreadedServer
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +56,17 @@ class PluginMetrics:
         return self.registry.get_sample_value(name, labels) or 0.0
 
 
-def serve(metrics: PluginMetrics, bind: str) -> WSGIServer:
-    """Serve `/metrics` on `host:port` (port 0: any free port) in a daemon thread."""
+def serve(metrics: PluginMetrics, bind: str, limits: ConnectionLimits = DEFAULT_LIMITS) -> ThreadedServer:
+    """Serve `/metrics` on `host:port` (port 0: any free port) in a daemon thread, under the
+    same connection limits as every HTTP port of ours (prometheus_client's own server gave
+    each connection a thread for as long as the client kept it)."""
     host, _, port = bind.rpartition(":")
-    server, _thread = start_http_server(int(port), addr=host or "0.0.0.0", registry=metrics.registry)
+
+    async def handle(_request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/metrics", handle)
+    server = ThreadedServer(app, host.strip("[]") or "0.0.0.0", int(port), limits)
     log.info("device plugin metrics on http://%s:%s/metrics", host or "0.0.0.0", server.server_port)
     return server

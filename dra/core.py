@@ -26,6 +26,7 @@ from hami_dcu.deviceplugin.discovery import DcuCard
 from hami_dcu.deviceplugin.vdev import VDEV_CONF, render_conf, write_atomic
 from hami_dcu.dra import cdi
 from hami_dcu.dra.claims import ClaimRefused, Share, cards_by_device, plan_claim, who
+from hami_dcu.dra.holdings import conflict
 from hami_dcu.dra.records import PreparedClaim, PreparedDevice, RecordStore, VdevGrant
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,8 @@ class DriverCore:
                 shares = plan_claim(claim, self.node, self.cards)
             except ClaimRefused as exc:
                 raise PrepareFailed(str(exc)) from exc
+            if (why := conflict(shares, self.prepared.values(), uid)) is not None:
+                raise PrepareFailed(f"{who(claim)}: {why}")
             vdevs = [s for s in shares if not s.whole]
             if len(vdevs) > 1:
                 # One vdev file per container (/etc/vdev/docker/vdev0.conf), as in device-plugin mode.
@@ -151,7 +154,7 @@ class DriverCore:
                               cu_count=share.cu_count, memory_mib=share.memory_mib)
         return PreparedDevice(request=share.request, pool=share.pool, device=share.device, share_id=share.share_id,
                               pci_bus_id=share.card.card.pci_bus_id, dri_card=share.card.drm.card,
-                              dri_render=share.card.drm.render, vdev=grant)
+                              dri_render=share.card.drm.render, vdev=grant, admin=share.admin)
 
     def _write_files(self, record: PreparedClaim) -> None:
         for device in record.devices:

@@ -43,6 +43,8 @@ class PreparedDevice:
     dri_card: str  # host paths of the card's DRM nodes
     dri_render: str
     vdev: VdevGrant | None  # None: the whole card
+    # adminAccess (monitoring): the card's nodes without holding it; absent from older records.
+    admin: bool = False
 
     def cdi_name(self, claim_uid: str) -> str:
         # CDI device names allow [A-Za-z0-9_.:-]; the request may be "request/subrequest".
@@ -93,7 +95,8 @@ def encode(record: PreparedClaim) -> str:
         "version": RECORD_VERSION, "uid": record.uid, "namespace": record.namespace, "name": record.name,
         "devices": [{"request": d.request, "pool": d.pool, "device": d.device, "shareID": d.share_id,
                      "pciBusID": d.pci_bus_id, "driCard": d.dri_card, "driRender": d.dri_render,
-                     "vdev": grant(d.vdev)} for d in record.devices],
+                     "vdev": grant(d.vdev), **({"adminAccess": True} if d.admin else {})}
+                    for d in record.devices],
     }, indent=1, sort_keys=True) + "\n"
 
 
@@ -111,7 +114,8 @@ def decode(text: str) -> PreparedClaim:
             devices.append(PreparedDevice(
                 request=str(d["request"]), pool=str(d["pool"]), device=str(d["device"]),
                 share_id=None if d.get("shareID") is None else str(d["shareID"]), pci_bus_id=str(d["pciBusID"]),
-                dri_card=str(d["driCard"]), dri_render=str(d["driRender"]), vdev=grant))
+                dri_card=str(d["driCard"]), dri_render=str(d["driRender"]), vdev=grant,
+                admin=d.get("adminAccess") is True))
         return PreparedClaim(uid=str(data["uid"]), namespace=str(data["namespace"]), name=str(data["name"]),
                              devices=tuple(devices))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:

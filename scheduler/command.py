@@ -23,6 +23,13 @@ from datetime import timedelta
 from aiohttp import web
 
 from hami_dcu.common import gcpolicy, keys
+from hami_dcu.common.connlimits import (
+    DEFAULT_LIMITS,
+    ConnectionLimits,
+    add_connection_arguments,
+    connection_limits_from,
+)
+from hami_dcu.common.guardedsite import serve_guarded
 from hami_dcu.common.kube import AsyncKube, Kube, KubeConfigError
 from hami_dcu.common.preferences import CARD_WORDS
 from hami_dcu.common.tls import ReloadingTLS
@@ -66,6 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Volcano mode, for the webhook served here (off when empty): pods with this "
                              "schedulerName keep it; the deny rules still apply")
     add_identity_arguments(parser)
+    add_connection_arguments(parser)
 
 
 def _card_policy(value: str) -> str:
@@ -92,7 +100,8 @@ def _tls(args: argparse.Namespace) -> ReloadingTLS | None:
     return ReloadingTLS(args.tls_cert, args.tls_key)
 
 
-def _mount_webhook(app: web.Application, args: argparse.Namespace, service: SchedulerService) -> None:
+def _mount_webhook(app: web.Application, args: argparse.Namespace, service: SchedulerService,
+                   limits: ConnectionLimits = DEFAULT_LIMITS) -> None:
     """Serve the webhook's POST /webhook on `app`. Imported only here, so the scheduler runs
     even in a build without the webhook."""
     try:
@@ -113,7 +122,7 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
     if getattr(args, "mode", "devicePlugin") == "dra":
         from hami_dcu.webhook.draclaims import DraClaims
         settings, dra = replace(settings, mode="dra"), DraClaims(service.kube)
-    add_webhook_routes(app, settings, service.metrics.registry, dra=dra)
+    add_webhook_routes(app, settings, service.metrics.registry, body_deadline=limits.body_timeout, dra=dra)
 
 
 def _address(flag: str, value: str) -> tuple[str, int]:
@@ -123,15 +132,10 @@ def _address(flag: str, value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def _listen(app: web.Application, flag: str, address: str, tls: ReloadingTLS | None) -> web.AppRunner:
+async def _listen(app: web.Application, flag: str, address: str, tls: ReloadingTLS | None,
+                  limits: ConnectionLimits) -> web.AppRunner:
     host, port = _address(flag, address)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, host, port, ssl_context=tls.context if tls else None).start()
-    except BaseException:
-        await runner.cleanup()
-        raise
+    runner, _site = await serve_guarded(app, host, port, limits, tls.context if tls else None)
     return runner
 
 
@@ -143,6 +147,7 @@ async def serve(args: argparse.Namespace) -> None:
                         ("--metrics-bind", args.metrics_bind)):
         if value:
             _address(flag, value)  # a bad address fails before anything starts
+    limits = connection_limits_from(args)
     kube = AsyncKube(Kube.from_kubeconfig(args.kubeconfig))
     gcpolicy.tune()
     service = SchedulerService(kube, settings_from(args))
@@ -150,20 +155,20 @@ async def serve(args: argparse.Namespace) -> None:
         service.informer.on_listed = gcpolicy.settle
     if tls is not None:
         service.metrics.watch_certificate(args.tls_cert)  # hami_dcu_certificate_expiry_timestamp_seconds
-    app = build_app(service, metrics=not args.metrics_bind)
+    app = build_app(service, metrics=not args.metrics_bind, body_deadline=limits.body_timeout)
     if args.serve_webhook:
-        _mount_webhook(app, args, service)
-    runners = [await _listen(app, "--bind", args.bind, tls)]
+        _mount_webhook(app, args, service, limits)
+    runners = [await _listen(app, "--bind", args.bind, tls, limits)]
     reloader = asyncio.ensure_future(tls.watch()) if tls else None
     try:
         if args.webhook_bind:
             webhook_app = build_side_app(service)
-            _mount_webhook(webhook_app, args, service)
-            runners.append(await _listen(webhook_app, "--webhook-bind", args.webhook_bind, tls))
+            _mount_webhook(webhook_app, args, service, limits)
+            runners.append(await _listen(webhook_app, "--webhook-bind", args.webhook_bind, tls, limits))
         if args.metrics_bind:
             # The probes too: the kubelet reaches this port whether or not the webhook is on.
             runners.append(await _listen(build_side_app(service, metrics=True), "--metrics-bind",
-                                         args.metrics_bind, None))
+                                         args.metrics_bind, None, limits))
         log.info("scheduler extender %s: /filter and /bind on %s (%s)%s%s, node policy %s, device policy %s",
                  args.scheduler_name, args.bind, "TLS" if tls else "plain HTTP",
                  f", /webhook on {args.webhook_bind}" if args.webhook_bind else "",

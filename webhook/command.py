@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from hami_dcu.common import gcpolicy, keys
 from hami_dcu.common.certmetrics import CertificateExpiry
+from hami_dcu.common.connlimits import ConnectionLimits, add_connection_arguments, connection_limits_from
+from hami_dcu.common.guardedsite import serve_guarded
 from hami_dcu.common.tls import ReloadingTLS
 from hami_dcu.common.writer_flags import add_identity_arguments, identities_from
 from hami_dcu.webhook.decision import Settings
@@ -24,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-cert", required=True, help="serving certificate (PEM); reloaded when it changes")
     parser.add_argument("--tls-key", required=True, help="serving key (PEM); reloaded when it changes")
     add_settings_arguments(parser)
+    add_connection_arguments(parser)
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,9 +71,10 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         log.error("cannot load TLS certificate %s / key %s: %s", args.tls_cert, args.tls_key, exc)
         return 1
+    limits = connection_limits_from(args)
     registry = CollectorRegistry()
     registry.register(CertificateExpiry({"serving": args.tls_cert}))  # renewal that stopped shows on /metrics
-    app = build_app(settings_from(args), registry)
+    app = build_app(settings_from(args), registry, body_deadline=limits.body_timeout)
     # What is loaded now lives as long as the process: out of the collector's sight, so no
     # full collection ever walks it in the middle of reviews (common/gcpolicy.py).
     gcpolicy.tune()
@@ -79,8 +84,21 @@ def run(args: argparse.Namespace) -> int:
         app["tls_reloader"] = asyncio.create_task(tls.watch())
 
     app.on_startup.append(start_reloader)
-    # run_app "prints" once the port is bound: only then is it true that we serve (a port in
-    # use must not be preceded by a line saying it is served).
-    web.run_app(app, host=host, port=port, ssl_context=tls.context, access_log=None,
-                print=lambda _banner: log.info("webhook serving on https://%s:%d/webhook", host, port))
+    asyncio.run(_serve(app, host, port, tls, limits))
     return 0
+
+
+async def _serve(app: web.Application, host: str, port: int, tls: ReloadingTLS, limits: ConnectionLimits) -> None:
+    """Serve until SIGTERM or SIGINT (exit 0, as a stopped server should)."""
+    runner, _site = await serve_guarded(app, host, port, limits, tls.context)
+    # Said once the port is bound: a port in use must not be preceded by a line saying it is served.
+    log.info("webhook serving on https://%s:%d/webhook (headers within %g s, at most %d connections, %d per client)",
+             host, port, limits.header_timeout, limits.max_connections, limits.max_per_client)
+    stopped = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopped.set)
+    try:
+        await stopped.wait()
+    finally:
+        await runner.cleanup()

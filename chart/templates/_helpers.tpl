@@ -121,3 +121,15 @@ CEL lists, sorted. */}}
 {{- define "hami-dcu.changedCel" -}}
 (has(object.metadata.annotations) && k in object.metadata.annotations) != (oldObject != null && has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations) || (has(object.metadata.annotations) && k in object.metadata.annotations && oldObject != null && has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && object.metadata.annotations[k] != oldObject.metadata.annotations[k])
 {{- end -}}
+
+{{/* The connection limits of every HTTP port (value httpLimits; hami_dcu.common.connlimits),
+as flags, one per line for an args list (the device plugin's mock command joins them). */}}
+{{- define "hami-dcu.httpLimitFlags" -}}
+{{- with .Values.httpLimits -}}
+--header-timeout={{ .headerTimeoutSeconds }}
+--body-timeout={{ .bodyTimeoutSeconds }}
+--tls-handshake-timeout={{ .tlsHandshakeTimeoutSeconds }}
+--max-connections={{ .maxConnections }}
+--max-connections-per-client={{ .maxConnectionsPerClient }}
+{{- end -}}
+{{- end -}}

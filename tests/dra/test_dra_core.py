@@ -161,3 +161,39 @@ def test_vdev_dirs_parse_as_device_plugin_dirs(core):
     assert (parsed.pod_uid, parsed.container, parsed.card_index) == ("uid-a", "gpu", 0)
     assert parsed.cu_mask == record.devices[0].vdev.cu_mask
     assert record.devices[0].device == DEV0
+
+
+# --- one card, whole or shared, never both (issue 21, item 6) --------------------------------
+
+
+def test_a_share_on_a_card_another_claim_holds_whole_is_refused(core):
+    core.prepare(claim("uid-whole", result(), name="trainer"))
+    with pytest.raises(PrepareFailed, match="held whole by ResourceClaim ns/trainer"):
+        core.prepare(claim("uid-share", result(cores="30", memory="1Gi"), name="tenant"))
+    assert "uid-share" not in core.prepared and not (core.paths.cdi_dir / spec_file_name("uid-share")).exists()
+    # The other card is free: a share there is fine.
+    assert core.prepare(claim("uid-other", result(device=DEV1, cores="30", memory="1Gi"))).devices[0].vdev
+
+
+def test_a_whole_card_on_a_card_with_shares_is_refused_until_they_go(core):
+    core.prepare(claim("uid-share", result(cores="30", memory="1Gi"), name="tenant"))
+    with pytest.raises(PrepareFailed, match="shared \\(ResourceClaim ns/tenant holds a vDCU on it\\)"):
+        core.prepare(claim("uid-whole", result()))
+    core.unprepare("uid-share")
+    assert core.prepare(claim("uid-whole", result())).devices[0].vdev is None
+
+
+def test_admin_access_holds_nothing(core):
+    admin = {**result(), "adminAccess": True}
+    core.prepare(claim("uid-monitor", admin))
+    assert core.prepare(claim("uid-share", result(cores="30", memory="1Gi"))).devices[0].vdev
+    assert core.prepare(claim("uid-monitor-2", admin))
+
+
+def test_whole_holdings_survive_a_restart(tmp_path):
+    first = DriverCore(NODE, node_cards(tmp_path), paths(tmp_path))
+    first.prepare(claim("uid-whole", result(), name="trainer"))
+    again = DriverCore(NODE, node_cards(tmp_path), paths(tmp_path))
+    again.rebuild()
+    with pytest.raises(PrepareFailed, match="held whole"):
+        again.prepare(claim("uid-share", result(cores="30", memory="1Gi")))
