@@ -120,7 +120,8 @@ def build_parser(prog: str = "hami-dcu") -> tuple[OneLineParser, dict[str, Modul
         sp = subparsers.add_parser(sub.name, help=summary, description=summary,
                                    formatter_class=DefaultsHelpFormatter)
         parser.subcommand_parsers[sub.name] = sp
-        sp.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else in-cluster config)")
+        sp.add_argument("--kubeconfig", help="kubeconfig file (default, as kubectl: $KUBECONFIG, else ~/.kube/config, "
+                             "else the in-cluster service account)")
         sp.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                         help="log verbosity; debug also shows the traceback of an unexpected error")
         sp.add_argument("--naming", default=keys.DEFAULT_NAMING.name, choices=sorted(keys.NAMINGS),
