@@ -342,6 +342,22 @@ def a_native_sidecar_keeps_its_card(b: ClusterBackend) -> None:
 
 
 @scenario(nodes=1, cards_per_node=1)
+def a_native_sidecar_shares_a_card_with_its_app_container(b: ClusterBackend) -> None:
+    """The webhook refuses shares in init containers; a pod that opted out of it and names
+    hami-scheduler itself still gets what it wrote: the sidecar's share beside the app
+    container's on one card, both counted (issue 23: status counted only the larger)."""
+    made = pod_manifest("sidecar-share", [Ctr("proxy", 1, 1000, 10, init=True), Ctr("main", 1, 2000, 20)],
+                        {keys.USE_DCU_UUID: first_card(b).id})
+    made["metadata"]["labels"] = {keys.WEBHOOK_LABEL: keys.WEBHOOK_IGNORE}
+    made["spec"]["schedulerName"] = keys.DEFAULT_SCHEDULER_NAME
+    made["spec"]["initContainers"][0]["restartPolicy"] = "Always"
+    b.kube.create_pod(b.namespace, made)
+    proxy, main = allocation(wait_running(b, "sidecar-share"))
+    assert proxy[0].uuid == main[0].uuid == first_card(b).id, (proxy, main)
+    assert_no_card_over_capacity(b)
+
+
+@scenario(nodes=1, cards_per_node=1)
 def init_container_sharing_is_denied(b: ClusterBackend) -> None:
     manifest = pod_manifest("init-share", [Ctr("setup", 1, 1000, 10, init=True), Ctr("main", 1)])
     try:
