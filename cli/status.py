@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         say(PROG, f"node {args.node} not found")
         return 1
     except KubeError as exc:
-        say(PROG, f"cannot read nodes: {exc}")
+        say(PROG, f"cannot read nodes and pods: {exc}")
         return 1
     try:
         # Every live pod, even with --node: a pod between its allocation and its Binding

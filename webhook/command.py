@@ -10,6 +10,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from hami_dcu.common import gcpolicy, keys
+from hami_dcu.common.cannotstart import CannotStart
 from hami_dcu.common.certmetrics import CertificateExpiry
 from hami_dcu.common.tls import ReloadingTLS
 from hami_dcu.common.writer_flags import add_identity_arguments, identities_from
@@ -65,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         tls = ReloadingTLS(args.tls_cert, args.tls_key)
     except (OSError, ValueError) as exc:
-        log.error("cannot load TLS certificate %s / key %s: %s", args.tls_cert, args.tls_key, exc)
-        return 1
+        # What startup_problems did not catch (a file replaced since): still one line.
+        raise CannotStart(f"cannot load TLS certificate {args.tls_cert} / key {args.tls_key}: {exc}") from exc
     registry = CollectorRegistry()
     registry.register(CertificateExpiry({"serving": args.tls_cert}))  # renewal that stopped shows on /metrics
     app = build_app(settings_from(args), registry)
