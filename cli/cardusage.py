@@ -3,10 +3,11 @@
 The inputs are what `hami-dcu status` lists from the API server: Node objects (the plugin's
 `hami.io/node-dcu-register` capacity, its `hami.io/node-handshake-dcu` report, the
 `hami.io/mutex.lock`) and Pod objects (`hami.io/dcu-devices-allocated`). Every wire value is
-read with the decoders of `hami_dcu.common.codec`, and a card's totals use the scheduler's
-own accounting rule (`hami_dcu.scheduler.usage.collapse`), so what status shows is what the
-extender counts: a pod holds its share while it is not Succeeded/Failed, terminating pods
-included, and init containers count by their peak, not their sum.
+read with the decoders of `hami_dcu.common.codec`, and a card's totals are counted by the
+extender's own rule, given the pod (`hami_dcu.common.counting.pod_holdings`), so what status
+shows is what the extender counts: a pod holds its share while it is not Succeeded/Failed,
+terminating pods included, init containers count by their peak, native sidecars beside the
+app containers.
 
 Anything that cannot be read (an undecodable annotation, a pod holding a card its node does
 not report) becomes a `problem` on the node, never a silently free card.
@@ -21,8 +22,8 @@ from typing import Any
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import CodecError, decode_handshake, decode_lock, decode_node_devices, decode_pod_devices
+from hami_dcu.common.counting import Usage, pod_holdings
 from hami_dcu.common.untrusted import shown
-from hami_dcu.scheduler.usage import Usage, collapse
 
 JSON = dict[str, Any]
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -204,7 +205,7 @@ def _add_pod(by_name: dict[str, NodeUsage], pod: JSON, pods_on: set[tuple[str, s
         node.problems.append(f"pod {namespace}/{name}: cannot read {keys.POD_DEVICES_ALLOCATED}: {exc.problem}")
         return
     cards = {card.id: card for card in node.cards}
-    held = collapse(devices, len(spec.get("initContainers") or []))
+    held = pod_holdings(pod, devices)
     unknown = sorted(card_id for card_id in held if card_id not in cards)
     if unknown:
         node.problems.append(f"pod {namespace}/{name} holds {', '.join(unknown)}, which the node does not report")

@@ -19,6 +19,7 @@ import re
 import sys
 from collections.abc import Callable
 
+from hami_dcu.common.cannotstart import CannotStart
 from hami_dcu.common.kube import KubeConfigError, KubeError
 
 EXIT_FAILED = 1
@@ -82,7 +83,7 @@ def run_reporting(prog: str, run: Callable[[], int], debug: bool = False) -> int
     except KeyboardInterrupt:
         say(prog, "interrupted")
         return EXIT_INTERRUPTED
-    except KubeConfigError as exc:
+    except (KubeConfigError, CannotStart) as exc:
         say(prog, str(exc))
         return EXIT_USAGE
     except KubeError as exc:

@@ -69,13 +69,48 @@ class OneLineParser(argparse.ArgumentParser):
 
     def parse_command_line(self, args: Sequence[str] | None) -> argparse.Namespace:
         """parse_args, but unknown flags are the subcommand's mistake: said with its name
-        and its --help (argparse blames the top-level command)."""
-        parsed, extras = self.parse_known_args(args)
+        and its --help (argparse blames the top-level command); the flags every subcommand
+        has may also come before it (`hami-dcu --log-level debug status`)."""
+        try:
+            hoisted = hoist_common_flags(list(sys.argv[1:] if args is None else args))
+        except MissingSubcommand as exc:
+            self.error(f"{exc} must be followed by a subcommand, e.g. {self.prog} {exc} status")
+        parsed, extras = self.parse_known_args(hoisted)
         if extras:
             command = getattr(parsed, "command", None)
             where = self.subcommand_parsers.get(command, self) if command else self
             where.error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed
+
+
+class MissingSubcommand(ValueError):
+    """Common flags with no subcommand after them."""
+
+
+# Flags every subcommand takes, each with one value.
+COMMON_FLAGS = ("--kubeconfig", "--log-level", "--naming")
+
+
+def hoist_common_flags(args: list[str]) -> list[str]:
+    """Common flags written before the subcommand, moved after it, where they are defined."""
+    leading: list[str] = []
+    position = 0
+    while position < len(args):
+        arg = args[position]
+        name = arg.split("=", 1)[0]
+        if name not in COMMON_FLAGS:
+            break
+        if "=" in arg:
+            leading.append(arg)
+            position += 1
+        else:
+            leading.extend(args[position:position + 2])
+            position += 2
+    if not leading or (position < len(args) and args[position].startswith("-")):
+        return args  # argparse says what is wrong
+    if position >= len(args):
+        raise MissingSubcommand(" ".join(leading))
+    return [args[position], *leading, *args[position + 1:]]
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -120,7 +155,8 @@ def build_parser(prog: str = "hami-dcu") -> tuple[OneLineParser, dict[str, Modul
         sp = subparsers.add_parser(sub.name, help=summary, description=summary,
                                    formatter_class=DefaultsHelpFormatter)
         parser.subcommand_parsers[sub.name] = sp
-        sp.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else in-cluster config)")
+        sp.add_argument("--kubeconfig", help="kubeconfig file (default, as kubectl: $KUBECONFIG, else ~/.kube/config, "
+                             "else the in-cluster service account)")
         sp.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                         help="log verbosity; debug also shows the traceback of an unexpected error")
         sp.add_argument("--naming", default=keys.DEFAULT_NAMING.name, choices=sorted(keys.NAMINGS),

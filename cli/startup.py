@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 from pathlib import Path
+
+from hami_dcu.common.tls import pem_pair_problem
 
 # Directories that must exist and that we read and write (the kubelet creates the plugin
 # dir; if it is missing, the plugin is on the wrong path or the kubelet is not running).
@@ -18,6 +21,35 @@ EXISTING_DIRS = {"plugin_dir": "--plugin-dir"}
 # Directories we create when missing: they, or their nearest existing parent, must be writable.
 WRITABLE_DIRS = {"vdev_dir": "--vdev-dir", "etc_vdev": "--etc-vdev"}
 READABLE_FILES = {"tls_cert": "--tls-cert", "tls_key": "--tls-key", "mock_devices": "--mock-devices"}
+NO_NODE_NAME = "no node name: pass --node-name or set NODE_NAME (the downward API's spec.nodeName)"
+
+
+@dataclass(frozen=True)
+class ChartBound:
+    """A flag's range, the same as the chart's schema gives the value behind it."""
+
+    command: str
+    flag: str
+    value: str  # the chart value, as values.schema.json names it
+    minimum: float
+    maximum: float | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
+
+
+# What the chart's values.schema.json refuses, refused alike on the command line, in helm's
+# words ("minimum: got 0, want 1"); tests/cli checks the table against the schema.
+CHART_BOUNDS = (
+    ChartBound("device-plugin", "--slots-per-card", "devicePlugin.slotsPerCard", 1, 16),
+    ChartBound("device-plugin", "--register-interval", "devicePlugin.registerIntervalSeconds", 5, 55),
+    ChartBound("device-plugin", "--lock-timeout", "scheduler.lockTimeoutSeconds", 10),
+    ChartBound("dra-driver", "--slots-per-card", "devicePlugin.slotsPerCard", 1, 16),
+    ChartBound("dra-driver", "--register-interval", "draDriver.registerIntervalSeconds", 5, 300),
+    ChartBound("scheduler", "--lock-timeout", "scheduler.lockTimeoutSeconds", 10),
+    ChartBound("scheduler", "--lock-wait", "scheduler.lockWaitSeconds", 0),
+)
 
 
 def bind_problem(flag: str, value: str) -> str | None:
@@ -38,10 +70,39 @@ def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def chart_bound_problems(args: argparse.Namespace) -> list[str]:
+    """The flags the chart would refuse, in the words of the chart's schema and validation."""
+    values = vars(args)
+    problems = []
+    for bound in CHART_BOUNDS:
+        value = values.get(bound.dest)
+        if bound.command != values.get("command") or not isinstance(value, int | float):
+            continue
+        if value < bound.minimum:
+            problems.append(f"{bound.flag}: minimum: got {_number(value)}, want {_number(bound.minimum)} "
+                            f"(as the chart's {bound.value})")
+        elif bound.maximum is not None and value > bound.maximum:
+            problems.append(f"{bound.flag}: maximum: got {_number(value)}, want {_number(bound.maximum)} "
+                            f"(as the chart's {bound.value})")
+    wait, timeout = values.get("lock_wait"), values.get("lock_timeout")
+    if isinstance(wait, int | float) and isinstance(timeout, int | float) and wait >= timeout:
+        # The same words as chart/templates/validate.yaml, with the flags' names.
+        problems.append(f"--lock-wait ({_number(wait)}) must be below --lock-timeout ({_number(timeout)}): a node "
+                        "lock older than --lock-timeout is taken over, so a bind never needs to wait longer; lower "
+                        "--lock-wait or raise --lock-timeout")
+    return problems
+
+
 def startup_problems(args: argparse.Namespace) -> list[str]:
     """Every problem with the flags' values that can be seen before starting."""
     values = vars(args)
-    problems = []
+    problems = chart_bound_problems(args)
+    if "node_name" in values and not values["node_name"]:
+        problems.append(NO_NODE_NAME)
     for dest, value in values.items():
         if dest.endswith("bind") and isinstance(value, str) and value:
             problem = bind_problem(_flag(dest), value)
@@ -56,6 +117,11 @@ def startup_problems(args: argparse.Namespace) -> list[str]:
     for dest, flag in READABLE_FILES.items():
         if values.get(dest):
             problems.extend(_readable_file_problem(flag, Path(values[dest])))
+    cert, key = values.get("tls_cert"), values.get("tls_key")
+    if cert and key and not problems:
+        problem = pem_pair_problem(Path(cert), Path(key))
+        if problem:
+            problems.append(problem)
     problems.extend(volcano_problems(values))
     return problems
 

@@ -1,8 +1,10 @@
 """`hami-dcu status` (also `kubectl hami-dcu status`): what is used where, from the API alone.
 
-Lists the nodes and the live pods with the caller's kubeconfig, so it runs from a laptop as
-well as in the cluster; nothing here talks to the extender or a node. The picture is
-computed by `cardusage` and printed by `statusview`; this module only fetches and prints.
+Lists the nodes and the live pods with the caller's kubeconfig (kubectl's rules), so it runs
+from a laptop as well as in the cluster; nothing here talks to the extender or a node. In DRA
+mode it also lists our driver's ResourceSlices and the ResourceClaims; for DCU pods that wait
+for a node, the Warning events about them. The picture is computed by `cardusage`,
+`drausage` and `pending` and printed by `statusview`; this module only fetches and prints.
 """
 
 from __future__ import annotations
@@ -10,47 +12,128 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
 
 from hami_dcu.cli.cardusage import cluster_usage
+from hami_dcu.cli.drausage import DraUsage, dra_usage
 from hami_dcu.cli.errors import say
+from hami_dcu.cli.pending import pending_pods
 from hami_dcu.cli.statusview import FORMATS, render
+from hami_dcu.common import keys
 from hami_dcu.common.kube import Kube, KubeError, NotFoundError
+from hami_dcu.dra import names as dra_names
 
 PROG = "hami-dcu status"
+JSON = dict[str, Any]
 # Finished pods hold nothing; leaving them out keeps the listing small on busy clusters.
 LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+POD_WARNINGS = "involvedObject.kind=Pod,type=Warning"
+FORBIDDEN = 403
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Per node and per card: model, health, slots, memory and cores allocated out of the total, the pods "
-        "holding each card and their share; per node the device plugin's last report and the node lock; one "
-        "summary line. Reads only Node and Pod objects through the API server.")
+        "holding each card and their share (in DRA mode: the claims on each card and their share); per node "
+        "the device plugin's last report and the node lock; one summary line; then the DCU pods waiting for a "
+        "node, what they ask for and the latest reason they were given. Reads Nodes, Pods, Events and, in "
+        "DRA mode, ResourceSlices and ResourceClaims through the API server.")
     parser.add_argument("--context", help="kubeconfig context to use, as kubectl's --context (default: current)")
     parser.add_argument("--node", metavar="NAME", help="show this node only (default: every node with DCUs)")
-    parser.add_argument("-n", "--namespace", metavar="NS",
-                        help="list only the pods of this namespace (card totals still count every pod)")
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", metavar="NS",
+                       help="list only the pods and claims of this namespace (card totals still count every pod)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true",
+                       help="list the pods and claims of every namespace (the default)")
     parser.add_argument("-o", "--output", choices=FORMATS, default="table",
-                        help="table (default), wide (one row per share, card index and NUMA, node problems), "
-                        "json or yaml")
+                        help="table (default), wide (one row per share, card index and NUMA, node problems, "
+                        "whole reasons), json or yaml")
 
 
 def run(args: argparse.Namespace) -> int:
     kube = Kube.from_kubeconfig(args.kubeconfig, context=args.context)
+    namespace = None if args.all_namespaces else args.namespace
     try:
+        if namespace is not None and not _namespace_exists(kube, namespace):
+            say(PROG, f"namespace {namespace} not found")
+            return 1
         nodes = [kube.get_node(args.node)] if args.node else kube.list_nodes().items
-        # Every live pod, even with --node: a pod between its allocation and its Binding
-        # names its node only in an annotation, which no field selector reaches.
-        pods = kube.list_pods(field_selector=LIVE_PODS).items
     except NotFoundError:
         say(PROG, f"node {args.node} not found")
         return 1
     except KubeError as exc:
         say(PROG, f"cannot read nodes and pods: {exc}")
         return 1
-    usage = cluster_usage(nodes, pods, datetime.now(UTC), node_name=args.node, namespace=args.namespace)
-    if args.node and not usage.nodes:
-        say(PROG, f"node {args.node} has no DCUs registered (no hami.io/node-dcu-register)")
+    try:
+        # Every live pod, even with --node: a pod between its allocation and its Binding
+        # names its node only in an annotation, which no field selector reaches.
+        pods = kube.list_pods(field_selector=LIVE_PODS).items
+        slices = _our_slices(kube)
+        waiting = [p for p in pods if _waits(p, namespace)]
+        claims = _claims(kube) if slices or any((p.get("spec") or {}).get("resourceClaims") for p in waiting) else []
+        events = _pod_warnings(kube, namespace) if waiting else []
+    except KubeError as exc:
+        say(PROG, f"cannot read pods, claims and events: {exc}")
         return 1
-    sys.stdout.write(render(usage, args.output))
+    now = datetime.now(UTC)
+    usage = cluster_usage(nodes, pods, now, node_name=args.node, namespace=namespace)
+    dra: DraUsage | None = dra_usage(slices, claims, node_name=args.node, namespace=namespace) if slices else None
+    if args.node and not usage.nodes and not (dra and dra.cards):
+        say(PROG, f"node {args.node} has no DCUs registered (no {keys.NODE_REGISTER} and no ResourceSlice of "
+                  f"{dra_names.DRIVER})")
+        return 1
+    pending = [] if args.node else pending_pods(waiting, events, claims, now, namespace)
+    sys.stdout.write(render(usage, args.output, pending=pending, dra=dra))
     return 0
+
+
+def _namespace_exists(kube: Kube, namespace: str) -> bool:
+    """False only when the API server says it is not there: a user allowed to list pods but
+    not to read namespaces still gets the listing."""
+    try:
+        kube.request("GET", f"/api/v1/namespaces/{quote(namespace, safe='')}")
+    except NotFoundError:
+        return False
+    except KubeError as exc:
+        if exc.status != FORBIDDEN:
+            raise
+    return True
+
+
+def _waits(pod: JSON, namespace: str | None) -> bool:
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    return ((pod.get("status") or {}).get("phase", "Pending") == "Pending" and not spec.get("nodeName")
+            and (namespace is None or meta.get("namespace") == namespace))
+
+
+def _our_slices(kube: Kube) -> list[JSON]:
+    """Our driver's ResourceSlices; none where resource.k8s.io/v1 is not served (device-plugin
+    clusters, Kubernetes before 1.34) or the caller may not read them."""
+    try:
+        listed = kube.request("GET", f"{dra_names.RESOURCE_API}/resourceslices")
+    except NotFoundError:
+        return []
+    except KubeError as exc:
+        if exc.status == FORBIDDEN:
+            return []
+        raise
+    return [s for s in listed.get("items") or [] if (s.get("spec") or {}).get("driver") == dra_names.DRIVER]
+
+
+def _claims(kube: Kube) -> list[JSON]:
+    # Every namespace: a card's totals count every claim on it, whoever asks.
+    try:
+        return list(kube.request("GET", f"{dra_names.RESOURCE_API}/resourceclaims").get("items") or [])
+    except NotFoundError:
+        return []
+
+
+def _pod_warnings(kube: Kube, namespace: str | None) -> list[JSON]:
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/events" if namespace else "/api/v1/events"
+    try:
+        return list(kube.request("GET", path, query={"fieldSelector": POD_WARNINGS}).get("items") or [])
+    except KubeError as exc:
+        if exc.status == FORBIDDEN:
+            return []  # the listing without reasons is still worth showing
+        raise

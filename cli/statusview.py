@@ -1,7 +1,9 @@
 """How `hami-dcu status` prints a `ClusterUsage` (pure: strings and plain data out).
 
 * table (default): one row per card with the pods on it and their share, then one row per
-  node with its plugin report and node lock, then one summary line for the cluster;
+  node with its plugin report and node lock, then one summary line for the cluster; in DRA
+  mode one row per card with the claims on it; then the DCU pods that wait for a node, what
+  they ask for and the latest reason they were given;
 * wide: the card table gets INDEX, NUMA and one row per share (with its bind phase), and
   the node table lists each node's problems;
 * json / yaml: everything, times in RFC3339 and ages in seconds, for scripts.
@@ -18,6 +20,8 @@ from typing import Any
 import yaml
 
 from hami_dcu.cli.cardusage import ClusterUsage, LockInfo, NodeUsage, PluginReport, Share, Summary
+from hami_dcu.cli.drausage import ClaimShare, DraUsage
+from hami_dcu.cli.pending import PendingPod
 from hami_dcu.common import keys
 from hami_dcu.common.codec import format_rfc3339
 from hami_dcu.common.untrusted import escape_controls
@@ -25,17 +29,21 @@ from hami_dcu.common.untrusted import escape_controls
 FORMATS = ("table", "wide", "json", "yaml")
 
 
-def render(usage: ClusterUsage, output: str) -> str:
+def render(usage: ClusterUsage, output: str, pending: Sequence[PendingPod] = (), dra: DraUsage | None = None) -> str:
     if output == "json":
-        return json.dumps(as_document(usage), indent=2) + "\n"
+        return json.dumps(as_document(usage, pending, dra), indent=2) + "\n"
     if output == "yaml":
-        return yaml.safe_dump(as_document(usage), sort_keys=False)
-    return render_table(usage, wide=output == "wide")
+        return yaml.safe_dump(as_document(usage, pending, dra), sort_keys=False)
+    return render_table(usage, wide=output == "wide", pending=pending, dra=dra)
 
 
-def as_document(usage: ClusterUsage) -> dict[str, Any]:
+def as_document(usage: ClusterUsage, pending: Sequence[PendingPod] = (), dra: DraUsage | None = None) -> dict[str, Any]:
     """The whole picture as JSON-compatible data (datetimes as RFC3339 strings)."""
-    return _plain(dataclasses.asdict(usage))
+    document = _plain(dataclasses.asdict(usage))
+    document["pending"] = [dataclasses.asdict(p) for p in pending]
+    if dra is not None:
+        document["dra"] = _plain(dataclasses.asdict(dra))
+    return document
 
 
 def _plain(value: Any) -> Any:
@@ -51,12 +59,23 @@ def _plain(value: Any) -> Any:
 # --- table ----------------------------------------------------------------------------------
 
 
-def render_table(usage: ClusterUsage, wide: bool = False) -> str:
-    if not usage.nodes:
-        return "no node has registered DCUs (no hami.io/node-dcu-register annotation found)\n"
-    card_rows = _card_rows(usage.nodes, wide)
-    node_rows = _node_rows(usage.nodes, wide)
-    return "\n".join([_table(card_rows), "", _table(node_rows), "", summary_line(usage.summary)]) + "\n"
+def render_table(usage: ClusterUsage, wide: bool = False, pending: Sequence[PendingPod] = (),
+                 dra: DraUsage | None = None) -> str:
+    parts = []
+    if usage.nodes:
+        parts += [_table(_card_rows(usage.nodes, wide)), "", _table(_node_rows(usage.nodes, wide)), "",
+                  summary_line(usage.summary)]
+    if dra is not None and (dra.cards or dra.problems):
+        if parts:
+            parts.append("")
+        parts += [_table(_dra_rows(dra, wide)), "", dra_summary_line(dra)]
+        parts += [f"problem: {problem}" for problem in dra.problems]
+    if not parts:
+        parts.append(f"no node has registered DCUs (no {keys.NODE_REGISTER} annotation and no ResourceSlice of "
+                     "dra.hygon.com found)")
+    if pending:
+        parts += ["", _table(_pending_rows(pending, wide))]
+    return "\n".join(parts) + "\n"
 
 
 def _card_rows(nodes: Sequence[NodeUsage], wide: bool) -> list[list[str]]:
@@ -77,6 +96,58 @@ def _card_rows(nodes: Sequence[NodeUsage], wide: bool) -> list[list[str]]:
             rows.append([*card_cells, *_share_cells(first)])
             # Further shares of the same card: the card's cells left blank, as kubectl groups rows.
             rows.extend([*([""] * len(card_cells)), *_share_cells(share)] for share in rest)
+    return rows
+
+
+def _dra_rows(dra: DraUsage, wide: bool) -> list[list[str]]:
+    header = ["NODE", "DEVICE", "MODEL", "SLOTS", "MEMORY (MiB)", "CORES (CU)"]
+    header += ["SERIAL", "CLAIM", "SHARE", "PODS"] if wide else ["CLAIMS"]
+    rows = [header]
+    for card in dra.cards:
+        cells = [card.node, card.device, card.model or "-", f"{card.slots_used}/{card.slots_total}",
+                 f"{card.memory_used_mib}/{card.memory_total_mib}", f"{card.cores_used}/{card.cores_total}"]
+        if not wide:
+            rows.append([*cells, ", ".join(f"{s.owner} {_claim_share(s, card.cores_total)}"
+                                           for s in card.shares) or "-"])
+            continue
+        first, *rest = card.shares or [None]
+        card_cells = [*cells, card.serial or "-"]
+        rows.append([*card_cells, *_claim_cells(first, card.cores_total)])
+        rows.extend([*([""] * len(card_cells)), *_claim_cells(share, card.cores_total)] for share in rest)
+    return rows
+
+
+def _claim_share(share: ClaimShare, cores_total: int) -> str:
+    if share.whole:
+        return "(whole card)"
+    percent = f" = {100 * share.cores / cores_total:.0f}%" if cores_total else ""
+    return f"({share.memory_mib} MiB, {share.cores} CU{percent})"
+
+
+def _claim_cells(share: ClaimShare | None, cores_total: int) -> list[str]:
+    if share is None:
+        return ["-", "", ""]
+    return [share.owner, _claim_share(share, cores_total).strip("()"), ", ".join(share.pods) or "(not in use)"]
+
+
+def dra_summary_line(dra: DraUsage) -> str:
+    cards = dra.cards
+    nodes = len({c.node for c in cards})
+    slots = (sum(c.slots_used for c in cards), sum(c.slots_total for c in cards))
+    memory = (sum(c.memory_used_mib for c in cards), sum(c.memory_total_mib for c in cards))
+    cores = (sum(c.cores_used for c in cards), sum(c.cores_total for c in cards))
+    return (f"dra.hygon.com: {nodes} node{'s' if nodes != 1 else ''}, {len(cards)} cards, "
+            f"slots {slots[0]}/{slots[1]} ({_percent(*slots)}), memory {memory[0]}/{memory[1]} MiB "
+            f"({_percent(*memory)}), cores {cores[0]}/{cores[1]} CU ({_percent(*cores)}), "
+            f"{dra.claims} claim{'s' if dra.claims != 1 else ''}")
+
+
+def _pending_rows(pending: Sequence[PendingPod], wide: bool) -> list[list[str]]:
+    rows = [["PENDING POD", "REQUEST", "AGE", "REASON"] + (["FROM"] if wide else [])]
+    for pod in pending:
+        reason = pod.reason if wide or len(pod.reason) <= 160 else pod.reason[:157] + "..."
+        rows.append([f"{pod.namespace}/{pod.name}", pod.request, age(pod.age_seconds), reason]
+                    + ([pod.reason_source or "-"] if wide else []))
     return rows
 
 

@@ -80,11 +80,24 @@ class ObjectList:
     continue_token: str = ""  # a paged list's next page ("" on the last one)
 
 
+def kubeconfig_path(kubeconfig: str | None = None) -> str | None:
+    """The kubeconfig to read, by kubectl's rules: `--kubeconfig`, else `$KUBECONFIG` (a path
+    list, merged), else `~/.kube/config` when it exists; None means the in-cluster service
+    account."""
+    if kubeconfig:
+        return kubeconfig
+    listed = os.environ.get("KUBECONFIG")
+    if listed:
+        return listed
+    home = os.path.expanduser(os.path.join("~", ".kube", "config"))
+    return home if os.path.isfile(home) else None
+
+
 def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s_client.ApiClient:
-    """`--kubeconfig`, else `$KUBECONFIG` (a path list, as kubectl reads it), else the
-    in-cluster service account. `context` picks a kubeconfig context, as kubectl's --context."""
+    """A client configured as kubectl would be (`kubeconfig_path`). `context` picks a
+    kubeconfig context, as kubectl's --context."""
     configuration = k8s_client.Configuration()
-    path = kubeconfig or os.environ.get("KUBECONFIG")
+    path = kubeconfig_path(kubeconfig)
     try:
         if path:
             # kubectl skips the missing files of a list and fails only when none exists.
@@ -94,7 +107,7 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
         else:
             k8s_config.load_incluster_config(client_configuration=configuration)
     except ConfigException as exc:
-        where = path or "in-cluster service account (no --kubeconfig or KUBECONFIG given)"
+        where = path or "in-cluster service account (no --kubeconfig, KUBECONFIG or ~/.kube/config)"
         raise KubeConfigError(f"cannot load Kubernetes configuration from {where}: {exc}") from exc
     except yaml.YAMLError as exc:
         raise KubeConfigError(f"kubeconfig {path} is not valid YAML: {_yaml_problem(exc)}") from exc

@@ -27,6 +27,7 @@ from typing import Any
 from kubernetes.utils.quantity import parse_quantity
 
 from hami_dcu.common import keys
+from hami_dcu.common.counting import start_order
 from hami_dcu.common.keys import ResourceNames
 
 INT32_MAX = 2**31 - 1
@@ -78,12 +79,7 @@ def pod_containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
 def sidecar_positions(pod: dict[str, Any]) -> frozenset[int]:
     """Codec positions (pod_containers order) of the native sidecars: init containers with
     `restartPolicy: Always`, which keep running beside the app containers."""
-    init = (pod.get("spec") or {}).get("initContainers") or []
-    found = [i for i, c in enumerate(init) if isinstance(c, dict) and c.get("restartPolicy") == "Always"]
-    return frozenset(found) if found else _NO_SIDECARS  # one shared empty set: the cache keeps one per pod
-
-
-_NO_SIDECARS: frozenset[int] = frozenset()
+    return start_order(pod).sidecars
 
 
 def pod_uses_dcu(pod: dict[str, Any], names: ResourceNames | None = None) -> bool:

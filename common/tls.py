@@ -8,10 +8,34 @@ import contextlib
 import logging
 import os
 import ssl
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
 
 log = logging.getLogger(__name__)
 # What Go's crypto/tls (kube-apiserver, kube-scheduler) offers first, for ECDSA and RSA keys.
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+
+
+def pem_pair_problem(cert_file: Path, key_file: Path) -> str | None:
+    """Why `cert_file`/`key_file` cannot serve TLS, in words (OpenSSL says only "PEM lib"),
+    or None. The files are known to be readable."""
+    try:
+        certificate = x509.load_pem_x509_certificates(cert_file.read_bytes())[0]
+    except ValueError:
+        return f"--tls-cert {cert_file}: not a PEM certificate (expected a -----BEGIN CERTIFICATE----- block)"
+    try:
+        key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+    except TypeError:
+        return f"--tls-key {key_file}: the key is encrypted; the server needs it unencrypted"
+    except (ValueError, UnsupportedAlgorithm):
+        return f"--tls-key {key_file}: not a PEM private key (expected a -----BEGIN ... PRIVATE KEY----- block)"
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if certificate.public_key().public_bytes(*spki) != key.public_key().public_bytes(*spki):
+        return f"--tls-key {key_file} is not the key of --tls-cert {cert_file} (their public keys differ)"
+    return None
 
 
 class ReloadingTLS:

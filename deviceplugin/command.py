@@ -10,8 +10,9 @@ import threading
 from pathlib import Path
 
 from hami_dcu.common import keys
+from hami_dcu.common.cannotstart import CannotStart
 from hami_dcu.common.connlimits import add_connection_arguments, connection_limits_from
-from hami_dcu.common.kube import Kube, KubeConfigError, KubeError
+from hami_dcu.common.kube import Kube, KubeError
 from hami_dcu.deviceplugin.discovery import discover
 from hami_dcu.deviceplugin.faketree import lay_out
 from hami_dcu.deviceplugin.health import SmiHealth
@@ -147,14 +148,12 @@ def report_unknown_models(core: PluginCore) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if not args.node_name:
-        log.error("no node name: pass --node-name or set NODE_NAME (downward API spec.nodeName)")
-        return 2
+        raise CannotStart("no node name: pass --node-name or set NODE_NAME (the downward API's spec.nodeName)")
+    kube = Kube.from_kubeconfig(args.kubeconfig)
     try:
-        kube = Kube.from_kubeconfig(args.kubeconfig)
         core, server, loop = build(args, kube)
-    except (KubeConfigError, SmiError, OSError) as exc:
-        log.error("device plugin cannot start: %s", exc)
-        return 1
+    except SmiError as exc:
+        raise CannotStart(f"node {args.node_name}: {exc}") from exc
     log.info("node %s: serving %d cards: %s", args.node_name, len(core.cards), ", ".join(sorted(core.cards)))
     if args.metrics_bind:
         try:

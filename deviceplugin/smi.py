@@ -115,6 +115,13 @@ def format_bdf(bdf: int) -> str:
     return f"{bdf >> 32 & 0xFFFFFFFF:04X}:{bdf >> 8 & 0xFF:02X}:{bdf >> 3 & 0x1F:02X}.{bdf & 0x7:X}"
 
 
+def _whole(value: object, what: str, hint: str) -> int:
+    """A YAML whole number; a quantity like "64Gi" is refused with what to write instead."""
+    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).strip().isdigit():
+        raise SmiError(f"{what} {value!r} is not a whole number ({hint})")
+    return int(value)
+
+
 class MockBackend:
     """Cards from a YAML list of `{serial, model, memory_mib, compute_units, pci_bus_id, numa}`
     (`healthy: false` marks a card unhealthy). The file is read on every call, so a test can
@@ -130,24 +137,30 @@ class MockBackend:
             raise SmiError(f"mock SMI file {self.path}: {exc}") from exc
         if isinstance(entries, dict):
             entries = entries.get("cards") or []
+        if not isinstance(entries, list):
+            raise SmiError(f"mock SMI file {self.path}: expected a list of cards, got {type(entries).__name__}")
         cards = []
         for index, entry in enumerate(entries):
-            try:
-                model = str(entry.get("model") or FALLBACK_MODEL)
-                cards.append(
-                    Card(
-                        index=index,
-                        serial=str(entry.get("serial") or ""),
-                        model=model,
-                        memory_mib=int(entry["memory_mib"]),
-                        compute_units=int(entry.get("compute_units") or compute_units_for(model)),
-                        pci_bus_id=str(entry["pci_bus_id"]).upper(),
-                        numa=int(entry.get("numa", 0)),
-                        healthy=bool(entry.get("healthy", True)),
-                    )
+            where = f"mock SMI file {self.path}: card {index}"
+            if not isinstance(entry, dict):
+                raise SmiError(f"{where}: expected a mapping of serial, model, memory_mib, ..., got {entry!r}")
+            if "memory_mib" not in entry or "pci_bus_id" not in entry:
+                missing = [k for k in ("memory_mib", "pci_bus_id") if k not in entry]
+                raise SmiError(f"{where}: {' and '.join(missing)} missing")
+            model = str(entry.get("model") or FALLBACK_MODEL)
+            cards.append(
+                Card(
+                    index=index,
+                    serial=str(entry.get("serial") or ""),
+                    model=model,
+                    memory_mib=_whole(entry["memory_mib"], f"{where}: memory_mib", "MiB, e.g. 65536 for 64Gi"),
+                    compute_units=_whole(entry.get("compute_units") or compute_units_for(model),
+                                         f"{where}: compute_units", "e.g. 120"),
+                    pci_bus_id=str(entry["pci_bus_id"]).upper(),
+                    numa=_whole(entry.get("numa", 0), f"{where}: numa", "a NUMA node number"),
+                    healthy=bool(entry.get("healthy", True)),
                 )
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                raise SmiError(f"mock SMI file {self.path}: card {index} is malformed ({exc!r})") from exc
+            )
         return cards
 
 

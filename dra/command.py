@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from hami_dcu.common import keys
-from hami_dcu.common.kube import Kube, KubeConfigError, KubeError
+from hami_dcu.common.cannotstart import CannotStart
+from hami_dcu.common.kube import Kube, KubeError
 from hami_dcu.deviceplugin import plan as dp
 from hami_dcu.deviceplugin.command import make_backend
 from hami_dcu.deviceplugin.discovery import discover
@@ -108,14 +109,12 @@ def build(args: argparse.Namespace, kube: Kube) -> tuple[DriverService, KubeletP
 
 def run(args: argparse.Namespace) -> int:
     if not args.node_name:
-        log.error("no node name: pass --node-name or set NODE_NAME (downward API spec.nodeName)")
-        return 2
+        raise CannotStart("no node name: pass --node-name or set NODE_NAME (the downward API's spec.nodeName)")
+    kube = Kube.from_kubeconfig(args.kubeconfig)
     try:
-        kube = Kube.from_kubeconfig(args.kubeconfig)
         service, server = build(args, kube)
-    except (KubeConfigError, SmiError, OSError) as exc:
-        log.error("DRA driver cannot start: %s", exc)
-        return 1
+    except SmiError as exc:
+        raise CannotStart(f"node {args.node_name}: {exc}") from exc
     log.info("node %s: DRA driver serving %d cards: %s", args.node_name, len(service.core.cards),
              ", ".join(sorted(service.core.cards)))
     loop = DriverLoop(service, args.register_interval, args.health_interval)

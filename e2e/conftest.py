@@ -1,5 +1,8 @@
-"""The kind suite's cluster, shared by its modules: device-plugin mode first (test_kind.py),
-then DRA mode (test_kind_dra.py), on one cluster created once per session."""
+"""Shared by the e2e suites: the kind suite's cluster, made once per session (device-plugin
+mode first, test_kind.py, then DRA mode, test_kind_dra.py); and for the real-cluster suite,
+whose first run builds kube-apiserver, kube-scheduler and etcd (10-20 minutes cold), the
+build's progress lines on the terminal as they come, past pytest's output capture, so the
+run does not look hung (no -s needed)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from hami_dcu.e2e.kindcluster import KindBackend, KindWorld, create_cluster, docker_unavailable, project_image
+from hami_dcu.e2e.realcluster import upstream
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +41,21 @@ def kind(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     finally:
         if not keep:
             cluster.delete()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    plugins = config.pluginmanager
+
+    def to_terminal(line: str) -> None:
+        # Looked up per line: the terminal reporter may register after this plugin.
+        reporter = plugins.getplugin("terminalreporter")
+        capture = plugins.getplugin("capturemanager")
+        if reporter is None:
+            upstream.to_stderr(line)
+        elif capture is None:
+            reporter.write_line(line)
+        else:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(line)
+
+    upstream.announce = to_terminal

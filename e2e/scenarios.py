@@ -342,6 +342,20 @@ def a_native_sidecar_keeps_its_card(b: ClusterBackend) -> None:
 
 
 @scenario(nodes=1, cards_per_node=1)
+def a_native_sidecar_shares_a_card_with_its_app_container(b: ClusterBackend) -> None:
+    """A native sidecar may hold a share (the webhook refuses shares in regular init
+    containers only): the sidecar's share beside the app container's on one card, both
+    counted (issue 23: status counted only the larger)."""
+    made = pod_manifest("sidecar-share", [Ctr("proxy", 1, 1000, 10, init=True), Ctr("main", 1, 2000, 20)],
+                        {keys.USE_DCU_UUID: first_card(b).id})
+    made["spec"]["initContainers"][0]["restartPolicy"] = "Always"
+    b.kube.create_pod(b.namespace, made)
+    proxy, main = allocation(wait_running(b, "sidecar-share"))
+    assert proxy[0].uuid == main[0].uuid == first_card(b).id, (proxy, main)
+    assert_no_card_over_capacity(b)
+
+
+@scenario(nodes=1, cards_per_node=1)
 def init_container_sharing_is_denied(b: ClusterBackend) -> None:
     manifest = pod_manifest("init-share", [Ctr("setup", 1, 1000, 10, init=True), Ctr("main", 1)])
     try:

@@ -43,12 +43,11 @@ from hami_dcu.common.codec import (
     decode_node_devices,
     decode_pod_devices,
 )
-from hami_dcu.common.requests import sidecar_positions
+from hami_dcu.common.counting import StartOrder, Usage, collapse, start_order
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.cardstates import CardStateTable
 from hami_dcu.scheduler.fit import CardSpec, PodFit
 from hami_dcu.scheduler.handshake import HANDSHAKE_TTL, HandshakeSeen, allocates_dcu, fresh_until, observe
-from hami_dcu.scheduler.usage import Usage, collapse
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +120,9 @@ class PodRecord:
     name: str
     node: str
     allocated: str
-    init_count: int
+    order: StartOrder  # how its containers start: what its allocation holds depends on it
     resource_version: str
     state: purpose.HolderState  # what decides whether a lock it holds is still needed
-    sidecars: frozenset[int] = frozenset()  # native sidecars among the init containers (usage.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,8 +393,7 @@ class ClusterCache:
             current.state = state
             return
         self._drop_pod(uid)
-        record = PodRecord(uid, namespace, name, node, allocated, len(spec.get("initContainers") or []), rv, state,
-                           sidecar_positions(pod))
+        record = PodRecord(uid, namespace, name, node, allocated, start_order(pod), rv, state)
         self.pods[uid] = record
         self.pod_uids[(namespace, name)] = uid
         self.forget(uid)  # the real allocation replaces the assumption
@@ -619,7 +616,7 @@ def _holding(record: PodRecord) -> Holding:
     if negative is not None:
         # It would hand capacity back that nobody freed: the node is degraded instead.
         return Holding(label, None, f"negative share in {keys.POD_DEVICES_ALLOCATED} on card {negative.uuid}")
-    return Holding(label, collapse(devices, record.init_count, record.sidecars))
+    return Holding(label, collapse(devices, record.order))
 
 
 def used_without(entry: NodeEntry, keys: Iterable[str]) -> list[Usage]:

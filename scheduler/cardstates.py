@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from hami_dcu.common.counting import Usage
 from hami_dcu.scheduler.fit import CardSpec
-from hami_dcu.scheduler.usage import Usage
 
 # (model, slots, memory, cores, health, used slots, used memory, used cores)
 CardStateKey = tuple[str, int, int, int, bool, int, int, int]

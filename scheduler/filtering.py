@@ -25,17 +25,17 @@ from itertools import compress
 from typing import Any
 
 from hami_dcu.common import keys
+from hami_dcu.common.counting import StartOrder, Usage, start_order
 from hami_dcu.common.keys import ResourceNames
 from hami_dcu.common.podchecks import Refusal
 from hami_dcu.common.preferences import WeightsError, parse_weights
-from hami_dcu.common.requests import DcuRequest, RequestError, parse_pod_requests, pod_containers, sidecar_positions
+from hami_dcu.common.requests import DcuRequest, RequestError, parse_pod_requests, pod_containers
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.cache import ClusterCache, NodeEntry
 from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss, Selection, fit_pod
 from hami_dcu.scheduler.handshake import HANDSHAKE_TTL, handshake_problem
 from hami_dcu.scheduler.nodeview import ShapeNodes, Usability
 from hami_dcu.scheduler.reasons import Code, NodeRejection
-from hami_dcu.scheduler.usage import Usage
 from hami_dcu.scheduler.verdicts import ShapeVerdicts, judgeable, shape_verdicts
 
 log = logging.getLogger(__name__)
@@ -60,22 +60,29 @@ class PodPlan:
 
     requests: tuple[DcuRequest | None, ...]
     names: tuple[str, ...]
-    init_count: int
+    order: StartOrder
     selection: Selection
     node_policy: str
     card_policy: policies.CardPolicy
     weights: policies.Weights = policies.DEFAULT_WEIGHTS
-    sidecars: frozenset[int] = frozenset()  # positions of native sidecars (usage.py)
+
+    @property
+    def init_count(self) -> int:
+        return self.order.init_count
+
+    @property
+    def sidecars(self) -> frozenset[int]:
+        return self.order.sidecars
 
     @property
     def shape(self) -> tuple[object, ...]:
         # Two pods with the same shape fit the same way on the same node state.
-        return (self.requests, self.init_count, self.sidecars, self.selection, self.card_policy, self.weights)
+        return (self.requests, self.order, self.selection, self.card_policy, self.weights)
 
     def fit(self, cards: Sequence[CardSpec], used: Sequence[Usage]) -> PodFit | PodMiss:
         """The pod on `cards` whose current holdings are `used` (filter and bind's re-fit)."""
-        return fit_pod(cards, used, self.requests, self.names, self.init_count, self.selection, self.card_policy,
-                       self.weights, sidecars=self.sidecars)
+        return fit_pod(cards, used, self.requests, self.names, self.order, self.selection, self.card_policy,
+                       self.weights)
 
 
 def plan_pod(pod: JSON, settings: FilterSettings) -> PodPlan | None:
@@ -98,8 +105,7 @@ def plan_pod(pod: JSON, settings: FilterSettings) -> PodPlan | None:
     return PodPlan(
         requests=requests,
         names=tuple(c.get("name") or f"#{i}" for i, c in enumerate(pod_containers(pod))),
-        init_count=len((pod.get("spec") or {}).get("initContainers") or []),
-        sidecars=sidecar_positions(pod),
+        order=start_order(pod),
         selection=Selection.from_annotations(annotations),
         node_policy=node_policy,
         card_policy=card_policy,

@@ -34,11 +34,11 @@ from dataclasses import dataclass
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, PodDevices
+from hami_dcu.common.counting import StartOrder, Usage, collapse
 from hami_dcu.common.requests import DcuRequest
 from hami_dcu.common.untrusted import shown
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.reasons import SUMMARY_PHRASE, CardRejection, Code, primary_code
-from hami_dcu.scheduler.usage import Usage, collapse
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,15 +140,13 @@ def fit_pod(
     used: Sequence[Usage],
     requests: Sequence[DcuRequest | None],
     container_names: Sequence[str],
-    init_count: int,
+    order: StartOrder,
     selection: Selection,
     card_policy: policies.CardPolicy,
     weights: policies.Weights = policies.DEFAULT_WEIGHTS,
-    *,
-    sidecars: frozenset[int] = frozenset(),
 ) -> PodFit | PodMiss:
     """Place every container of the pod on `cards` whose current holdings are `used`
-    (accounting as usage.collapse: `sidecars` run beside what starts after them)."""
+    (counted as common.counting counts: sidecars run beside what starts after them)."""
     # what is on the cards plus the sidecars placed so far, then plus the app containers
     running = [[u.slots, u.memory, u.cores] for u in used]
     devices: PodDevices = []
@@ -156,13 +154,13 @@ def fit_pod(
         if request is None:
             devices.append([])
             continue
-        ordinary_init = position < init_count and position not in sidecars
+        ordinary_init = order.ordinary_init(position)
         usage = [list(row) for row in running] if ordinary_init else running  # an init container's share ends
         placed = fit_container(cards, usage, request, container_names[position], selection, card_policy, weights)
         if isinstance(placed, PodMiss):
             return placed
         devices.append(placed)
-    return PodFit(devices=devices, held=collapse(devices, init_count, sidecars))
+    return PodFit(devices=devices, held=collapse(devices, order))
 
 
 def fit_container(

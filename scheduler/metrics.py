@@ -20,8 +20,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from hami_dcu.common.certmetrics import CertificateExpiry
+from hami_dcu.common.counting import Usage
 from hami_dcu.scheduler.cache import ClusterCache
-from hami_dcu.scheduler.usage import Usage
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 

@@ -11,6 +11,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from hami_dcu.common import gcpolicy, keys
+from hami_dcu.common.cannotstart import CannotStart
 from hami_dcu.common.certmetrics import CertificateExpiry
 from hami_dcu.common.connlimits import ConnectionLimits, add_connection_arguments, connection_limits_from
 from hami_dcu.common.guardedsite import serve_guarded
@@ -69,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         tls = ReloadingTLS(args.tls_cert, args.tls_key)
     except (OSError, ValueError) as exc:
-        log.error("cannot load TLS certificate %s / key %s: %s", args.tls_cert, args.tls_key, exc)
-        return 1
+        # What startup_problems did not catch (a file replaced since): still one line.
+        raise CannotStart(f"cannot load TLS certificate {args.tls_cert} / key {args.tls_key}: {exc}") from exc
     limits = connection_limits_from(args)
     registry = CollectorRegistry()
     registry.register(CertificateExpiry({"serving": args.tls_cert}))  # renewal that stopped shows on /metrics

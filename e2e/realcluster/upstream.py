@@ -2,6 +2,10 @@
 
 `HAMI_DCU_UPSTREAM_BIN` names a directory holding them instead (etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler), for machines that have them some other way.
+
+A cold build takes 10-20 minutes; what build.sh says about it (what it builds, about how
+long, still at it every minute) is passed line by line to `announce` as it comes, which
+prints to stderr, and under pytest to the terminal past its output capture (e2e/conftest.py).
 """
 
 from __future__ import annotations
@@ -9,7 +13,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import urllib.request
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from hami_dcu.e2e.tools import ROOT
@@ -42,15 +49,28 @@ def why_unbuildable() -> str | None:
     return None
 
 
-def binaries() -> Path:
+def to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+announce: Callable[[str], None] = to_stderr
+
+
+def binaries(script: Path = BUILD_SCRIPT) -> Path:
     """The directory with the four binaries, building them first if needed (minutes, once)."""
     given = os.environ.get("HAMI_DCU_UPSTREAM_BIN")
     if given:
         return Path(given)
-    result = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"building the upstream binaries failed:\n{result.stderr[-4000:]}")
-    directory = Path(result.stdout.strip().splitlines()[-1])
+    process = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stderr is not None
+    said: deque[str] = deque(maxlen=100)
+    for line in process.stderr:  # stdout is one line at the end: nothing blocks on it meanwhile
+        said.append(line)
+        announce(line.rstrip("\n"))
+    out = process.stdout.read()
+    if process.wait() != 0:
+        raise RuntimeError(f"building the upstream binaries failed:\n{''.join(said)[-4000:]}")
+    directory = Path(out.strip().splitlines()[-1])
     if not _complete(directory):
         raise RuntimeError(f"build.sh reported {directory}, which lacks some of {', '.join(BINARIES)}")
     return directory

@@ -10,7 +10,9 @@
 #   e2e/upstream/build.sh            # prints the directory holding the four binaries
 #   HAMI_DCU_CACHE=/somewhere e2e/upstream/build.sh
 #
-# Needs `go` and the Go module proxy; a cold build on 2 cores takes 10-20 minutes.
+# Needs `go` and the Go module proxy; a cold build on 2 cores takes 10-20 minutes. What it
+# builds, about how long that takes and, every minute, that it is still at it, go to stderr
+# (the real-cluster tests show these lines under pytest); stdout is only the directory.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -45,11 +47,41 @@ stamp="-X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$mino
 stamp="$stamp -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 stamp="$stamp -X k8s.io/client-go/pkg/version.gitVersion=$k8s_version"
 
-echo "building etcd $etcd_version and Kubernetes $k8s_version into $out" >&2
-(cd "$here/etcd" && go build -trimpath -o "$staging/etcd" go.etcd.io/etcd/server/v3)
-(cd "$here/kube" && go build -trimpath -ldflags "-s -w $stamp" -o "$staging/" \
+say() { echo "upstream build: $*" >&2; }
+started=$SECONDS
+elapsed() { local s=$((SECONDS - ${1:-$started})); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
+
+# Runs one build step in the background and says every minute that it is still running, so
+# a cold build is never a silent quarter of an hour.
+step() {
+    local what=$1 estimate=$2 dir=$3 step_start=$SECONDS pid
+    shift 3
+    say "building $what (cold, on 2 cores: about $estimate; cached Go builds take seconds)"
+    (cd "$dir" && "$@") &
+    pid=$!
+    while ! wait_for "$pid" "${HAMI_DCU_BUILD_HEARTBEAT:-60}"; do say "still building $what ($(elapsed "$step_start") so far)"; done
+    wait "$pid" || { say "building $what failed after $(elapsed "$step_start")"; return 1; }
+    say "built $what in $(elapsed "$step_start")"
+}
+
+# True once `pid` has exited, false if it still runs after `seconds`.
+wait_for() {
+    local pid=$1 seconds=$2 i
+    for ((i = 0; i < ${seconds%.*} * 10; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+say "etcd $etcd_version and Kubernetes $k8s_version are not built yet: building them once into $out" \
+    "(downloads Go modules on first use; 10-20 minutes cold on 2 cores)"
+step "etcd $etcd_version" "3-5 minutes" "$here/etcd" go build -trimpath -o "$staging/etcd" go.etcd.io/etcd/server/v3
+step "kube-apiserver, kube-controller-manager, kube-scheduler $k8s_version" "10-15 minutes" "$here/kube" \
+    go build -trimpath -ldflags "-s -w $stamp" -o "$staging/" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler)
+    k8s.io/kubernetes/cmd/kube-scheduler
 for b in "${binaries[@]}"; do mv "$staging/$b" "$out/$b"; done
+say "done in $(elapsed): later runs reuse $out"
 echo "$out"

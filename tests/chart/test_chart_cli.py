@@ -1,13 +1,16 @@
 """Every `hami-dcu` invocation the chart renders is accepted by the real command-line parser,
 and the values the components must agree on come out the same in each of them."""
 
+import json
 import shlex
+import subprocess
 
 import pytest
 import yaml
 from chart_paths import CHART
 
 from hami_dcu.cli.main import build_parser
+from hami_dcu.cli.startup import CHART_BOUNDS, chart_bound_problems
 from hami_dcu.common import keys
 
 IMAGE = "ghcr.io/hami-dcu/hami-dcu:"
@@ -52,6 +55,7 @@ def parsed_invocations(docs):
                 found[(owner, argv[0])] = parser.parse_args(argv)
             except SystemExit:
                 pytest.fail(f"{owner}/{container['name']}: hami-dcu rejects {argv}")
+            assert chart_bound_problems(found[(owner, argv[0])]) == [], f"{owner}: {argv}"
     return found
 
 
@@ -108,3 +112,24 @@ def test_the_trusted_identities_are_the_components_service_accounts(render):
                 if d["kind"] in ("Deployment", "DaemonSet")}
     assert scheduler.scheduler_identity == [f"system:serviceaccount:kube-system:{accounts['Deployment']}"]
     assert scheduler.device_plugin_identity == [f"system:serviceaccount:kube-system:{accounts['DaemonSet']}"]
+
+
+def test_the_cli_bounds_are_the_schema_bounds():
+    """cli/startup.py refuses exactly what values.schema.json refuses (issue 23)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    for bound in CHART_BOUNDS:
+        node = schema
+        for part in bound.value.split("."):
+            node = node["properties"][part]
+        assert (node.get("minimum"), node.get("maximum")) == (bound.minimum, bound.maximum), bound
+
+
+def test_the_lock_wait_rule_says_the_same_words_in_the_chart_and_the_cli(helm):
+    result = subprocess.run([str(helm), "template", "x", str(CHART), "--set", "scheduler.lockWaitSeconds=20",
+                             "--set", "scheduler.lockTimeoutSeconds=10"], capture_output=True, text=True)
+    assert result.returncode != 0
+    chart_words = result.stderr.split("validate.yaml:", 1)[1].split(": ", 1)[1].splitlines()[0]
+    parser, _ = build_parser()
+    (cli_words,) = chart_bound_problems(parser.parse_args(["scheduler", "--lock-wait", "20", "--lock-timeout", "10"]))
+    assert chart_words.replace("scheduler.lockWaitSeconds", "--lock-wait").replace(
+        "scheduler.lockTimeoutSeconds", "--lock-timeout") == cli_words

@@ -32,7 +32,8 @@ def test_every_component_speaks_the_chosen_set(render, naming):
     mock = container_args(by_kind(render(*values, "--set", "devicePlugin.smi=mock"), "DaemonSet", "device-plugin"),
                           "device-plugin")
     assert f"--naming {naming} --resource-count hygon.com/{naming}num" in mock
-    dra = container_args(by_kind(render(*values, "--set", "mode=dra"), "DaemonSet", "dra-driver"), "dra-driver")
+    dra = container_args(by_kind(render(*values, "--set", "mode=dra", kube_version="1.34.0"), "DaemonSet",
+                                 "dra-driver"), "dra-driver")
     assert f"--naming {naming}" in dra
 
 

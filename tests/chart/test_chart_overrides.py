@@ -41,7 +41,7 @@ def test_name_override_renames_and_relabels_consistently(render):
 @pytest.mark.parametrize("mode", ["devicePlugin", "dra"])
 def test_pod_labels_and_annotations_reach_every_pod(render, mode):
     docs = render("--set", f"mode={mode}", "--set", "podLabels.team=ml",
-                  "--set-string", "podAnnotations.cost-center=42")
+                  "--set-string", "podAnnotations.cost-center=42", kube_version="1.34.0")  # DRA needs 1.34
     templates = list(pod_templates(docs))
     assert {w["kind"] for w, _ in templates} == set(WORKLOADS)
     for workload, template in templates:

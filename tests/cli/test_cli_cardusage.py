@@ -65,6 +65,15 @@ def test_a_card_counts_each_container_share_and_lists_who_holds_it():
     assert wide[2][:column].strip() == "" and wide[2][column:].split()[:3] == ["team/b/worker", "4096", "MiB,"]
 
 
+def test_a_native_sidecar_and_its_app_container_on_one_card_count_as_the_extender_counts_them():
+    # issue 23: a sidecar (restartPolicy Always) runs beside the app container, so both shares count.
+    p = pod("p", "n1", [[dev("DCU-n1-0", 1000, 10)], [dev("DCU-n1-0", 2000, 20)]], init=("proxy",))
+    p["spec"]["initContainers"][0]["restartPolicy"] = "Always"
+    card = cluster_usage([node("n1")], [p], NOW).nodes[0].cards[0]
+    assert (card.slots_used, card.memory_used_mib, card.cores_used_percent) == (2, 3000, 30)
+    assert [s.owner for s in card.shares] == ["team/p/proxy", "team/p/main"]
+
+
 def test_init_containers_count_by_their_peak_as_the_scheduler_counts_them():
     # init 3000 MiB then app 1000 MiB on one card: the pod holds 3000 MiB and one slot, not 4000 and two.
     p = pod("p", "n1", [[dev("DCU-n1-0", 3000, 30)], [dev("DCU-n1-0", 1000, 10)]], init=("setup",))

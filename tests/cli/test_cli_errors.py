@@ -1,6 +1,7 @@
 """Common mistakes end in one line on stderr that names the problem, a non-zero exit code and
 no traceback; the real console script runs in a subprocess, as an operator would run it."""
 
+import os
 import re
 import signal
 import socket
@@ -151,3 +152,85 @@ def test_unreachable_api_server(tmp_path):
 def test_version():
     result = run("--version")
     assert result.returncode == 0 and re.fullmatch(r"hami-dcu \d+\.\d+\.\d+\S*\n", result.stdout)
+
+
+# --- issue 23: the last paths that printed a log line or a repr --------------------------------
+
+
+def test_a_pem_file_that_is_not_a_certificate_or_key_is_one_line(tls_files, tmp_path):
+    cert, key = tls_files
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("this is not PEM\n")
+    result = run("webhook", "--tls-cert", str(garbage), "--tls-key", key)
+    assert result.returncode == 2
+    assert the_problem(result, "webhook") == (f"hami-dcu webhook: --tls-cert {garbage}: not a PEM certificate "
+                                              "(expected a -----BEGIN CERTIFICATE----- block)")
+    result = run("webhook", "--tls-cert", cert, "--tls-key", cert)  # the certificate given as the key
+    assert result.returncode == 2 and "--tls-key" in the_problem(result, "webhook") and "not a PEM private key" \
+        in result.stderr
+    other = certs.issue(["elsewhere.svc"])
+    certs.write_pem_files(tmp_path, {"other.key": other.key})
+    result = run("scheduler", "--tls-cert", cert, "--tls-key", str(tmp_path / "other.key"))
+    assert result.returncode == 2 and "is not the key of --tls-cert" in the_problem(result, "scheduler")
+
+
+@pytest.mark.parametrize("command", ["device-plugin", "dra-driver"])
+def test_a_node_agent_without_node_name_is_one_line(command, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "NODE_NAME"}
+    dirs = ["--plugin-dir", str(tmp_path)] if command == "device-plugin" else []
+    result = subprocess.run([HAMI_DCU, command, "--smi", "mock", *dirs], capture_output=True, text=True, timeout=60,
+                            env=env)
+    assert result.returncode == 2
+    assert the_problem(result, command).endswith(
+        "no node name: pass --node-name or set NODE_NAME (the downward API's spec.nodeName)")
+    assert not LOG_RECORD.match(result.stderr)
+
+
+def test_a_mock_smi_file_with_a_quantity_is_one_line(tmp_path):
+    mock = tmp_path / "cards.yaml"
+    mock.write_text('- {serial: S0, model: K100_AI, memory_mib: 64Gi, pci_bus_id: "0000:3D:00.0"}\n')
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                          "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+                          "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n")
+    (tmp_path / "plugins").mkdir()
+    result = run("device-plugin", "--node-name", "n1", "--kubeconfig", str(kubeconfig), "--smi", "mock",
+                 "--mock-devices", str(mock), "--plugin-dir", str(tmp_path / "plugins"),
+                 "--vdev-dir", str(tmp_path / "vdev"), "--etc-vdev", str(tmp_path / "etc"))
+    assert result.returncode == 2
+    assert the_problem(result, "device-plugin") == (
+        f"hami-dcu device-plugin: node n1: mock SMI file {mock}: card 0: memory_mib '64Gi' is not a whole number "
+        "(MiB, e.g. 65536 for 64Gi)")
+
+
+def test_common_flags_before_the_subcommand(tmp_path):
+    missing = tmp_path / "nope"
+    result = run("--log-level", "debug", "status", "--kubeconfig", str(missing))
+    assert result.returncode == 2
+    assert the_problem(result, "status") == f"hami-dcu status: kubeconfig {missing} does not exist"
+    result = run("--kubeconfig", str(missing), "--naming=hcu", "status")
+    assert result.returncode == 2 and the_problem(result, "status").endswith(f"kubeconfig {missing} does not exist")
+    result = run("--log-level", "debug")
+    assert result.returncode == 2
+    assert result.stderr == ("hami-dcu: --log-level debug must be followed by a subcommand, e.g. hami-dcu "
+                             "--log-level debug status (see hami-dcu --help)\n")
+
+
+@pytest.mark.parametrize(("command", "flags", "message"), [
+    ("device-plugin", ["--slots-per-card", "0"],
+     "--slots-per-card: minimum: got 0, want 1 (as the chart's devicePlugin.slotsPerCard)"),
+    ("dra-driver", ["--slots-per-card", "17"],
+     "--slots-per-card: maximum: got 17, want 16 (as the chart's devicePlugin.slotsPerCard)"),
+    ("device-plugin", ["--register-interval", "0"],
+     "--register-interval: minimum: got 0, want 5 (as the chart's devicePlugin.registerIntervalSeconds)"),
+    ("scheduler", ["--lock-timeout", "5"],
+     "--lock-timeout: minimum: got 5, want 10 (as the chart's scheduler.lockTimeoutSeconds)"),
+    ("scheduler", ["--lock-wait", "60", "--lock-timeout", "10"],
+     "--lock-wait (60) must be below --lock-timeout (10): a node lock older than --lock-timeout is taken over, so "
+     "a bind never needs to wait longer; lower --lock-wait or raise --lock-timeout"),
+])
+def test_the_cli_refuses_what_the_chart_refuses(command, flags, message):
+    result = run(command, "--node-name", "n1", *flags) if command != "scheduler" else run(command, *flags)
+    assert result.returncode == 2
+    assert message in result.stderr.splitlines()[0]
+    assert "Traceback" not in result.stderr

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,8 @@ def test_status_for_an_unknown_node_or_one_without_dcus_says_so(cluster, capsys)
     assert main(["status", "--kubeconfig", str(cluster), "--node", "cpu1"]) == 1
     err = capsys.readouterr().err.splitlines()
     assert err == ["hami-dcu status: node nope not found",
-                   "hami-dcu status: node cpu1 has no DCUs registered (no hami.io/node-dcu-register)"]
+                   "hami-dcu status: node cpu1 has no DCUs registered (no hami.io/node-dcu-register and no "
+                   "ResourceSlice of dra.hygon.com)"]
 
 
 def test_kubeconfig_path_list_and_context_like_kubectl(cluster, tmp_path, capsys, monkeypatch):
@@ -70,3 +72,55 @@ def test_kubectl_plugin_runs_status(cluster):
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "DCU-S1" in done.stdout and "team/live/main (2000 MiB, 15%)" in done.stdout
+
+
+def test_status_reads_home_kube_config_as_kubectl_does(cluster, tmp_path, capsys, monkeypatch):
+    # issue 23: without --kubeconfig or KUBECONFIG, kubectl reads ~/.kube/config
+    (tmp_path / ".kube").mkdir()
+    (tmp_path / ".kube" / "config").write_text(Path(cluster).read_text())
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    assert main(["status"]) == 0, capsys.readouterr().err
+    assert "cluster: 1 node, 2 cards" in capsys.readouterr().out
+
+
+def test_all_namespaces_is_accepted_and_an_unknown_namespace_is_an_error(cluster, capsys):
+    assert main(["status", "--kubeconfig", str(cluster), "-A"]) == 0
+    everything = capsys.readouterr().out
+    assert "team/live/main" in everything
+    assert main(["status", "--kubeconfig", str(cluster), "--all-namespaces", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["pods"] == 1
+    assert main(["status", "--kubeconfig", str(cluster), "-n", "nosuchns"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "hami-dcu status: namespace nosuchns not found\n"
+    assert main(["status", "--kubeconfig", str(cluster), "-n", "team"]) == 0
+    assert "team/live/main" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exited:
+        main(["status", "--kubeconfig", str(cluster), "-n", "team", "-A"])
+    assert exited.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_status_shows_a_waiting_dcu_pod_with_its_request_and_latest_reason(cluster, kube, capsys):
+    waiting = kube.create_pod("team", {
+        "metadata": {"name": "waits"},
+        "spec": {"schedulerName": keys.DEFAULT_SCHEDULER_NAME, "containers": [{"name": "main", "image": "x",
+                 "resources": {"limits": {keys.DEFAULT_COUNT_RESOURCE: "1", keys.DEFAULT_MEMORY_RESOURCE: "3000",
+                                          keys.DEFAULT_CORES_RESOURCE: "30"}}}]}})
+    kube.create_pod("team", {"metadata": {"name": "plain"}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    kube.create_event(waiting, "FilteringFailed", "an older reason", "Warning", component="hami-scheduler")
+    time.sleep(1.1)  # events carry seconds: the next one is the latest
+    kube.create_event(waiting, "FailedScheduling", "0/1 nodes are available: 1 insufficient card memory",
+                      "Warning", component="hami-scheduler")
+    kube.create_event(waiting, "Scheduled", "a Normal event is no reason", "Normal")
+    assert main(["status", "--kubeconfig", str(cluster)]) == 0
+    out = capsys.readouterr().out
+    header, row = [line for line in out.splitlines() if "team/waits" in line or line.startswith("PENDING POD")]
+    assert header.split() == ["PENDING", "POD", "REQUEST", "AGE", "REASON"]
+    assert "1 x (3000 MiB, 30%)" in row and row.endswith("0/1 nodes are available: 1 insufficient card memory")
+    assert "team/plain" not in out
+    assert main(["status", "--kubeconfig", str(cluster), "-o", "json"]) == 0
+    (pending,) = json.loads(capsys.readouterr().out)["pending"]
+    assert pending["name"] == "waits" and pending["reason_source"] == "FailedScheduling (hami-scheduler)"
+    assert main(["status", "--kubeconfig", str(cluster), "-n", "default"]) == 0
+    assert "PENDING" not in capsys.readouterr().out

@@ -29,8 +29,9 @@ def test_missing_kubeconfig_is_a_clear_error(tmp_path):
         load_api_client(str(tmp_path / "nope"))
 
 
-def test_no_config_at_all_is_a_clear_error(monkeypatch):
+def test_no_config_at_all_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config either
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(KubeConfigError, match="in-cluster"):
         load_api_client(None)

@@ -26,7 +26,7 @@ def test_mock_mode_command_registers_and_publishes(api_server, kube, tmp_path):
         [sys.executable, "-m", "hami_dcu.cli.main", "device-plugin", "--kubeconfig", str(api_server.kubeconfig_path),
          "--node-name", "w1", "--smi", "mock", "--mock-devices", str(mock), "--mock-fake-tree",
          "--dev-root", str(fake / "dev"), "--sys-root", str(fake / "sys"), "--plugin-dir", str(plugin_dir),
-         "--vdev-dir", str(tmp_path / "vgpu"), "--etc-vdev", str(tmp_path / "etc"), "--register-interval", "1"],
+         "--vdev-dir", str(tmp_path / "vgpu"), "--etc-vdev", str(tmp_path / "etc"), "--register-interval", "5"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 20

@@ -97,7 +97,7 @@ def test_mock_backend_and_errors(tmp_path):
     (card,) = MockBackend(path).cards()
     assert card.compute_units == 60 and card.pci_bus_id == "0000:0A:00.0"
     path.write_text(yaml.safe_dump([{"serial": "A"}]))
-    with pytest.raises(SmiError, match="card 0 is malformed"):
+    with pytest.raises(SmiError, match="card 0: memory_mib and pci_bus_id missing"):
         MockBackend(path).cards()
 
 

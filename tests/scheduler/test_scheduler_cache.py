@@ -14,11 +14,11 @@ from scheduler_helpers import node_object
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import encode_pod_devices
+from hami_dcu.common.counting import StartOrder, Usage
 from hami_dcu.common.requests import DcuRequest
 from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock
 from hami_dcu.scheduler.fit import PodFit, Selection, fit_pod
 from hami_dcu.scheduler.policy import CardPolicy
-from hami_dcu.scheduler.usage import Usage
 
 NOW = datetime.now(UTC)
 NODES = ["a", "b"]
@@ -55,7 +55,7 @@ class CacheMachine(RuleBasedStateMachine):
         requests = [DcuRequest(1, memory, cores), DcuRequest(n, memory, cores)] if init else [
             DcuRequest(n, memory, cores)]
         names = ["init", "main"] if init else ["main"]
-        result = fit_pod(entry.cards, entry.used, requests, names, 1 if init else 0, Selection(),
+        result = fit_pod(entry.cards, entry.used, requests, names, StartOrder(1 if init else 0), Selection(),
                          CardPolicy(("spread",)))
         return result if isinstance(result, PodFit) else None
 

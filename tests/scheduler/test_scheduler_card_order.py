@@ -9,12 +9,12 @@ from scheduler_helpers import dcu_pod
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import NodeDevice, encode_node_devices, encode_pod_devices, encode_reported
+from hami_dcu.common.counting import StartOrder, Usage
 from hami_dcu.common.requests import DcuRequest
 from hami_dcu.scheduler import policy
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.filtering import Filter, FilterSettings, plan_pod
 from hami_dcu.scheduler.fit import CardSpec, PodFit, Selection, fit_pod
-from hami_dcu.scheduler.usage import Usage
 
 NOW = datetime.now(UTC)
 SHARE = DcuRequest(count=1, memory_mib=2000, cores=60)
@@ -27,7 +27,7 @@ def card(index: int, numa: int = 0) -> CardSpec:
 def chosen(cards: list[CardSpec], used: list[Usage], request: DcuRequest, value: str) -> list[str]:
     card_policy = policy.parse_card_policy(value)
     assert card_policy is not None
-    result = fit_pod(cards, used, [request], ["main"], 0, Selection(), card_policy)
+    result = fit_pod(cards, used, [request], ["main"], StartOrder(), Selection(), card_policy)
     assert isinstance(result, PodFit), result
     return [device.uuid for device in result.devices[0]]
 
@@ -60,7 +60,7 @@ def test_among_equal_cards_the_highest_numa_node_then_the_highest_index_goes_fir
 def test_a_multi_card_container_lists_its_cards_in_hamis_walk_order():
     cards = [card(0), card(1), card(2)]
     assert chosen(cards, [Usage()] * 3, DcuRequest(count=3), "spread") == ["DCU-S2", "DCU-S1", "DCU-S0"]
-    result = fit_pod(cards, [Usage()] * 3, [DcuRequest(count=2)], ["main"], 0, Selection(),
+    result = fit_pod(cards, [Usage()] * 3, [DcuRequest(count=2)], ["main"], StartOrder(), Selection(),
                      policy.CardPolicy(("spread",)))
     assert isinstance(result, PodFit)
     assert encode_pod_devices(result.devices) == "DCU-S2,DCU,65520,100:DCU-S1,DCU,65520,100:;"

@@ -3,11 +3,11 @@
 import pytest
 
 from hami_dcu.common import keys
+from hami_dcu.common.counting import StartOrder, Usage
 from hami_dcu.common.requests import DcuRequest
 from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss, Selection, fit_pod
 from hami_dcu.scheduler.policy import parse_card_policy
 from hami_dcu.scheduler.reasons import Code
-from hami_dcu.scheduler.usage import Usage
 
 
 def card(i: int, model: str = "DCU-K100_AI", health: bool = True, slots: int = 4, memory: int = 65520) -> CardSpec:
@@ -16,7 +16,7 @@ def card(i: int, model: str = "DCU-K100_AI", health: bool = True, slots: int = 4
 
 def fit(cards, used, requests, init_count=0, annotations=None, policy="spread"):
     names = [f"c{i}" for i in range(len(requests))]
-    return fit_pod(cards, used, requests, names, init_count, Selection.from_annotations(annotations or {}),
+    return fit_pod(cards, used, requests, names, StartOrder(init_count), Selection.from_annotations(annotations or {}),
                    parse_card_policy(policy))
 
 

@@ -4,11 +4,11 @@ named after the HAMi behaviour it holds us to."""
 import pytest
 
 from hami_dcu.common import keys
+from hami_dcu.common.counting import StartOrder, Usage
 from hami_dcu.common.requests import DcuRequest
 from hami_dcu.scheduler import policy
 from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss, Selection, fit_pod
 from hami_dcu.scheduler.reasons import Code
-from hami_dcu.scheduler.usage import Usage
 
 SHARE = DcuRequest(count=1, memory_mib=2000, cores=10)
 
@@ -18,7 +18,7 @@ def card(index: int, numa: int = 0, model: str = "DCU-K100_AI") -> CardSpec:
 
 
 def place(cards, used, request, card_policy, selection: Selection | None = None):
-    return fit_pod(cards, used, [request], ["main"], 0, selection or Selection(), card_policy)
+    return fit_pod(cards, used, [request], ["main"], StartOrder(), selection or Selection(), card_policy)
 
 
 def uuids(result) -> list[str]:

@@ -33,7 +33,7 @@ def view(cache: ClusterCache) -> dict:
         "nodes": {name: (e.present, e.cards, [(u.slots, u.memory, u.cores) for u in e.used], e.degraded,
                          e.handshake_fresh_until, e.dcu_allocatable, e.lock_value, sorted(e.holdings))
                   for name, e in cache.nodes.items()},
-        "pods": {uid: (r.namespace, r.name, r.node, r.allocated, r.init_count, r.state)
+        "pods": {uid: (r.namespace, r.name, r.node, r.allocated, r.order, r.state)
                  for uid, r in cache.pods.items()},
     }
 

@@ -7,13 +7,13 @@ import pytest
 from scheduler_helpers import dcu_pod
 
 from hami_dcu.common import keys
+from hami_dcu.common.counting import StartOrder, Usage
 from hami_dcu.common.preferences import Weights, WeightsError, parse_weights
 from hami_dcu.common.requests import DcuRequest, RequestError
 from hami_dcu.scheduler.filtering import FilterSettings, plan_pod
 from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss, Selection, fit_pod
 from hami_dcu.scheduler.policy import CardPolicy, parse_card_policy
 from hami_dcu.scheduler.reasons import Code
-from hami_dcu.scheduler.usage import Usage
 
 SHARE = DcuRequest(count=1, memory_mib=2000, cores=10)
 
@@ -28,7 +28,7 @@ DEFAULT = Weights()
 def place(cards, used, request, value="spread", weights=DEFAULT):
     card_policy = parse_card_policy(value)
     assert card_policy is not None
-    return fit_pod(cards, used, [request], ["main"], 0, Selection(), card_policy, weights)
+    return fit_pod(cards, used, [request], ["main"], StartOrder(), Selection(), card_policy, weights)
 
 
 def uuids(result) -> list[str]:

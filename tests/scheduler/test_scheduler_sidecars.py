@@ -6,12 +6,12 @@ beside it."""
 from __future__ import annotations
 
 from hami_dcu.common.codec import ContainerDevice
+from hami_dcu.common.counting import StartOrder, Usage, collapse
 from hami_dcu.common.quota import Amount, requested
 from hami_dcu.common.requests import DcuRequest, sidecar_positions
 from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss, Selection, fit_pod
 from hami_dcu.scheduler.policy import parse_card_policy
 from hami_dcu.scheduler.reasons import Code
-from hami_dcu.scheduler.usage import Usage, collapse
 
 WHOLE = DcuRequest(1)  # a whole card: all its memory and cores
 
@@ -22,8 +22,8 @@ def card(i: int) -> CardSpec:
 
 def fit(cards, requests, init_count, sidecars):
     names = [f"c{i}" for i in range(len(requests))]
-    return fit_pod(cards, [Usage() for _ in cards], requests, names, init_count, Selection.from_annotations({}),
-                   parse_card_policy("spread"), sidecars=sidecars)
+    return fit_pod(cards, [Usage() for _ in cards], requests, names, StartOrder(init_count, sidecars),
+                   Selection.from_annotations({}), parse_card_policy("spread"))
 
 
 def dev(card_id: str, memory: int, cores: int) -> list[ContainerDevice]:
@@ -53,22 +53,22 @@ def test_a_finished_init_container_still_hands_its_card_on():
 
 
 def test_a_sidecar_share_adds_to_the_app_containers_share():
-    held = collapse([dev("DCU-S0", 1000, 20), dev("DCU-S0", 2000, 30)], 1, frozenset({0}))
+    held = collapse([dev("DCU-S0", 1000, 20), dev("DCU-S0", 2000, 30)], StartOrder(1, frozenset({0})))
     assert held["DCU-S0"] == Usage(2, 3000, 50)
     # the same pod with an ordinary init container: the larger of the two
-    assert collapse([dev("DCU-S0", 1000, 20), dev("DCU-S0", 2000, 30)], 1)["DCU-S0"] == Usage(1, 2000, 30)
+    assert collapse([dev("DCU-S0", 1000, 20), dev("DCU-S0", 2000, 30)], StartOrder(1))["DCU-S0"] == Usage(1, 2000, 30)
 
 
 def test_an_init_container_after_a_sidecar_runs_beside_it():
     devices = [dev("DCU-S0", 1000, 10), dev("DCU-S0", 3000, 60), dev("DCU-S0", 500, 5)]
-    held = collapse(devices, 2, frozenset({0}))
+    held = collapse(devices, StartOrder(2, frozenset({0})))
     # sidecar + init (4000 MiB, 70 %) outweighs sidecar + app (1500 MiB, 15 %)
     assert held["DCU-S0"] == Usage(2, 4000, 70)
     # and the fit sees it: a card with 40 % of cores free cannot take the init container beside the sidecar
     cards = [card(1)]
     miss = fit_pod(cards, [Usage(1, 0, 60)], [DcuRequest(1, 1000, 10), DcuRequest(1, 1000, 35), DcuRequest(1, 500, 5)],
-                   ["proxy", "setup", "main"], 2, Selection.from_annotations({}), parse_card_policy("spread"),
-                   sidecars=frozenset({0}))
+                   ["proxy", "setup", "main"], StartOrder(2, frozenset({0})), Selection.from_annotations({}),
+                   parse_card_policy("spread"))
     assert isinstance(miss, PodMiss) and miss.container == "setup"
 
 

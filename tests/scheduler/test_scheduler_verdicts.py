@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, NodeDevice, encode_node_devices, encode_pod_devices, encode_reported
+from hami_dcu.common.counting import StartOrder
 from hami_dcu.common.requests import DcuRequest
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.cache import ClusterCache
@@ -81,9 +82,9 @@ def plan_of(pod: dict) -> PodPlan | None:
     annotations = {keys.USE_DCU_TYPE: pod["use_type"], keys.NOUSE_DCU_TYPE: pod["nouse_type"]}
     card_policy = policies.parse_card_policy(pod["card_policy"])
     assert card_policy is not None
-    return PodPlan(requests=requests, names=tuple(f"c{i}" for i in range(len(requests))), init_count=len(pod["init"]),
-                   selection=Selection.from_annotations(annotations), node_policy=pod["node_policy"],
-                   card_policy=card_policy)
+    return PodPlan(requests=requests, names=tuple(f"c{i}" for i in range(len(requests))),
+                   order=StartOrder(len(pod["init"])), selection=Selection.from_annotations(annotations),
+                   node_policy=pod["node_policy"], card_policy=card_policy)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,0 +1,154 @@
+"""What is used where in DRA mode: per card, the claims allocated on it (pure, no I/O).
+
+The inputs are what `hami-dcu status` lists: the ResourceSlices of our driver (one per node,
+one device per healthy card, with its `cores` (compute units), `memory` (bytes) and `slices`
+(vDCU slots) capacities) and the ResourceClaims. A claim's share of a card is the capacity
+kube-scheduler wrote it consumes (`consumedCapacity`); a result without one took the whole
+card. Who uses the claim is its `status.reservedFor`.
+
+A result naming a device no slice publishes (the card turned unhealthy or its node's
+driver is gone) is a `problem`, never silently dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hami_dcu.dra import names
+from hami_dcu.dra.quantity import QuantityError, to_int
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ClaimShare:
+    namespace: str
+    claim: str
+    pods: tuple[str, ...]  # the pods the claim is reserved for (empty: allocated, not in use yet)
+    cores: int  # compute units
+    memory_mib: int
+    slots: int
+    whole: bool
+
+    @property
+    def owner(self) -> str:
+        return f"{self.namespace}/{self.claim}"
+
+
+@dataclass
+class DraCard:
+    node: str
+    device: str
+    model: str
+    serial: str
+    cores_total: int
+    memory_total_mib: int
+    slots_total: int
+    cores_used: int = 0
+    memory_used_mib: int = 0
+    slots_used: int = 0
+    shares: list[ClaimShare] = field(default_factory=list)
+
+
+@dataclass
+class DraUsage:
+    cards: list[DraCard]
+    problems: list[str]
+    claims: int  # allocated claims of our driver counted on the listed cards
+
+
+def dra_usage(slices: Iterable[JSON], claims: Iterable[JSON], node_name: str | None = None,
+              namespace: str | None = None) -> DraUsage:
+    """Per card (sorted by node and device) the claims on it. `node_name` keeps one node;
+    `namespace` keeps that namespace's claims in the listing, the totals still count all."""
+    cards: dict[tuple[str, str], DraCard] = {}
+    problems: list[str] = []
+    for piece in slices:
+        spec = piece.get("spec") or {}
+        if spec.get("driver") != names.DRIVER:
+            continue
+        pool = str((spec.get("pool") or {}).get("name") or spec.get("nodeName") or "")
+        node = str(spec.get("nodeName") or pool)
+        for device in spec.get("devices") or []:
+            card = _card(node, device, problems)
+            if card is not None:
+                cards[(pool, card.device)] = card
+    counted: set[tuple[str, str]] = set()
+    for claim in claims:
+        _add_claim(cards, claim, problems, counted)
+    listed = [cards[key] for key in sorted(cards, key=lambda k: (cards[k].node, k[1]))
+              if node_name is None or cards[key].node == node_name]
+    shown = {(s.namespace, s.claim) for card in listed for s in card.shares}
+    if namespace is not None:
+        for card in listed:
+            card.shares = [s for s in card.shares if s.namespace == namespace]
+        shown = {key for key in shown if key[0] == namespace}
+    return DraUsage(cards=listed, problems=problems, claims=len(shown))
+
+
+def _card(node: str, device: JSON, problems: list[str]) -> DraCard | None:
+    name = str(device.get("name") or "")
+    attributes = device.get("attributes") or {}
+    capacity = device.get("capacity") or {}
+    try:
+        cores = to_int((capacity.get(names.CAP_CORES) or {}).get("value", "0"), f"device {name} cores")
+        memory = to_int((capacity.get(names.CAP_MEMORY) or {}).get("value", "0"), f"device {name} memory")
+        slots = to_int((capacity.get(names.CAP_SLICES) or {}).get("value", "1"), f"device {name} slices")
+    except QuantityError as exc:
+        problems.append(f"node {node}: {exc}")
+        return None
+    return DraCard(node=node, device=name, model=_attribute(attributes, names.ATTR_MODEL),
+                   serial=_attribute(attributes, names.ATTR_SERIAL), cores_total=cores,
+                   memory_total_mib=memory // names.MEMORY_STEP, slots_total=slots)
+
+
+def _attribute(attributes: JSON, key: str) -> str:
+    value = attributes.get(key) or {}
+    return str(next(iter(value.values()), "")) if isinstance(value, dict) and value else ""
+
+
+def _add_claim(cards: dict[tuple[str, str], DraCard], claim: JSON, problems: list[str],
+               counted: set[tuple[str, str]]) -> None:
+    meta = claim.get("metadata") or {}
+    status = claim.get("status") or {}
+    results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+    namespace, name = meta.get("namespace") or "default", meta.get("name") or "?"
+    pods = tuple(sorted(str(r.get("name")) for r in status.get("reservedFor") or []
+                        if isinstance(r, dict) and r.get("resource") == "pods"))
+    for result in results:
+        if not isinstance(result, dict) or result.get("driver") != names.DRIVER:
+            continue
+        card = cards.get((str(result.get("pool")), str(result.get("device"))))
+        if card is None:
+            problems.append(f"claim {namespace}/{name} holds device {result.get('device')} in pool "
+                            f"{result.get('pool')}, which no ResourceSlice publishes")
+            continue
+        share = _share(card, namespace, name, pods, result, problems)
+        if share is None:
+            continue
+        card.cores_used += share.cores
+        card.memory_used_mib += share.memory_mib
+        card.slots_used += share.slots
+        card.shares.append(share)
+        counted.add((namespace, name))
+
+
+def _share(card: DraCard, namespace: str, claim: str, pods: tuple[str, ...], result: JSON,
+           problems: list[str]) -> ClaimShare | None:
+    consumed = result.get("consumedCapacity")
+    if not consumed or result.get("adminAccess"):
+        # Admin access watches the card without holding any of it; no consumed capacity is a whole card.
+        held = (0, 0, 0) if result.get("adminAccess") else (card.cores_total, card.memory_total_mib, card.slots_total)
+        return ClaimShare(namespace, claim, pods, *held, whole=not result.get("adminAccess"))
+    try:
+        cores = to_int(consumed.get(names.CAP_CORES, card.cores_total), "cores")
+        memory = to_int(consumed.get(names.CAP_MEMORY, card.memory_total_mib * names.MEMORY_STEP), "memory")
+        slots = to_int(consumed.get(names.CAP_SLICES, 1), "slices")
+    except QuantityError as exc:
+        problems.append(f"claim {namespace}/{claim} on {card.device}: consumed {exc}")
+        return None
+    memory_mib = memory // names.MEMORY_STEP
+    whole = cores >= card.cores_total and memory_mib >= card.memory_total_mib
+    return ClaimShare(namespace, claim, pods, cores, memory_mib, slots, whole)
