@@ -29,7 +29,7 @@ def policies(docs: list[dict]) -> dict[str, dict]:
     ["--set", "devicePlugin.smi=mock", "--set", "devicePlugin.metricsPort=9394"],
 ])
 def test_every_container_has_requests_and_limits(render, values):
-    found = containers(render(*values))
+    found = containers(render(*values, kube_version="1.34.0"))  # DRA mode renders from 1.34
     assert len(found) >= 5
     for name, container in found:
         resources = container.get("resources") or {}
@@ -95,5 +95,5 @@ def test_metrics_of_device_plugins_only_from_monitoring(render):
 
 
 def test_dra_mode_closes_the_driver_and_policies_can_be_switched_off(render):
-    assert policies(render("--set", "mode=dra"))["driver"]["ingress"] == []
+    assert policies(render("--set", "mode=dra", kube_version="1.34.0"))["driver"]["ingress"] == []
     assert policies(render("--set", "networkPolicy.enabled=false")) == {}
