@@ -63,6 +63,8 @@ class LocalKubelet:
         self.resource = resource or keys.DEFAULT_COUNT_RESOURCE
         self.labels = labels or {"dcu": "on"}
         self.endpoints: dict[str, PluginEndpoint] = {}
+        # Resources a plugin served before the last restart (the real kubelet checkpoints them).
+        self.checkpointed: dict[str, PluginEndpoint] = {}
         self.assigned: dict[str, set[str]] = {}  # pod uid -> device ids
         self.responses: dict[str, dict[str, api_pb2.ContainerAllocateResponse]] = {}  # uid -> container -> resp
         self.registrations = 0
@@ -103,13 +105,21 @@ class LocalKubelet:
         self._server = server
 
     def restart(self) -> None:
-        """A kubelet restart: plugins lose their sockets and must register again."""
+        """A kubelet restart: plugins lose their sockets and must register again. Until one
+        does, a real kubelet knows its devices only from its checkpoint, all unhealthy: it
+        offers none (allocatable 0) and refuses pods asking for them (seen on kind)."""
         if self._server is not None:
             self._server.stop(grace=None).wait(5)
         with self._lock:
             for endpoint in self.endpoints.values():
                 endpoint.channel.close()
+            self.checkpointed.update(self.endpoints)
             self.endpoints.clear()
+        for resource in list(self.checkpointed):
+            try:
+                self.kube.patch_node_status(self.node, {"allocatable": {resource: "0"}})
+            except KubeError as exc:
+                log.warning("node %s: allocatable update failed: %s", self.node, exc)
         for entry in self.plugin_dir.iterdir():
             if stat.S_ISSOCK(entry.lstat().st_mode):
                 entry.unlink()
@@ -255,6 +265,9 @@ class LocalKubelet:
     def _allocate(self, uid: str, container: str, need: int) -> None:
         with self._lock:
             plugin = self.endpoints.get(self.resource)
+        if plugin is None and self.resource in self.checkpointed:
+            # The real kubelet's words for devices it knows from before its restart.
+            raise AdmissionFailed(f"no healthy devices present; cannot allocate unhealthy devices {self.resource}")
         if plugin is None:
             raise AdmissionFailed(f"no device plugin registered for {self.resource}")
         free = self.free_ids(self.resource)

@@ -335,9 +335,9 @@ EOF
     loader=$(docker run -d --privileged --entrypoint /usr/local/bin/containerd "$node_image.unloaded")
     for _ in $(seq 1 30); do docker exec "$loader" ctr version >/dev/null 2>&1 && break; sleep 1; done
     for image in "${wanted[@]}"; do
-        docker exec -i "$loader" ctr -n k8s.io images import --no-unpack --all-platforms - <"$(image_tar "$image")" >/dev/null
+        docker exec -i "$loader" ctr -n k8s.io images import --no-unpack --all-platforms - <"$(image_tar "$image")" \
+            >/dev/null 2>&1
     done
-    docker exec "$loader" ctr -n k8s.io images ls -q >&2
     docker stop -t 10 "$loader" >/dev/null
     docker commit \
         --change 'ENTRYPOINT ["/usr/local/bin/entrypoint"]' --change 'CMD []' \

@@ -156,3 +156,19 @@ def test_several_container_requests_in_one_call_over_the_wire(dcu_node):
             assert "no pod holds the node lock" in refused.value.details()
     finally:
         server.stop()
+
+
+def test_kubelet_restart_before_the_plugin_is_back_offers_nothing_and_refuses_as_the_real_one(running):
+    """Seen on kind: after a kubelet restart, until the plugin registers again, the devices it
+    served are known only from the checkpoint, unhealthy; a pod asking for them is refused with
+    the real kubelet's words, and allocatable reads 0 meanwhile."""
+    node, kubelet, server = running
+    until(lambda: capacity(node) == ("8", "8"))
+    server.stop()
+    kubelet.restart()
+    assert until(lambda: capacity(node) == ("8", "0"))
+    node.bind("early", [("c", [dev("S1", 1000, 10)])])
+    pod = until(lambda: (p := node.kube.get_pod("default", "early"))["status"]["phase"] == "Failed" and p)
+    assert pod["status"]["reason"] == "UnexpectedAdmissionError"
+    assert pod["status"]["message"] == ("Allocate failed due to no healthy devices present; cannot allocate "
+                                        "unhealthy devices hygon.com/dcunum, which is unexpected")
