@@ -165,11 +165,15 @@ class KindBackend:
     # --- install --------------------------------------------------------------------------
 
     def values(self, mode: str = "devicePlugin") -> JSON:
+        """The chart's values for a mode of the suite: `devicePlugin`, `dra`, or `volcano` (device
+        plugin mode serving Volcano's Hygon deviceshare: the hcu naming set)."""
         repository, tag = self.image.rsplit(":", 1)
         mock = {node: [c.as_mock_entry() for c in cards] for node, cards in self.cards.items()}
+        extra: JSON = {"naming": "hcu", "volcano": {"enabled": True}} if mode == "volcano" else {}
         return {
+            **extra,
             "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
-            "mode": mode,
+            "mode": "dra" if mode == "dra" else "devicePlugin",
             "devicePlugin": {"smi": "mock", "mockDevicesPerNode": mock, "registerIntervalSeconds": 5,
                              "driverDir": DRIVER_DIR, "hyhalDir": HYHAL_DIR},
             "draDriver": {"registerIntervalSeconds": 5},
@@ -206,7 +210,7 @@ class KindBackend:
              "--kubeconfig", self.kubeconfig, "-f", values, "--wait", "--timeout", "10m", timeout=900)
         self.mode = mode
         self.wait_webhook_serving()
-        if mode == "devicePlugin":
+        if mode != "dra":
             self.wait_registered()
 
     def wait_webhook_serving(self, timeout: float = 120) -> None:

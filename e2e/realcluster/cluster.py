@@ -257,8 +257,23 @@ class RealCluster:
                 for p in pods
             )
 
+        def webhook_routed() -> bool:
+            """The webhook Service's endpoints name a new scheduler pod, ready: the apiserver
+            dials them (aggregator routing), and a pod Ready a moment before its EndpointSlice
+            is updated would meet "no endpoints available" at admission."""
+            slices = self.kube.request(
+                "GET", f"/apis/discovery.k8s.io/v1/namespaces/{SYSTEM_NAMESPACE}/endpointslices",
+                query={"labelSelector": "kubernetes.io/service-name"}).get("items") or []
+            service = "kubernetes.io/service-name"
+            webhook = [s for s in slices if (s["metadata"].get("labels") or {}).get(service, "").endswith("-webhook")]
+            return bool(webhook) and all(
+                any((e.get("conditions") or {}).get("ready") and (e.get("targetRef") or {}).get("uid") not in exclude
+                    for e in s.get("endpoints") or [])
+                for s in webhook)
+
         try:
             wait_for("the scheduler pods Ready", ready, timeout)
+            wait_for("the webhook Service routed to them", webhook_routed, timeout)
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}\n{self.diagnose()}") from None
 
