@@ -161,14 +161,20 @@ def _quantity(container: JSON, name: str, requests_too: bool) -> int | None:
     return None
 
 
+def hcu_containers(pod: JSON) -> list[JSON]:
+    """The app containers that ask for HCU (the count or the memory resource in limits), in
+    order: the fork writes one allocation entry for each, and none for the others."""
+    names = NAMING.resources
+    return [c for c in (pod.get("spec") or {}).get("containers") or []
+            if names.count in ((c.get("resources") or {}).get("limits") or {})
+            or names.memory in ((c.get("resources") or {}).get("limits") or {})]
+
+
 def hcu_requests(pod: JSON) -> list[HcuRequest]:
-    """The requests of the pod's HCU containers, in order (app containers only)."""
+    """The requests of the pod's HCU containers, in order."""
     names = NAMING.resources
     found = []
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        limits = (container.get("resources") or {}).get("limits") or {}
-        if names.count not in limits and names.memory not in limits:
-            continue
+    for container in hcu_containers(pod):
         count = _quantity(container, names.count, requests_too=False)
         memory = _quantity(container, names.memory, requests_too=True)
         cores = _quantity(container, names.cores, requests_too=True)
