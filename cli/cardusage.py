@@ -73,6 +73,7 @@ class PluginReport:
     state: str  # Reported, Requesting, Deleted or "" (unknown)
     at: datetime | None
     age_seconds: float | None
+    by_volcano: bool = False  # the request or deletion was stamped by Volcano's scheduler
 
 
 @dataclass
@@ -174,7 +175,8 @@ def _node_usage(node: JSON, now: datetime) -> NodeUsage:
     if handshake:
         seen = decode_handshake(handshake)
         usage.report = PluginReport(state=seen.state, at=seen.at,
-                                    age_seconds=(now - seen.at).total_seconds() if seen.at else None)
+                                    age_seconds=(now - seen.at).total_seconds() if seen.at else None,
+                                    by_volcano=seen.by_volcano)
     else:
         usage.problems.append(f"no {keys.NODE_HANDSHAKE} annotation: the device plugin never reported")
     return usage

@@ -181,9 +181,9 @@ def report_text(report: PluginReport | None) -> str:
         return f"{age(report.age_seconds)} ago" if report.age_seconds is not None else "reported (time unreadable)"
     if report.state == keys.HANDSHAKE_REQUESTING:
         when = f" {age(report.age_seconds)} ago" if report.age_seconds is not None else ""
-        return f"requested by a HAMi scheduler{when}, no reply yet"
+        return f"requested by {'Volcano' if report.by_volcano else 'a HAMi scheduler'}{when}, no reply yet"
     if report.state == keys.HANDSHAKE_DELETED:
-        return "deleted (plugin stopped)"
+        return "dropped by Volcano (no reply for 60s)" if report.by_volcano else "deleted (plugin stopped)"
     return "unknown value"
 
 

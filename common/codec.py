@@ -15,7 +15,8 @@ Formats (reference: hami-wire-protocol.md §2):
   An empty namespace or name parses (HAMi's parser takes it) as a lock naming nobody:
   HAMi cannot look such a holder up either, so only expiry frees it, as a legacy lock.
 * handshake (`hami.io/node-handshake-dcu`): `Reported <time>` from the plugin,
-  `Requesting_<YYYY-MM-DD HH:MM:SS>` from the scheduler.
+  `Requesting_<YYYY-MM-DD HH:MM:SS>` from HAMi's scheduler; Volcano's Hygon deviceshare
+  (HYGON-AI/volcano) stamps `Requesting_<YYYY.MM.DD HH:MM:SS>` and `Deleted_<same>` instead.
 
 Numbers are read as Go's `strconv.ParseInt(s, 10, 32)` reads them (HAMi's decoders): an
 optional sign, decimal digits, the int32 range; so `+4` and `-1` (a NUMA node sysfs cannot
@@ -281,6 +282,11 @@ def _parse_rfc3339(annotation: str, whole: str, text: str) -> datetime:
 # --- handshake ----------------------------------------------------------------------------
 
 _REQUESTING_FORMAT = "%Y-%m-%d %H:%M:%S"
+# Volcano's Hygon deviceshare writes Go's layout `2006.01.02 15:04:05` from its local clock
+# and reads it back with time.Parse, which takes a zoneless time as UTC: its 60 s staleness
+# rule therefore counts from the stamp read as UTC, and so do we (a scheduler container runs
+# in UTC unless told otherwise, and then the two agree).
+_VOLCANO_FORMAT = "%Y.%m.%d %H:%M:%S"
 
 
 @dataclass(frozen=True)
@@ -290,6 +296,7 @@ class Handshake:
 
     state: str  # keys.HANDSHAKE_REPORTED / HANDSHAKE_REQUESTING / HANDSHAKE_DELETED / "" unknown
     at: datetime | None
+    by_volcano: bool = False  # stamped in the layout of Volcano's Hygon deviceshare
 
 
 def encode_reported(now: datetime) -> str:
@@ -302,14 +309,22 @@ def encode_requesting(now: datetime) -> str:
     return f"{keys.HANDSHAKE_REQUESTING}_{now.astimezone().strftime(_REQUESTING_FORMAT)}"
 
 
+def encode_volcano_requesting(now: datetime) -> str:
+    """What Volcano's Hygon deviceshare stamps on a node whose plugin it takes up (its local
+    clock, its own layout)."""
+    return f"{keys.HANDSHAKE_REQUESTING}_{now.astimezone().strftime(_VOLCANO_FORMAT)}"
+
+
+def encode_volcano_deleted(now: datetime) -> str:
+    """What Volcano's Hygon deviceshare stamps on a node it drops (no answer for 60 s)."""
+    return f"{keys.HANDSHAKE_DELETED}_{now.astimezone().strftime(_VOLCANO_FORMAT)}"
+
+
 def decode_handshake(value: str) -> Handshake:
     if value.startswith(keys.HANDSHAKE_REQUESTING):
         _, _, stamp = value.partition("_")
-        try:
-            at = datetime.strptime(stamp, _REQUESTING_FORMAT).astimezone()
-        except ValueError:
-            at = None
-        return Handshake(keys.HANDSHAKE_REQUESTING, at)
+        at, by_volcano = _requesting_time(stamp)
+        return Handshake(keys.HANDSHAKE_REQUESTING, at, by_volcano)
     if value.startswith(keys.HANDSHAKE_REPORTED):
         stamp = value[len(keys.HANDSHAKE_REPORTED) :].strip()
         try:
@@ -320,8 +335,22 @@ def decode_handshake(value: str) -> Handshake:
             at = _parse_go_time_string(stamp)
         return Handshake(keys.HANDSHAKE_REPORTED, at)
     if value.startswith(keys.HANDSHAKE_DELETED):
-        return Handshake(keys.HANDSHAKE_DELETED, None)
+        _, _, stamp = value.partition("_")
+        return Handshake(keys.HANDSHAKE_DELETED, None, _requesting_time(stamp)[1])
     return Handshake("", None)
+
+
+def _requesting_time(stamp: str) -> tuple[datetime | None, bool]:
+    """The time in HAMi's layout (local time), else in Volcano's (UTC, as the fork reads
+    it), None when neither reads it; and whether it was Volcano's."""
+    try:
+        return datetime.strptime(stamp, _REQUESTING_FORMAT).astimezone(), False
+    except ValueError:
+        pass
+    try:
+        return datetime.strptime(stamp, _VOLCANO_FORMAT).replace(tzinfo=UTC), True
+    except ValueError:
+        return None, False
 
 
 def _parse_go_time_string(stamp: str) -> datetime | None:

@@ -7,6 +7,9 @@
 * `hami.io/device-scoring-weights`: `slot=<int>,core=<int>,memory=<int>`, all three keys,
   each >= 0, at least one > 0. HAMi makes a pod with an invalid value unschedulable.
 
+* `hygon.com/use-<set>type`: of its rules only one lives here, the value HAMi matches no
+  card with (`names_no_type`).
+
 The scheduler reads these to place the pod; the webhook reads them to warn at admission
 about a value that would be ignored or refused. Both import them from here, so they agree.
 """
@@ -82,6 +85,12 @@ def numa_bind(value: str | None) -> bool:
 def unknown_card_words(value: str) -> list[str]:
     """The words of `value` that make it no policy (empty words shown as '')."""
     return [word.strip() for word in value.split(",") if word.strip() not in CARD_WORDS]
+
+
+def names_no_type(use_type: str | None) -> bool:
+    """A `use-<set>type` value of only empty entries (",,", " , "): HAMi matches no card with
+    it. An empty or blank value is no constraint."""
+    return bool(use_type and use_type.strip()) and not any(t.strip() for t in use_type.split(","))
 
 
 def parse_node_policy(value: str | None) -> str | None:

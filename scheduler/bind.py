@@ -77,6 +77,7 @@ from hami_dcu.scheduler.lockjanitor import LockJanitor
 from hami_dcu.scheduler.metrics import SchedulerMetrics
 from hami_dcu.scheduler.reasons import NodeRejection
 from hami_dcu.scheduler.signal import CacheSignal
+from hami_dcu.scheduler.volcano import volcano_owned
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -288,6 +289,10 @@ class Binder:
         pod = await self._read_pod(attempt)
         if (pod.get("spec") or {}).get("nodeName"):
             raise _AlreadyBound(pod)
+        # /filter never assumes a Volcano pod, so every bind of one comes through here.
+        not_ours = volcano_owned(pod, self.filter.settings.volcano_scheduler)
+        if not_ours:
+            raise BindError(not_ours)
         refused = refusal_of(pod, self.checks, Stage.PLACE)
         if refused is not None:
             raise BindError(f"refused ({refused.check}): {refused.message}")

@@ -70,8 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="what the webhook does with DCU pods: route them to this extender (devicePlugin) or "
                              "rewrite them into DRA claims (dra) (default %(default)s)")
     parser.add_argument("--volcano-scheduler-name", default="",
-                        help="Volcano mode, for the webhook served here (off when empty): pods with this "
-                             "schedulerName keep it; the deny rules still apply")
+                        help="Volcano mode (off when empty): the extender refuses to place or bind pods with this "
+                             "schedulerName (Volcano places them); the webhook served here lets them keep it, the "
+                             "deny rules still apply")
     add_identity_arguments(parser)
     add_connection_arguments(parser)
 
@@ -85,7 +86,8 @@ def _card_policy(value: str) -> str:
 
 def settings_from(args: argparse.Namespace) -> ServiceSettings:
     return ServiceSettings(
-        filter=FilterSettings(node_policy=args.node_policy, card_policy=args.device_policy),
+        filter=FilterSettings(node_policy=args.node_policy, card_policy=args.device_policy,
+                              volcano_scheduler=getattr(args, "volcano_scheduler_name", "")),
         bind=BindSettings(lock_timeout=timedelta(seconds=args.lock_timeout), lock_wait=args.lock_wait),
         resync=args.resync,
     )

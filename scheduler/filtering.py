@@ -52,6 +52,8 @@ class FilterSettings:
     card_policy: str = policies.DEFAULT_CARD_POLICY
     resources: ResourceNames = field(default_factory=lambda: keys.DEFAULT_RESOURCES)  # the naming set's
     handshake_ttl_seconds: float = HANDSHAKE_TTL.total_seconds()
+    # Volcano mode: pods with this schedulerName are Volcano's to place (scheduler/volcano.py).
+    volcano_scheduler: str = ""
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, PodDevices
 from hami_dcu.common.counting import StartOrder, Usage, collapse
+from hami_dcu.common.preferences import names_no_type
 from hami_dcu.common.requests import DcuRequest
 from hami_dcu.common.untrusted import shown
 from hami_dcu.scheduler import policy as policies
@@ -76,7 +77,7 @@ class Selection:
     def from_annotations(cls, annotations: Mapping[str, str]) -> Selection:
         use_types = annotations.get(keys.USE_DCU_TYPE)
         return cls(
-            use_types_empty=bool(use_types and use_types.strip()) and not _tokens(use_types),
+            use_types_empty=names_no_type(use_types),
             use_types=tuple(t.upper() for t in _tokens(use_types)),
             nouse_types=tuple(t.upper() for t in _tokens(annotations.get(keys.NOUSE_DCU_TYPE))),
             use_ids=frozenset(_tokens(annotations.get(keys.USE_DCU_UUID))),

@@ -38,6 +38,7 @@ from hami_dcu.scheduler.quotametrics import QuotaMetrics
 from hami_dcu.scheduler.quotas import QuotaBook, namespace_used, quota_gate
 from hami_dcu.scheduler.reasons import summarise
 from hami_dcu.scheduler.signal import CacheSignal
+from hami_dcu.scheduler.volcano import volcano_owned
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -134,6 +135,11 @@ class SchedulerService:
         meta = pod.get("metadata") or {}
         namespace, name, uid = meta.get("namespace") or "default", meta.get("name") or "", meta.get("uid") or ""
         names = args.candidate_names()
+        not_ours = volcano_owned(pod, self.settings.filter.volcano_scheduler)
+        if not_ours:
+            log.warning("filter %s/%s: %s", namespace, name, not_ours)
+            self.metrics.filter_seconds.labels("volcano").observe(self.monotonic() - started)
+            return filter_result(args, [], unresolvable={n: not_ours for n in names})
         refused = self.refusal(pod)
         if refused is not None:
             # It reached us without the webhook (an opt-out label, a webhook down under
@@ -193,6 +199,10 @@ class SchedulerService:
         pod = args.pod
         meta = pod.get("metadata") or {}
         who = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        not_ours = volcano_owned(pod, self.settings.filter.volcano_scheduler)
+        if not_ours:
+            log.warning("preempt %s: no victims anywhere: %s", who, not_ours)
+            return preemption_result({})
         refused = self.refusal(pod)
         if refused is not None:
             log.info("preempt %s: refused (%s), no victims anywhere: %s", who, refused.check, refused.message)

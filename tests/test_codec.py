@@ -21,6 +21,8 @@ from hami_dcu.common.codec import (
     encode_pod_devices,
     encode_reported,
     encode_requesting,
+    encode_volcano_deleted,
+    encode_volcano_requesting,
 )
 
 REFERENCE_NODE = (
@@ -192,6 +194,31 @@ def test_handshake_forms():
     assert go.at == datetime(2025, 8, 7, 10, 0, 0, tzinfo=timezone(timedelta(hours=8)))
     assert decode_handshake("Requesting_garbage").at is None
     assert decode_handshake("Deleted_2025-01-01 00:00:00").state == keys.HANDSHAKE_DELETED
+
+
+def test_volcanos_handshake_layout_is_read_as_utc_as_the_fork_reads_it():
+    requesting = decode_handshake("Requesting_2026.11.24 06:00:05")
+    assert requesting.state == keys.HANDSHAKE_REQUESTING and requesting.by_volcano
+    assert requesting.at == datetime(2026, 11, 24, 6, 0, 5, tzinfo=UTC)
+    deleted = decode_handshake("Deleted_2026.11.24 06:01:10")
+    assert deleted.state == keys.HANDSHAKE_DELETED and deleted.by_volcano
+    hami = decode_handshake(encode_requesting(datetime(2026, 11, 24, 6, 0, 5, tzinfo=UTC)))
+    assert not hami.by_volcano and hami.at == datetime(2026, 11, 24, 6, 0, 5, tzinfo=UTC)
+
+
+def test_volcanos_stamps_are_written_from_the_local_clock_in_its_layout(monkeypatch):
+    """The fork formats time.Now() (local) with `2006.01.02 15:04:05`."""
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Shanghai")
+    time.tzset()
+    try:
+        moment = datetime(2026, 11, 24, 6, 0, 5, tzinfo=UTC)
+        assert encode_volcano_requesting(moment) == "Requesting_2026.11.24 14:00:05"
+        assert encode_volcano_deleted(moment) == "Deleted_2026.11.24 14:00:05"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 # --- properties ------------------------------------------------------------------------------

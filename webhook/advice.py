@@ -1,7 +1,8 @@
 """Admission warnings about scheduling annotations the scheduler would ignore or refuse (pure).
 
 HAMi ignores a policy value with a word it does not know (the configured default applies)
-and leaves a pod with invalid scoring weights Pending. Both are easy to miss, so the webhook
+and leaves a pod with invalid scoring weights, or a `use-<set>type` of only empty entries,
+Pending. Both are easy to miss, so the webhook
 says so when the pod is created (`kubectl apply` prints admission warnings). Each warning
 stays within 120 characters, the length kubectl shows in full.
 """
@@ -16,6 +17,7 @@ from hami_dcu.common.preferences import (
     CARD_WORDS_WITHOUT_EFFECT,
     NODE_WORDS,
     WeightsError,
+    names_no_type,
     parse_card_policy,
     parse_node_policy,
     parse_weights,
@@ -53,4 +55,8 @@ def scheduling_warnings(annotations: Mapping[str, str]) -> list[str]:
             parse_weights(weights)
         except WeightsError as exc:
             warnings.append(f"{keys.DEVICE_SCORING_WEIGHTS} invalid, pod stays Pending: {exc}")
+    for use_type in sorted({keys.DCU_NAMING.use_type, keys.HCU_NAMING.use_type}):
+        if names_no_type(annotations.get(use_type)):
+            warnings.append(f"{use_type}: {annotations[use_type][:20]!r} names no card type, so no card matches "
+                            "and the pod stays Pending (remove it for any type)")
     return [_short(warning) for warning in warnings]

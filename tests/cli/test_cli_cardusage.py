@@ -104,6 +104,17 @@ def test_lock_holder_and_age_and_the_plugin_report_age():
     assert "held by team/big-one for 1m15s" in table and "12s ago" in table
 
 
+def test_a_node_handshaked_by_volcano_shows_who_asked_and_when():
+    n1, n2 = node("n1", reported=None), node("n2", reported=None)
+    n1["metadata"]["annotations"][keys.NODE_HANDSHAKE] = "Requesting_2026.05.01 11:59:15"
+    n2["metadata"]["annotations"][keys.NODE_HANDSHAKE] = "Deleted_2026.05.01 11:59:15"
+    usage = cluster_usage([n1, n2], [], NOW)
+    assert usage.nodes[0].report.age_seconds == 45
+    table = render(usage, "table")
+    assert "requested by Volcano 45s ago, no reply yet" in table
+    assert "dropped by Volcano (no reply for 60s)" in table
+
+
 def test_unreadable_values_become_problems_never_free_cards():
     broken_pod = pod("x", "n1", [])
     broken_pod["metadata"]["annotations"][keys.POD_DEVICES_ALLOCATED] = "DCU-n1-0,DCU,lots,5:;"

@@ -39,6 +39,17 @@ def test_requesting_from_a_hami_scheduler_gets_60_seconds_grace():
     assert judge(node, T0 + timedelta(seconds=90)).failed["n1"].code == Code.NODE_HANDSHAKE_STALE
 
 
+def test_a_request_stamped_by_volcano_gets_the_same_60_seconds_then_the_allocatable_guard():
+    """Volcano's Hygon deviceshare stamps `Requesting_2006.01.02 15:04:05` (read as UTC, as
+    the fork reads it): read, it ages like HAMi's; unread, it counted as a time nobody can
+    read, alive for ever."""
+    stamp = {keys.NODE_HANDSHAKE: "Requesting_2026.03.01 12:00:00"}  # T0
+    assert judge(node_object("n1", extra=stamp), T0 + timedelta(seconds=30)).chosen == "n1"
+    late = judge(with_allocatable(node_object("n1", extra=stamp), "0"), T0 + timedelta(seconds=90))
+    assert late.chosen is None and late.failed["n1"].code == Code.NODE_HANDSHAKE_STALE
+    assert "did not answer a handshake request for 90s" in late.failed["n1"].message
+
+
 def test_missing_handshake_is_not_usable():
     node = node_object("n1")
     del node["metadata"]["annotations"][keys.NODE_HANDSHAKE]

@@ -29,6 +29,25 @@ def test_a_value_the_scheduler_would_ignore_or_refuse_is_warned_about(annotation
     assert review(dcu_pod(annotations, scheduler="hami-scheduler")).warnings == warnings
 
 
+@pytest.mark.parametrize("value", [",,", ",", " , "])
+def test_hami_use_type_of_only_empty_entries_is_warned_about_as_matching_no_card(value):
+    for key in (keys.DCU_NAMING.use_type, keys.HCU_NAMING.use_type):
+        warnings = scheduling_warnings({key: value})
+        assert len(warnings) == 1, warnings
+        assert warnings[0].startswith(f"{key}: {value!r} names no card type, so no card matches")
+        # Admitted (HAMi's meaning, not an error), with the warning under this cluster's key.
+        decision = review(dcu_pod({key: value}))
+        assert decision.allowed
+        assert [w for w in decision.warnings if "names no card type" in w] == [
+            f"{keys.USE_DCU_TYPE}: {value!r} names no card type, so no card matches and the pod stays Pending "
+            "(remove it for any type)"]
+
+
+@pytest.mark.parametrize("value", ["", "  ", "K100", "K100,,Z100"])
+def test_a_use_type_naming_a_type_or_nothing_at_all_gives_no_warning(value):
+    assert scheduling_warnings({keys.USE_DCU_TYPE: value}) == []
+
+
 def test_valid_values_and_absent_ones_give_no_warning():
     assert scheduling_warnings({}) == []
     assert scheduling_warnings({keys.DEVICE_SCHEDULER_POLICY: " binpack , numa , mutex ",

@@ -1,0 +1,53 @@
+"""The Volcano scenarios (e2e/volcano_scenarios.py) on the real control plane: the chart in
+Volcano mode (`naming: hcu`, `volcano.enabled`, a 5 s register interval), Volcano played by
+the stand-in under its own ServiceAccount, the real admission chain (CEL policy and webhook)
+judging its writes, the kubelet stand-in admitting what it binds (issue 24).
+
+    pytest e2e/test_realcluster_volcano.py
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from hami_dcu.common import keys
+from hami_dcu.e2e.realcluster.cluster import RealCluster, unavailable
+from hami_dcu.e2e.scenarios import default_cards, phase, wait_until
+from hami_dcu.e2e.volcano_scenarios import VOLCANO_SCENARIOS, VolcanoScenario
+
+_REASON = unavailable()
+pytestmark = pytest.mark.realcluster
+VALUES = {"naming": "hcu", "volcano": {"enabled": True}}
+
+
+@pytest.fixture(scope="module")
+def volcano_cluster() -> Iterator[RealCluster]:
+    if _REASON:
+        pytest.skip(_REASON)
+    keys.select_naming("hcu")  # this process reads and writes what the hcu-speaking cluster does
+    try:
+        with RealCluster({"node0": default_cards("node0", 2)}, values=VALUES) as cluster:
+            yield cluster
+    finally:
+        keys.select_naming("dcu")
+
+
+def _clean(cluster: RealCluster) -> None:
+    names = [p["metadata"]["name"] for p in cluster.kube.list_pods(namespace=cluster.namespace).items]
+    for name in names:
+        cluster.kube.delete_pod(cluster.namespace, name)
+    wait_until("the previous scenario's pods gone",
+               lambda: all(phase(cluster.kube, cluster.namespace, n) == "Gone" for n in names), timeout=60)
+    time.sleep(0.5)
+
+
+@pytest.mark.parametrize("scenario", VOLCANO_SCENARIOS, ids=lambda s: s.name)
+def test_volcano_scenario_on_a_real_control_plane(volcano_cluster: RealCluster, scenario: VolcanoScenario) -> None:
+    _clean(volcano_cluster)
+    try:
+        scenario.run(volcano_cluster)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{volcano_cluster.diagnose()}") from None
