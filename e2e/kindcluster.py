@@ -257,18 +257,20 @@ class KindBackend:
         self.mode = None
 
     def wait_registered(self, timeout: float = 120) -> None:
-        """Every worker's kubelet lists the plugin's slots as allocatable."""
+        """Every worker's kubelet offers the plugin's slots under the installed naming set's
+        count resource. (A real kubelet keeps a departed plugin's resource at 0: after a switch
+        from the dcu to the hcu set both names are there.)"""
+        resource = "hygon.com/hcunum" if self.mode == "volcano" else keys.DEFAULT_COUNT_RESOURCE
 
         def registered() -> bool:
             for node in WORKERS:
                 allocatable = self.kube.get_node(node)["status"].get("allocatable") or {}
-                if not any(name.endswith("/dcunum") or name.endswith("/hcunum") for name in allocatable):
-                    return False
-                if int(next(v for k, v in allocatable.items() if k.endswith("num"))) == 0:
+                if int(allocatable.get(resource, "0")) == 0:
                     return False
             return True
 
-        wait_until("the device plugin registered with every kubelet", registered, timeout=timeout, interval=1)
+        wait_until(f"the device plugin registered with every kubelet ({resource})", registered, timeout=timeout,
+                   interval=1)
 
     # --- ClusterBackend --------------------------------------------------------------------
 
