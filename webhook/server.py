@@ -15,8 +15,9 @@ from hami_dcu.common.body import BODY_DEADLINE, BodyError, read_body
 from hami_dcu.common.kube import KubeError
 from hami_dcu.common.podshape import pod_shape_problem
 from hami_dcu.webhook import guard
-from hami_dcu.webhook.decision import DRA, Decision, Settings, review
-from hami_dcu.webhook.draclaims import DraClaims
+from hami_dcu.webhook.decision import DRA, Decision, Settings, claim_kind, review, review_claim
+from hami_dcu.webhook.draclaims import DraClaims, ForeignTemplate
+from hami_dcu.webhook.draquota import ClaimShapeError, PublishedCards, refusal
 from hami_dcu.webhook.schemas import BadReview, build_response, load_review
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,38 @@ def respond(reviewed: Reviewed, metrics: WebhookMetrics) -> dict[str, Any]:
     return response
 
 
+async def _check_claim_quota(reviewed: Reviewed, settings: Settings, dra: DraClaims,
+                             cards: PublishedCards) -> Reviewed:
+    """DRA mode: the claims this review adds, against the namespace DCU quota (draquota.refusal
+    decides). Only a namespace with a DCU quota costs a list of its claims."""
+    decision = reviewed.decision
+    if not decision.allowed or not decision.quota_claims or settings.quota is None:
+        return reviewed
+    found = settings.quota(reviewed.namespace)
+    if found is None:
+        return reviewed
+    limits, pods = found
+    kind = reviewed.request["kind"]["kind"]
+    what = "pod" if kind == "Pod" else kind
+    if decision.quota_alone:
+        problem = refusal(what, decision.quota_claims, None, limits, pods, cards, settings.resources)
+    else:
+        async with dra.namespace_lock(reviewed.namespace):
+            try:
+                claims = await dra.claims_in(reviewed.namespace)
+            except KubeError as exc:
+                # The namespace has a quota that cannot be checked now: refused, never let through.
+                return _refused(reviewed, "quota-unchecked",
+                                f"DRA mode: cannot read the ResourceClaims of namespace {reviewed.namespace} to "
+                                f"check its DCU quota: {exc}; retry")
+            problem = refusal(what, decision.quota_claims, claims, limits, pods, cards, settings.resources)
+    return reviewed if problem is None else _refused(reviewed, "quota-exceeded", problem)
+
+
+def _refused(reviewed: Reviewed, reason: str, message: str) -> Reviewed:
+    return replace(reviewed, decision=Decision(allowed=False, reason=reason, message=message))
+
+
 async def _create_templates(reviewed: Reviewed, dra: DraClaims) -> Reviewed:
     """DRA mode's side effect: the templates the patched pod names, created before the pod is
     admitted (a pod naming a missing template waits on it). None on dryRun."""
@@ -93,6 +126,8 @@ async def _create_templates(reviewed: Reviewed, dra: DraClaims) -> Reviewed:
         return reviewed
     try:
         await dra.ensure_templates(reviewed.namespace, reviewed.decision.templates)
+    except ForeignTemplate as exc:
+        return replace(reviewed, decision=Decision(allowed=False, reason="template-not-ours", message=str(exc)))
     except KubeError as exc:
         names = ", ".join(t["metadata"]["name"] for t in reviewed.decision.templates)
         return replace(reviewed, decision=Decision(
@@ -106,6 +141,11 @@ def _decide(request: dict[str, Any], pod: dict[str, Any], is_pod: bool, settings
     # First, for every object sent here: is its writer allowed to write hami-dcu's state?
     if (why := guard.refusal(request, settings.identities)) is not None:
         return Decision(allowed=False, reason="not-an-allocation-writer", message=why)
+    if settings.mode == DRA and (kind := claim_kind(request)) is not None:
+        try:
+            return review_claim(kind, request.get("object") or {})
+        except ClaimShapeError as exc:
+            raise BadReview(str(exc)) from exc
     if not is_pod or request["operation"] != "CREATE" or not pod:
         return Decision(allowed=True, reason="not-a-pod-create")
     meta = pod.get("metadata") or {}
@@ -138,7 +178,9 @@ def add_webhook_routes(app: web.Application, settings: Settings, registry: Colle
     async def review_body(body: bytes) -> dict[str, Any]:
         if dra is None:
             return answer(body, settings, metrics)
-        reviewed = decide(body, replace(settings, card_units=await dra.card_units()))
+        cards = await dra.cards()
+        reviewed = decide(body, replace(settings, card_units=cards.units))
+        reviewed = await _check_claim_quota(reviewed, settings, dra, cards)
         return respond(await _create_templates(reviewed, dra), metrics)
 
     async def handle(request: web.Request) -> web.Response:
