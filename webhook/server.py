@@ -14,6 +14,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from hami_dcu.common.body import BODY_DEADLINE, BodyError, read_body
 from hami_dcu.common.kube import KubeError
 from hami_dcu.common.podshape import pod_shape_problem
+from hami_dcu.common.untrusted import shown
 from hami_dcu.webhook import guard
 from hami_dcu.webhook.decision import DRA, Decision, Settings, claim_kind, review, review_claim
 from hami_dcu.webhook.draclaims import DraClaims, ForeignTemplate
@@ -66,7 +67,7 @@ def decide(body: bytes, settings: Settings) -> Reviewed:
     is_pod = request["kind"]["kind"] == "Pod"
     if is_pod and (problem := pod_shape_problem(pod)):
         raise BadReview(f"pod object is malformed: {problem}")
-    who = _who(request, pod) if is_pod else f"{request.get('namespace')}/{request.get('name') or '?'}"
+    who = _who(request, pod) if is_pod else _who_else(request)
     return Reviewed(data, who, _decide(request, pod, is_pod, settings), started)
 
 
@@ -78,7 +79,9 @@ def respond(reviewed: Reviewed, metrics: WebhookMetrics) -> dict[str, Any]:
     if decision.reason == "not-a-pod-create":
         log.debug("%s %s %s: allowed (%s)", request["operation"], request["kind"]["kind"], who, decision.reason)
     elif decision.allowed:
-        log.info("pod %s: allowed (%s)%s", who, decision.reason, " patched" if decision.patch else "")
+        kind = request["kind"]["kind"]
+        log.info("%s %s: allowed (%s)%s", "pod" if kind == "Pod" else kind, who, decision.reason,
+                 " patched" if decision.patch else "")
     else:
         log.info("%s %s %s: denied (%s): %s", request["operation"], request["kind"]["kind"], who, decision.reason,
                  decision.message)
@@ -158,6 +161,15 @@ def _decide(request: dict[str, Any], pod: dict[str, Any], is_pod: bool, settings
         # The schema checks the review envelope; a pod whose fields have the wrong JSON
         # types (spec as a list, containers as strings) is caught here, as a bad request.
         raise BadReview(f"pod object is malformed: {exc}") from exc
+
+
+def _who_else(request: dict[str, Any]) -> str:
+    """namespace/name of another object; a claim made from a pod's template has only a
+    generateName at admission (its metadata's shape is unchecked here)."""
+    obj = request.get("object")
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    named = meta.get("name") or meta.get("generateName") if isinstance(meta, dict) else None
+    return f"{request.get('namespace')}/{shown(request.get('name') or named or '?')}"
 
 
 def _who(request: dict[str, Any], pod: dict[str, Any]) -> str:

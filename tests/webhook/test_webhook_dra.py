@@ -357,3 +357,13 @@ async def test_a_malformed_claim_is_a_bad_request_not_a_crash(aiohttp_client):
     bad = claim_review({"metadata": {"name": "x"}, "spec": {"devices": {"requests": "all"}}})
     response = await client.post("/webhook", json=bad)
     assert response.status == 400 and "requests is not a list" in (await response.json())["error"]
+
+
+async def test_a_claim_with_malformed_metadata_is_answered_not_crashed_on(aiohttp_client):
+    fake = FakeKube()
+    dra = DraClaims(AsyncKube(fake))  # type: ignore[arg-type]
+    client = await aiohttp_client(build_app(QUOTA_SETTINGS, CollectorRegistry(), dra=dra))
+    for metadata in ("x", ["y"], {"generateName": 5}):
+        response = await client.post("/webhook", json=claim_review({"metadata": metadata, **claim_object("12")}
+                                                                   | {"metadata": metadata}))
+        assert response.status in (200, 400)
