@@ -18,9 +18,12 @@ the exact cards are known.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from fractions import Fraction
+from numbers import Real
+from typing import Any, Protocol
 
 from kubernetes.utils.quantity import parse_quantity
 
@@ -107,7 +110,18 @@ def requested(requests: Sequence[DcuRequest | None], init_count: int,
     return Amount(max(running.memory, init_peak.memory), max(running.cores, init_peak.cores))
 
 
-def exceeded(limits: QuotaLimits, used: Amount, asked: Amount, names: ResourceNames) -> str | None:
+class Amounts(Protocol):
+    """What `exceeded` reads: `Amount`, or DRA mode's amounts whose cores are a fraction of a
+    percent (compute units of a card, webhook/draquota.py)."""
+
+    @property
+    def memory(self) -> int: ...
+
+    @property
+    def cores(self) -> Real: ...
+
+
+def exceeded(limits: QuotaLimits, used: Amounts, asked: Amounts, names: ResourceNames) -> str | None:
     """Why `asked` on top of `used` breaks `limits`, None when it fits."""
     for resource, limit, in_use, wanted in ((names.memory, limits.memory, used.memory, asked.memory),
                                             (names.cores, limits.cores, used.cores, asked.cores)):
@@ -116,5 +130,14 @@ def exceeded(limits: QuotaLimits, used: Amount, asked: Amount, names: ResourceNa
         if limit.value == 0 or in_use + wanted > limit.value:
             blocked = " (a limit of 0 blocks every DCU pod)" if limit.value == 0 else ""
             return (f"exceeds ResourceQuota {limit.quota} {quota_key(resource)}: quota {limit.value}, "
-                    f"used {in_use}, requested {wanted}{blocked}")
+                    f"used {figure(in_use)}, requested {figure(wanted)}{blocked}")
     return None
+
+
+def figure(value: Real) -> str:
+    """A whole number as is; a fraction (DRA mode's cores) to two decimals, never shown below
+    what it is, so `used + requested` as shown is never under the limit it broke."""
+    whole = int(value)
+    if whole == value:
+        return str(whole)
+    return f"{math.ceil(Fraction(value) * 100) / 100:.2f}".rstrip("0").rstrip(".")

@@ -41,6 +41,11 @@ PLUGIN_SOCKET = "dra.sock"  # in <kubelet plugins dir>/<driver>/
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 
+# What hami-dcu creates (the ResourceSlices, the webhook's ResourceClaimTemplates) carries this
+# label; a template is reused only when it carries it and its spec is the one we would write.
+OWNER_LABEL = "app.kubernetes.io/managed-by"
+OWNER = "hami-dcu"
+
 
 def device_name(pci_bus_id: str) -> str:
     """`0000:3D:00.0` -> `hcu-0000-3d-00-0`: a DNS label from the PCI bus id, as Hygon's

@@ -5,6 +5,7 @@ canonical ("65520Mi", "120", "8Gi"), so only whole numbers matter; a fraction ro
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from kubernetes.utils import parse_quantity
 
@@ -25,3 +26,18 @@ def to_int(text: object, what: str) -> int:
     if not value.is_finite() or value < 0:
         raise QuantityError(f"{what}: {text!r} is not a non-negative quantity")
     return math.ceil(value)
+
+
+def canonical(value: Any) -> Any:
+    """`value` with every string that is a quantity read as its number, so what we wrote
+    ("2000Mi") and what the API server gives back ("2000Mi", "2097152000") compare equal."""
+    if isinstance(value, dict):
+        return {k: canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [canonical(v) for v in value]
+    if isinstance(value, str):
+        try:
+            return to_int(value, "quantity")
+        except QuantityError:
+            return value
+    return value

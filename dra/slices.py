@@ -19,7 +19,7 @@ from typing import Any
 
 from hami_dcu.deviceplugin.discovery import DcuCard
 from hami_dcu.dra import names
-from hami_dcu.dra.quantity import QuantityError, to_int
+from hami_dcu.dra.quantity import canonical
 
 JSON = dict[str, Any]
 
@@ -76,7 +76,7 @@ def slice_spec(node: str, cards: list[DcuCard], health: dict[str, bool], slots: 
 
 def resource_slice(node: str, node_uid: str | None, spec: JSON) -> JSON:
     """The whole object; owned by the Node, so it goes when the node goes."""
-    meta: JSON = {"name": names.slice_name(node), "labels": {"app.kubernetes.io/managed-by": "hami-dcu"}}
+    meta: JSON = {"name": names.slice_name(node), "labels": {names.OWNER_LABEL: names.OWNER}}
     if node_uid:
         meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid,
                                     "controller": True}]
@@ -90,17 +90,5 @@ def same_devices(published: JSON | None, spec: JSON) -> bool:
         return False
     old = published.get("spec") or {}
     return (old.get("nodeName") == spec["nodeName"] and old.get("driver") == spec["driver"]
-            and _canonical(old.get("devices") or []) == _canonical(spec["devices"]))
+            and canonical(old.get("devices") or []) == canonical(spec["devices"]))
 
-
-def _canonical(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _canonical(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_canonical(v) for v in value]
-    if isinstance(value, str):
-        try:
-            return to_int(value, "quantity")
-        except QuantityError:
-            return value
-    return value

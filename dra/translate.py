@@ -25,6 +25,7 @@ import copy
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +63,23 @@ def _cores_selector(units: int) -> list[JSON]:
                                    f'.compareTo(quantity("{units}")) == 0'}}]
 
 
+_PINNED = re.compile(r'device\.capacity\["' + re.escape(names.DRIVER) + r'"\]\.' + re.escape(names.CAP_CORES)
+                     + r'\.compareTo\(quantity\("([0-9]{1,6})"\)\) == 0')
+
+
+def pinned_units(selectors: object) -> int | None:
+    """The card size (compute units) a request's selectors pin it to, when they are the ones
+    `device_request` writes; None for any other selectors (a hand-written claim's)."""
+    if not isinstance(selectors, list) or len(selectors) != 1 or not isinstance(selectors[0], dict):
+        return None
+    cel = selectors[0].get("cel")
+    expression = cel.get("expression") if isinstance(cel, dict) else None
+    found = _PINNED.fullmatch(expression) if isinstance(expression, str) else None
+    if found is None or selectors != _cores_selector(int(found.group(1))):
+        return None
+    return int(found.group(1))
+
+
 def device_request(request: DcuRequest, unit_counts: tuple[int, ...]) -> JSON:
     """The claim's one device request for a container's DCU request."""
     base: JSON = {"deviceClassName": names.DEVICE_CLASS, "allocationMode": "ExactCount", "count": request.count}
@@ -94,7 +112,7 @@ def template(request: DcuRequest, unit_counts: tuple[int, ...]) -> JSON:
     spec = {"spec": {"devices": {"requests": [device_request(request, unit_counts)]}}}
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-            "metadata": {"name": TEMPLATE_PREFIX + digest, "labels": {"app.kubernetes.io/managed-by": "hami-dcu"}},
+            "metadata": {"name": TEMPLATE_PREFIX + digest, "labels": {names.OWNER_LABEL: names.OWNER}},
             "spec": spec}
 
 

@@ -16,17 +16,19 @@ from typing import Any
 
 import pytest
 
-from hami_dcu.common.kube import NotFoundError
+from hami_dcu.common.kube import KubeError, NotFoundError
 from hami_dcu.deviceplugin.vdev import parse_dirname
 from hami_dcu.dra import names
 from hami_dcu.dra.quantity import to_int
 from hami_dcu.e2e.realcluster.cluster import unavailable
 from hami_dcu.e2e.realcluster.dra_cluster import DraRealCluster
 from hami_dcu.e2e.scenarios import MockCard, phase, wait_until
+from hami_dcu.webhook.decision import DRA, Settings, review
 
 JSON = dict[str, Any]
 NODE = "node0"
 CARD = MockCard(serial="DRA0", pci_bus_id="0000:3D:00.0")  # K100_AI: 120 CUs, 65520 MiB
+CARD_UNITS = 120
 DEVICE = names.device_name(CARD.pci_bus_id)
 CLAIMS = f"{names.RESOURCE_API}/namespaces/hami-e2e/resourceclaims"
 _REASON = unavailable()
@@ -311,3 +313,124 @@ def test_a_driver_restart_loses_nothing(dra: DraRealCluster) -> None:
     # The restarted driver still unprepares what its predecessor prepared.
     dra.kube.delete_pod(dra.namespace, "before")
     wait_until("the old vDCU freed", lambda: old not in vdevs(dra), timeout=60)
+
+
+# --- trust (issue 21, item 6): the namespace DCU quota on claims, templates reused only when ours ---
+
+
+QUOTA = "dcu-quota"
+
+
+def hami_style(name: str, memory: str, cores: str) -> JSON:
+    return {"metadata": {"name": name}, "spec": {"terminationGracePeriodSeconds": 0, "containers": [
+        {"name": "main", "image": "busybox", "resources": {"limits": {
+            "hygon.com/dcunum": "1", "hygon.com/dcumem": memory, "hygon.com/dcucores": cores}}}]}}
+
+
+def templates_path(cluster: DraRealCluster) -> str:
+    return f"{names.RESOURCE_API}/namespaces/{cluster.namespace}/resourceclaimtemplates"
+
+
+def delete_quietly(cluster: DraRealCluster, path: str) -> None:
+    try:
+        cluster.kube.request("DELETE", path)
+    except NotFoundError:
+        pass
+
+
+def refused(create: Any) -> str:
+    """The API server's refusal of `create()` (a webhook denial), as text."""
+    with pytest.raises(KubeError) as failed:
+        create()
+    return str(failed.value)
+
+
+def test_a_template_planted_under_the_webhooks_name_is_not_used(dra: DraRealCluster) -> None:
+    """A tenant computes the name the webhook gives a share's template and creates it first,
+    asking a whole card: the pod is refused, never handed the planted template."""
+    pod = hami_style("planted", "3000", "10")
+    [ours] = review(pod, Settings(mode=DRA, card_units=(CARD_UNITS,))).templates
+    path = f"{templates_path(dra)}/{ours['metadata']['name']}"
+    delete_quietly(dra, path)
+    whole = {"spec": {"devices": {"requests": [{"name": "dcu", "exactly": {"deviceClassName": names.DEVICE_CLASS,
+                                                                          "allocationMode": "ExactCount",
+                                                                          "count": 1}}]}}}
+    dra.kube.request("POST", templates_path(dra), body={"metadata": {"name": ours["metadata"]["name"]},
+                                                        "spec": whole})
+    try:
+        message = refused(lambda: dra.kube.create_pod(dra.namespace, pod))
+        assert f"ResourceClaimTemplate {dra.namespace}/{ours['metadata']['name']}" in message
+        assert "not made by hami-dcu" in message
+        assert not [p for p in dra.kube.list_pods(namespace=dra.namespace).items if p["metadata"]["name"] == "planted"]
+        # Once it is gone, the webhook makes its own and the pod gets the share it asked.
+        dra.kube.request("DELETE", path)
+        wait_until("the planted template gone", lambda: _gone(dra, path), timeout=30)
+        dra.kube.create_pod(dra.namespace, pod)
+        made = dra.kube.request("GET", path)
+        assert made["metadata"]["labels"] == {names.OWNER_LABEL: names.OWNER}
+        assert made["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["cores"] == "12"
+        wait_running(dra, "planted")
+    finally:
+        delete_quietly(dra, path)
+
+
+def _gone(cluster: DraRealCluster, path: str) -> bool:
+    try:
+        cluster.kube.request("GET", path)
+    except NotFoundError:
+        return True
+    return False
+
+
+def test_the_namespace_dcu_quota_holds_for_claims_templates_and_rewritten_pods(dra: DraRealCluster) -> None:
+    """limits.hygon.com/dcucores 50 (% of a card), dcumem 20000 (MiB): hand-written claims and
+    the claims of rewritten pods are counted back into those units and refused past them."""
+    quotas = f"/api/v1/namespaces/{dra.namespace}/resourcequotas"
+    delete_quietly(dra, f"{quotas}/{QUOTA}")
+    dra.kube.request("POST", quotas, body={"metadata": {"name": QUOTA}, "spec": {"hard": {
+        "limits.hygon.com/dcucores": "50", "limits.hygon.com/dcumem": "20000"}}})
+    hand_template = f"{templates_path(dra)}/quarter"
+    try:
+        # The extender's watch delivers the quota to the webhook: a dry-run claim of 80 % tells when.
+        def quota_seen() -> bool:
+            try:
+                dra.kube.request("POST", CLAIMS, query={"dryRun": "All"}, body={
+                    "metadata": {"name": "probe"}, "spec": request_spec("96", "1Gi")})
+            except KubeError as exc:
+                return "exceeds ResourceQuota" in str(exc)
+            return False
+
+        wait_until("the webhook sees the quota", quota_seen, timeout=60, interval=0.5)
+
+        create_claim(dra, "held", cores="30", memory="4Gi")  # 25 %, 4096 MiB
+        message = refused(lambda: create_claim(dra, "over", cores="36", memory="1Gi"))  # 30 %
+        assert f"ResourceQuota {QUOTA} limits.hygon.com/dcucores: quota 50, used 25, requested 30" in message
+        assert "ResourceClaim" in message
+
+        # A HAMi-style pod is rewritten into a claim: refused at creation when that claim would not fit...
+        message = refused(lambda: dra.kube.create_pod(dra.namespace, hami_style("too-big", "2000", "30")))
+        assert f"pod exceeds ResourceQuota {QUOTA} limits.hygon.com/dcucores: quota 50, used 25, requested 30" \
+            in message
+        # ...and admitted, allocated and prepared when it fits (its claim passes again at creation).
+        dra.kube.create_pod(dra.namespace, hami_style("fits", "2000", "25"))
+        wait_running(dra, "fits")
+
+        # The quota is full (50 %): a claim made from a hand-written template is refused when
+        # kube-controller-manager creates it, so the pod never gets one.
+        delete_quietly(dra, hand_template)
+        dra.kube.request("POST", templates_path(dra), body={"metadata": {"name": "quarter"},
+                                                            "spec": {"spec": request_spec("12", "1Gi")}})
+        dra.kube.create_pod(dra.namespace, claim_pod("from-template", {"resourceClaimTemplateName": "quarter"}))
+        time.sleep(5)
+        claims = dra.kube.request("GET", CLAIMS)["items"]
+        owners = {ref["name"] for c in claims for ref in c["metadata"].get("ownerReferences") or []}
+        assert "from-template" not in owners
+        assert phase(dra.kube, dra.namespace, "from-template") == "Pending"
+
+        # A template whose one claim can never fit is refused when it is written.
+        message = refused(lambda: dra.kube.request("POST", templates_path(dra), body={
+            "metadata": {"name": "too-big"}, "spec": {"spec": request_spec("72", "1Gi")}}))
+        assert "one claim of this ResourceClaimTemplate exceeds ResourceQuota" in message
+    finally:
+        delete_quietly(dra, f"{quotas}/{QUOTA}")
+        delete_quietly(dra, hand_template)

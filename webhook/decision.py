@@ -20,6 +20,7 @@ from hami_dcu.common.requests import RequestError
 from hami_dcu.common.writers import Identities
 from hami_dcu.dra.translate import TranslateError, translate
 from hami_dcu.webhook.advice import scheduling_warnings
+from hami_dcu.webhook.draquota import ClaimShapeError, claim_shape_problem
 from hami_dcu.webhook.quotacheck import QuotaLookup, quota_problem
 from hami_dcu.webhook.rename import adopt_names
 from hami_dcu.webhook.volcano import memory_unit_problem
@@ -60,6 +61,11 @@ class Decision:
     warnings: list[str] = field(default_factory=list)
     # DRA mode: ResourceClaimTemplates the patched pod names, for the shell to get-or-create.
     templates: list[JSON] = field(default_factory=list)
+    # DRA mode: the claim specs this admission adds to the namespace (a rewritten pod's claims,
+    # a ResourceClaim being created), for the shell to check against the namespace DCU quota.
+    quota_claims: list[JSON] = field(default_factory=list)
+    # A ResourceClaimTemplate holds nothing itself: its one claim is checked against the limits alone.
+    quota_alone: bool = False
 
 
 def _deny(reason: str, message: str) -> Decision:
@@ -166,5 +172,32 @@ def _as_claims(original: JSON, pod: JSON, settings: Settings, hints: list[str]) 
                 for section in ("initContainers", "containers") for c in spec.get(section) or []
                 for claim in (c.get("resources") or {}).get("claims") or [] if claim["name"] in templates]
     warning = f"DRA mode: {names.count}, {names.memory}, {names.cores} rewritten into claims: " + ", ".join(rewrites)
+    by_name = {t["metadata"]["name"]: t for t in translation.templates}
+    # One claim per pod claim, a template shared by two containers included: each is a claim of its own.
+    claims = [by_name[c["resourceClaimTemplateName"]]["spec"]["spec"] for c in spec["resourceClaims"]]
     return Decision(allowed=True, reason="claims", patch=jsonpatch.make_patch(before, after).patch,
-                    warnings=[*hints, warning], templates=translation.templates)
+                    warnings=[*hints, warning], templates=translation.templates, quota_claims=claims)
+
+
+CLAIM, CLAIM_TEMPLATE = "ResourceClaim", "ResourceClaimTemplate"
+
+
+def claim_kind(request: JSON) -> str | None:
+    """CLAIM or CLAIM_TEMPLATE for the creation of one (resource.k8s.io), else None."""
+    kind = request["kind"]
+    if request["operation"] != "CREATE" or kind.get("group") != "resource.k8s.io":
+        return None
+    return kind.get("kind") if kind.get("kind") in (CLAIM, CLAIM_TEMPLATE) else None
+
+
+def review_claim(kind: str, obj: JSON) -> Decision:
+    """DRA mode, a ResourceClaim or ResourceClaimTemplate being created: allowed here, with its
+    claim spec for the shell's quota check. Raises ClaimShapeError for a spec not of the API's shape."""
+    spec: Any = obj.get("spec")
+    if kind == CLAIM_TEMPLATE and isinstance(spec, dict):
+        spec = spec.get("spec")  # the claim's spec within the template's; any other shape is reported below
+    problem = claim_shape_problem(spec)
+    if problem is not None:
+        raise ClaimShapeError(f"{kind} is malformed: {problem}")
+    return Decision(allowed=True, reason="claim" if kind == CLAIM else "claim-template", quota_claims=[spec or {}],
+                    quota_alone=kind == CLAIM_TEMPLATE)

@@ -1,14 +1,18 @@
 """DRA mode's I/O for the webhook: the card sizes published in ResourceSlices (which the pure
-decision needs to turn a cores percentage into compute units) and the get-or-create of the
-ResourceClaimTemplates a rewritten pod names. The decision itself stays pure (decision.py).
+decision needs to turn a cores percentage into compute units, and the quota to turn compute
+units back into a percentage), a namespace's ResourceClaims (what its quota counts), and the
+get-or-create of the ResourceClaimTemplates a rewritten pod names. The decision itself stays pure (decision.py).
 
-Templates are named by a hash of their spec (dra/translate.py), so a template found under the
-name is the one wanted: creating is idempotent, and a create racing another replica's (409)
-is success. A review with dryRun creates nothing (the configuration declares NoneOnDryRun).
+Templates are named by a hash of their spec (dra/translate.py): creating is idempotent, and a
+create racing another replica's (409) finds the same template. A template found under the name
+is reused only when it is ours (webhook/templatetrust.py): anyone who can create templates in
+the namespace can compute the name. A review with dryRun creates nothing (the configuration
+declares NoneOnDryRun).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -16,9 +20,15 @@ from typing import Any
 
 from hami_dcu.common.kube import AsyncKube, ConflictError, KubeError, NotFoundError
 from hami_dcu.dra import names
-from hami_dcu.dra.quantity import to_int
+from hami_dcu.webhook.draquota import PublishedCards, published_cards
+from hami_dcu.webhook.templatetrust import foreign_template
 
 log = logging.getLogger(__name__)
+
+
+class ForeignTemplate(Exception):
+    """A template under the name we would use is not ours; the message says what to do."""
+
 JSON = dict[str, Any]
 SLICES = f"{names.RESOURCE_API}/resourceslices"
 # Card sizes change only when nodes with new models join: a minute-old view costs a pod at most
@@ -32,21 +42,11 @@ def templates_path(namespace: str) -> str:
 
 def units_of(slices: list[JSON]) -> tuple[int, ...]:
     """The distinct compute-unit counts of the DCUs our driver publishes, smallest first."""
-    found: set[int] = set()
-    for published in slices:
-        spec = published.get("spec") or {}
-        if spec.get("driver") != names.DRIVER:
-            continue
-        for device in spec.get("devices") or []:
-            cores = ((device.get("capacity") or {}).get(names.CAP_CORES) or {}).get("value")
-            if cores is None:
-                continue
-            try:
-                found.add(to_int(cores, names.CAP_CORES))
-            except ValueError:
-                log.warning("ResourceSlice %s: device %s has unreadable cores %r", published.get("metadata", {})
-                            .get("name"), device.get("name"), cores)
-    return tuple(sorted(found))
+    return published_cards(slices).units
+
+
+def claims_path(namespace: str) -> str:
+    return f"{names.RESOURCE_API}/namespaces/{namespace}/resourceclaims"
 
 
 class DraClaims:
@@ -55,37 +55,58 @@ class DraClaims:
         self.kube = kube
         self.clock = clock
         self.max_age = max_age
-        self._units: tuple[int, ...] = ()
+        self._cards = PublishedCards()
         self._listed_at: float | None = None
+        self._namespace_locks: dict[str, asyncio.Lock] = {}
 
     async def card_units(self) -> tuple[int, ...]:
+        return (await self.cards()).units
+
+    async def cards(self) -> PublishedCards:
         """Cached for `max_age`; none known yet is re-listed every time (the first driver may
         have just published, and a share asking cores cannot be admitted without it)."""
         now = self.clock()
-        if self._units and self._listed_at is not None and now - self._listed_at < self.max_age:
-            return self._units
+        if self._cards.by_device and self._listed_at is not None and now - self._listed_at < self.max_age:
+            return self._cards
         try:
             listed = await self.kube.call(self.kube.kube.request, "GET", SLICES,
                                           query={"fieldSelector": f"spec.driver={names.DRIVER}"})
         except KubeError as exc:
             # The last view is better than none; with none the decision says what is missing.
             log.warning("cannot list ResourceSlices for the card sizes: %s", exc)
-            return self._units
-        self._units, self._listed_at = units_of(listed.get("items") or []), now
-        return self._units
+            return self._cards
+        self._cards, self._listed_at = published_cards(listed.get("items") or []), now
+        return self._cards
+
+    async def claims_in(self, namespace: str) -> list[JSON]:
+        """The namespace's ResourceClaims, read now (the quota counts them). Raises KubeError."""
+        listed = await self.kube.call(self.kube.kube.request, "GET", claims_path(namespace))
+        return list(listed.get("items") or [])
+
+    def namespace_lock(self, namespace: str) -> asyncio.Lock:
+        """One quota check at a time per namespace in this process: a review counts the claims
+        the previous one admitted, unless kube-apiserver has not stored them yet."""
+        return self._namespace_locks.setdefault(namespace, asyncio.Lock())
 
     async def ensure_templates(self, namespace: str, templates: list[JSON]) -> None:
-        """Get-or-create each template in `namespace`. Raises KubeError when one cannot be made."""
+        """Get-or-create each template in `namespace`. Raises ForeignTemplate when one found
+        under the name is not ours (webhook/templatetrust.py), KubeError when one cannot be made."""
         for template in templates:
             path = templates_path(namespace)
             name = template["metadata"]["name"]
             try:
-                await self.kube.call(self.kube.kube.request, "GET", f"{path}/{name}")
-                continue
+                found = await self.kube.call(self.kube.kube.request, "GET", f"{path}/{name}")
             except NotFoundError:
-                pass
-            try:
-                await self.kube.call(self.kube.kube.request, "POST", path, body=template)
-                log.info("created ResourceClaimTemplate %s/%s", namespace, name)
-            except ConflictError:
-                pass  # another review (or replica) created it between our get and create
+                found = None
+            if found is None:
+                try:
+                    await self.kube.call(self.kube.kube.request, "POST", path, body=template)
+                    log.info("created ResourceClaimTemplate %s/%s", namespace, name)
+                    continue
+                except ConflictError:
+                    # Created between our get and create: by another review, or planted; read what won.
+                    found = await self.kube.call(self.kube.kube.request, "GET", f"{path}/{name}")
+            problem = foreign_template(found, template, namespace)
+            if problem is not None:
+                log.warning("ResourceClaimTemplate %s/%s is not hami-dcu's: not reused", namespace, name)
+                raise ForeignTemplate(problem)

@@ -14,9 +14,11 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from hami_dcu.common.body import BODY_DEADLINE, BodyError, read_body
 from hami_dcu.common.kube import KubeError
 from hami_dcu.common.podshape import pod_shape_problem
+from hami_dcu.common.untrusted import shown
 from hami_dcu.webhook import guard
-from hami_dcu.webhook.decision import DRA, Decision, Settings, review
-from hami_dcu.webhook.draclaims import DraClaims
+from hami_dcu.webhook.decision import DRA, Decision, Settings, claim_kind, review, review_claim
+from hami_dcu.webhook.draclaims import DraClaims, ForeignTemplate
+from hami_dcu.webhook.draquota import ClaimShapeError, PublishedCards, refusal
 from hami_dcu.webhook.schemas import BadReview, build_response, load_review
 
 log = logging.getLogger(__name__)
@@ -65,7 +67,7 @@ def decide(body: bytes, settings: Settings) -> Reviewed:
     is_pod = request["kind"]["kind"] == "Pod"
     if is_pod and (problem := pod_shape_problem(pod)):
         raise BadReview(f"pod object is malformed: {problem}")
-    who = _who(request, pod) if is_pod else f"{request.get('namespace')}/{request.get('name') or '?'}"
+    who = _who(request, pod) if is_pod else _who_else(request)
     return Reviewed(data, who, _decide(request, pod, is_pod, settings), started)
 
 
@@ -77,13 +79,47 @@ def respond(reviewed: Reviewed, metrics: WebhookMetrics) -> dict[str, Any]:
     if decision.reason == "not-a-pod-create":
         log.debug("%s %s %s: allowed (%s)", request["operation"], request["kind"]["kind"], who, decision.reason)
     elif decision.allowed:
-        log.info("pod %s: allowed (%s)%s", who, decision.reason, " patched" if decision.patch else "")
+        kind = request["kind"]["kind"]
+        log.info("%s %s: allowed (%s)%s", "pod" if kind == "Pod" else kind, who, decision.reason,
+                 " patched" if decision.patch else "")
     else:
         log.info("%s %s %s: denied (%s): %s", request["operation"], request["kind"]["kind"], who, decision.reason,
                  decision.message)
     metrics.reviews.labels("allowed" if decision.allowed else "denied", decision.reason).inc()
     metrics.latency.observe(time.perf_counter() - reviewed.started)
     return response
+
+
+async def _check_claim_quota(reviewed: Reviewed, settings: Settings, dra: DraClaims,
+                             cards: PublishedCards) -> Reviewed:
+    """DRA mode: the claims this review adds, against the namespace DCU quota (draquota.refusal
+    decides). Only a namespace with a DCU quota costs a list of its claims."""
+    decision = reviewed.decision
+    if not decision.allowed or not decision.quota_claims or settings.quota is None:
+        return reviewed
+    found = settings.quota(reviewed.namespace)
+    if found is None:
+        return reviewed
+    limits, pods = found
+    kind = reviewed.request["kind"]["kind"]
+    what = "pod" if kind == "Pod" else kind
+    if decision.quota_alone:
+        problem = refusal(what, decision.quota_claims, None, limits, pods, cards, settings.resources)
+    else:
+        async with dra.namespace_lock(reviewed.namespace):
+            try:
+                claims = await dra.claims_in(reviewed.namespace)
+            except KubeError as exc:
+                # The namespace has a quota that cannot be checked now: refused, never let through.
+                return _refused(reviewed, "quota-unchecked",
+                                f"DRA mode: cannot read the ResourceClaims of namespace {reviewed.namespace} to "
+                                f"check its DCU quota: {exc}; retry")
+            problem = refusal(what, decision.quota_claims, claims, limits, pods, cards, settings.resources)
+    return reviewed if problem is None else _refused(reviewed, "quota-exceeded", problem)
+
+
+def _refused(reviewed: Reviewed, reason: str, message: str) -> Reviewed:
+    return replace(reviewed, decision=Decision(allowed=False, reason=reason, message=message))
 
 
 async def _create_templates(reviewed: Reviewed, dra: DraClaims) -> Reviewed:
@@ -93,6 +129,8 @@ async def _create_templates(reviewed: Reviewed, dra: DraClaims) -> Reviewed:
         return reviewed
     try:
         await dra.ensure_templates(reviewed.namespace, reviewed.decision.templates)
+    except ForeignTemplate as exc:
+        return replace(reviewed, decision=Decision(allowed=False, reason="template-not-ours", message=str(exc)))
     except KubeError as exc:
         names = ", ".join(t["metadata"]["name"] for t in reviewed.decision.templates)
         return replace(reviewed, decision=Decision(
@@ -106,6 +144,11 @@ def _decide(request: dict[str, Any], pod: dict[str, Any], is_pod: bool, settings
     # First, for every object sent here: is its writer allowed to write hami-dcu's state?
     if (why := guard.refusal(request, settings.identities)) is not None:
         return Decision(allowed=False, reason="not-an-allocation-writer", message=why)
+    if settings.mode == DRA and (kind := claim_kind(request)) is not None:
+        try:
+            return review_claim(kind, request.get("object") or {})
+        except ClaimShapeError as exc:
+            raise BadReview(str(exc)) from exc
     if not is_pod or request["operation"] != "CREATE" or not pod:
         return Decision(allowed=True, reason="not-a-pod-create")
     meta = pod.get("metadata") or {}
@@ -118,6 +161,15 @@ def _decide(request: dict[str, Any], pod: dict[str, Any], is_pod: bool, settings
         # The schema checks the review envelope; a pod whose fields have the wrong JSON
         # types (spec as a list, containers as strings) is caught here, as a bad request.
         raise BadReview(f"pod object is malformed: {exc}") from exc
+
+
+def _who_else(request: dict[str, Any]) -> str:
+    """namespace/name of another object; a claim made from a pod's template has only a
+    generateName at admission (its metadata's shape is unchecked here)."""
+    obj = request.get("object")
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    named = meta.get("name") or meta.get("generateName") if isinstance(meta, dict) else None
+    return f"{request.get('namespace')}/{shown(request.get('name') or named or '?')}"
 
 
 def _who(request: dict[str, Any], pod: dict[str, Any]) -> str:
@@ -138,7 +190,9 @@ def add_webhook_routes(app: web.Application, settings: Settings, registry: Colle
     async def review_body(body: bytes) -> dict[str, Any]:
         if dra is None:
             return answer(body, settings, metrics)
-        reviewed = decide(body, replace(settings, card_units=await dra.card_units()))
+        cards = await dra.cards()
+        reviewed = decide(body, replace(settings, card_units=cards.units))
+        reviewed = await _check_claim_quota(reviewed, settings, dra, cards)
         return respond(await _create_templates(reviewed, dra), metrics)
 
     async def handle(request: web.Request) -> web.Response:

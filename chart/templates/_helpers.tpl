@@ -94,6 +94,14 @@ requests (the webhook renames the other set's names to the configured set's). */
 {{- printf "object.spec.containers.exists(c, %s) || (has(object.spec.initContainers) && object.spec.initContainers.exists(c, %s))" $one $one -}}
 {{- end -}}
 
+{{/* CEL: a ResourceClaim (object.spec) or ResourceClaimTemplate (object.spec.spec) with a
+device request of the DeviceClass dra.hygon.com (hami_dcu.dra.names), exactly or among its
+firstAvailable alternatives. */}}
+{{- define "hami-dcu.claimAsksDcuCel" -}}
+{{- $ours := "(has(r.exactly) && r.exactly.deviceClassName == 'dra.hygon.com') || (has(r.firstAvailable) && r.firstAvailable.exists(s, s.deviceClassName == 'dra.hygon.com'))" -}}
+{{- printf "(has(object.spec.devices) && has(object.spec.devices.requests) && object.spec.devices.requests.exists(r, %s)) || (has(object.spec.spec) && has(object.spec.spec.devices) && has(object.spec.spec.devices.requests) && object.spec.spec.devices.requests.exists(r, %s))" $ours $ours -}}
+{{- end -}}
+
 {{/* The resource names of the naming set (value naming; hami_dcu.common.keys): every
 component is given --naming and reads pods with these names only. */}}
 {{- define "hami-dcu.naming" -}}{{ .Values.naming | default "dcu" }}{{- end -}}

@@ -86,5 +86,23 @@ def test_dra_mode_webhook_rewrites_with_create_rights_and_declares_its_side_effe
             # get-or-create only: the webhook never edits or deletes a template a pod may be using.
             assert granted[("resource.k8s.io", "resourceclaimtemplates")] == {"get", "create"}
             assert granted[("resource.k8s.io", "resourceslices")] == {"list"}
+            assert granted[("resource.k8s.io", "resourceclaims")] == {"list"}  # the namespace quota, read only
         else:
             assert not [key for key in granted if key[0] == "resource.k8s.io"]
+
+
+def test_dra_mode_reviews_claim_and_template_creation_for_the_namespace_quota():
+    hooks = {h["name"]: h for d in render("mode=dra") if d["kind"] == "MutatingWebhookConfiguration"
+             for h in d["webhooks"]}
+    claims = hooks["claims.dcu.hami.io"]
+    assert claims["rules"] == [{"operations": ["CREATE"], "apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"],
+                                "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"}]
+    assert claims["sideEffects"] == "None" and claims["failurePolicy"] == "Fail"
+    assert claims["clientConfig"] == hooks["dcu.hami.io"]["clientConfig"]
+    assert claims["namespaceSelector"] == hooks["dcu.hami.io"]["namespaceSelector"]
+    (condition,) = claims["matchConditions"]
+    assert "object.spec.devices.requests.exists" in condition["expression"]
+    assert "object.spec.spec.devices.requests.exists" in condition["expression"]
+    assert "'dra.hygon.com'" in condition["expression"]
+    devices = {h["name"] for d in render() if d["kind"] == "MutatingWebhookConfiguration" for h in d["webhooks"]}
+    assert "claims.dcu.hami.io" not in devices

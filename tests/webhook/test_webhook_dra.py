@@ -14,12 +14,14 @@ from prometheus_client import CollectorRegistry
 
 from hami_dcu.common import keys
 from hami_dcu.common.kube import AsyncKube, ConflictError, KubeError, NotFoundError
+from hami_dcu.common.quota import Amount, Limit, QuotaLimits
 from hami_dcu.webhook.decision import DRA, Settings, review
 from hami_dcu.webhook.draclaims import DraClaims, units_of
 from hami_dcu.webhook.server import build_app
 
 JSON = dict[str, Any]
 DRA_SETTINGS = Settings(mode=DRA, card_units=(120,), naming=keys.NAMINGS["dcu"])
+DRA_ONLY = Settings(mode=DRA)
 SHARE = {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000", "hygon.com/dcucores": "25"}
 
 
@@ -108,6 +110,9 @@ class FakeKube:
         self.templates: dict[tuple[str, str], JSON] = {}
         self.calls: list[tuple[str, str]] = []
         self.fail_create: KubeError | None = None
+        self.plant_on_create: JSON | None = None  # created by someone else just before our create
+        self.claims: dict[str, list[JSON]] = {}
+        self.fail_claims: KubeError | None = None
         self.lock = threading.Lock()
 
     def request(self, method: str, path: str, *, query: JSON | None = None, body: Any = None) -> JSON:
@@ -117,6 +122,10 @@ class FakeKube:
             assert query == {"fieldSelector": "spec.driver=dra.hygon.com"}
             return {"items": self.slices}
         namespace = path.split("/namespaces/")[1].split("/")[0]
+        if path.endswith("/resourceclaims"):
+            if self.fail_claims is not None:
+                raise self.fail_claims
+            return {"items": self.claims.get(namespace, [])}
         if method == "GET":
             name = path.rsplit("/", 1)[1]
             if (namespace, name) not in self.templates:
@@ -126,6 +135,8 @@ class FakeKube:
         if self.fail_create is not None:
             raise self.fail_create
         key = (namespace, body["metadata"]["name"])
+        if self.plant_on_create is not None:
+            self.templates[key], self.plant_on_create = self.plant_on_create, None
         if key in self.templates:
             raise ConflictError(409, "AlreadyExists", key[1])
         self.templates[key] = body
@@ -133,8 +144,9 @@ class FakeKube:
 
 
 def slice_of(*units: int, driver: str = "dra.hygon.com") -> JSON:
-    return {"metadata": {"name": "s"}, "spec": {"driver": driver, "devices": [
-        {"name": f"d{i}", "capacity": {"cores": {"value": str(u)}}} for i, u in enumerate(units)]}}
+    return {"metadata": {"name": "s"}, "spec": {"driver": driver, "pool": {"name": "n"}, "devices": [
+        {"name": f"d{i}", "capacity": {"cores": {"value": str(u)}, "memory": {"value": "65520Mi"}}}
+        for i, u in enumerate(units)]}}
 
 
 def admission(pod_: JSON, dry_run: bool = False) -> JSON:
@@ -143,9 +155,9 @@ def admission(pod_: JSON, dry_run: bool = False) -> JSON:
                         "operation": "CREATE", "object": pod_, "dryRun": dry_run}}
 
 
-async def post(aiohttp_client: Any, fake: FakeKube, body: JSON) -> JSON:
+async def post(aiohttp_client: Any, fake: FakeKube, body: JSON, settings: Settings = DRA_ONLY) -> JSON:
     dra = DraClaims(AsyncKube(fake))  # type: ignore[arg-type]
-    client = await aiohttp_client(build_app(Settings(mode=DRA), CollectorRegistry(), dra=dra))
+    client = await aiohttp_client(build_app(settings, CollectorRegistry(), dra=dra))
     response = await client.post("/webhook", json=body)
     assert response.status == 200
     return (await response.json())["response"]
@@ -210,3 +222,148 @@ def test_units_of_skips_unreadable_capacities():
 def test_dra_mode_without_api_access_refuses_to_start():
     with pytest.raises(ValueError, match="DRA mode"):
         build_app(Settings(mode=DRA), CollectorRegistry())
+
+
+# --- templates reused only when ours (issue 21, item 6) -----------------------------------------
+
+
+def planted(template: JSON, **changes: Any) -> JSON:
+    """`template` as a tenant could have created it first, under the same name."""
+    return {**template, "metadata": {**template["metadata"], **changes.pop("metadata", {})}, **changes}
+
+
+def whole_card_spec() -> JSON:
+    return {"spec": {"devices": {"requests": [{"name": "dcu", "exactly": {
+        "deviceClassName": "dra.hygon.com", "allocationMode": "ExactCount", "count": 1}}]}}}
+
+
+@pytest.mark.parametrize("tampered", [
+    pytest.param({"spec": whole_card_spec()}, id="a-whole-card-under-a-shares-name"),
+    pytest.param({"metadata": {"labels": {}}}, id="our-spec-without-our-label"),
+    pytest.param({"spec": {"metadata": {"annotations": {"x": "y"}}, **whole_card_spec()}}, id="claim-metadata-added"),
+])
+async def test_a_planted_template_under_our_name_refuses_the_pod_and_is_not_used(aiohttp_client, tampered):
+    ours = review(pod(container()), DRA_SETTINGS).templates[0]
+    fake = FakeKube()
+    fake.templates[("team", ours["metadata"]["name"])] = planted(ours, **tampered)
+    response = await post(aiohttp_client, fake, admission(pod(container())))
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert f"ResourceClaimTemplate team/{ours['metadata']['name']}" in message and "not made by hami-dcu" in message
+    assert "delete it" in message
+    assert not any(method == "POST" for method, _ in fake.calls)
+
+
+async def test_a_template_planted_between_our_get_and_create_is_read_and_refused(aiohttp_client):
+    ours = review(pod(container()), DRA_SETTINGS).templates[0]
+    fake = FakeKube()
+    fake.plant_on_create = planted(ours, spec=whole_card_spec())
+    response = await post(aiohttp_client, fake, admission(pod(container())))
+    assert response["allowed"] is False and "not made by hami-dcu" in response["status"]["message"]
+
+
+async def test_our_template_as_the_api_server_returns_it_is_reused(aiohttp_client):
+    ours = review(pod(container()), DRA_SETTINGS).templates[0]
+    stored = json.loads(json.dumps(ours))
+    # What kube-apiserver adds: an empty claim metadata, server fields, quantities kept canonical.
+    stored["spec"]["metadata"] = {"creationTimestamp": None}
+    stored["metadata"].update(uid="u", resourceVersion="7", namespace="team", creationTimestamp="2026-01-01T00:00:00Z")
+    stored["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] = "2097152000"
+    fake = FakeKube()
+    fake.templates[("team", ours["metadata"]["name"])] = stored
+    response = await post(aiohttp_client, fake, admission(pod(container())))
+    assert response["allowed"] is True
+    assert not any(method == "POST" for method, _ in fake.calls)
+
+
+# --- the namespace DCU quota in DRA mode (issue 21, item 6) ------------------------------------
+
+TEAM_QUOTA = QuotaLimits(memory=Limit(10000, "team-dcu"), cores=Limit(50, "team-dcu"))
+QUOTA_SETTINGS = Settings(mode=DRA, quota=lambda ns: (TEAM_QUOTA, Amount()) if ns == "team" else None)
+
+
+def claim_object(cores: str, memory: str = "1000Mi", name: str = "mine") -> JSON:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+            "spec": {"devices": {"requests": [{"name": "dcu", "exactly": {
+                "deviceClassName": "dra.hygon.com", "allocationMode": "ExactCount", "count": 1,
+                "capacity": {"requests": {"cores": cores, "memory": memory}}}}]}}}
+
+
+def claim_review(obj: JSON, kind: str = "ResourceClaim", namespace: str = "team") -> JSON:
+    resource = "resourceclaims" if kind == "ResourceClaim" else "resourceclaimtemplates"
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-2", "kind": {"group": "resource.k8s.io", "version": "v1", "kind": kind},
+                        "resource": {"group": "resource.k8s.io", "version": "v1", "resource": resource},
+                        "namespace": namespace, "operation": "CREATE", "object": obj,
+                        "userInfo": {"username": "alice"}}}
+
+
+async def test_a_hand_written_claim_over_the_namespace_quota_is_refused(aiohttp_client):
+    fake = FakeKube()  # one K100_AI size published: 120 CUs
+    fake.claims["team"] = [claim_object("36", name="held")]  # 30 %
+    response = await post(aiohttp_client, fake, claim_review(claim_object("30")), QUOTA_SETTINGS)  # 25 %
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert "ResourceClaim exceeds ResourceQuota team-dcu limits.hygon.com/dcucores: quota 50, used 30, requested 25" \
+        in message
+    fits = await post(aiohttp_client, fake, claim_review(claim_object("24")), QUOTA_SETTINGS)  # 20 %
+    assert fits["allowed"] is True
+
+
+async def test_a_rewritten_pod_counts_each_of_its_claims_against_the_quota(aiohttp_client):
+    fake = FakeKube()
+    # Two containers of 25 % each share one template but make two claims: 50 % fits exactly...
+    two = pod(container("a"), container("b"))
+    assert (await post(aiohttp_client, fake, admission(two), QUOTA_SETTINGS))["allowed"] is True
+    # ...and with a 1 % claim already held they do not; no template is created for a refused pod.
+    fake.templates.clear()
+    fake.claims["team"] = [claim_object("2", memory="10Mi", name="held")]
+    response = await post(aiohttp_client, fake, admission(two), QUOTA_SETTINGS)
+    assert response["allowed"] is False
+    assert "pod exceeds ResourceQuota team-dcu limits.hygon.com/dcucores: quota 50, used 1.67, requested 50" in \
+        response["status"]["message"]
+    assert not fake.templates
+
+
+async def test_a_namespace_without_a_dcu_quota_lists_no_claims(aiohttp_client):
+    fake = FakeKube()
+    response = await post(aiohttp_client, fake, claim_review(claim_object("120"), namespace="free"), QUOTA_SETTINGS)
+    assert response["allowed"] is True
+    assert not any(path.endswith("/resourceclaims") for _, path in fake.calls)
+
+
+async def test_claims_that_cannot_be_listed_refuse_rather_than_let_through(aiohttp_client):
+    fake = FakeKube()
+    fake.fail_claims = KubeError(403, "Forbidden", "cannot list resourceclaims")
+    response = await post(aiohttp_client, fake, claim_review(claim_object("1")), QUOTA_SETTINGS)
+    assert response["allowed"] is False and "cannot read the ResourceClaims" in response["status"]["message"]
+
+
+async def test_a_template_whose_one_claim_can_never_fit_is_refused(aiohttp_client):
+    fake = FakeKube()
+    template = {"metadata": {"name": "t"}, "spec": {"spec": claim_object("90")["spec"]}}  # 75 % > 50 %
+    response = await post(aiohttp_client, fake, claim_review(template, "ResourceClaimTemplate"), QUOTA_SETTINGS)
+    assert response["allowed"] is False and "no claim made from it" in response["status"]["message"]
+    template["spec"]["spec"] = claim_object("60")["spec"]  # 50 %: fits, whatever the namespace holds
+    fake.claims["team"] = [claim_object("120", name="held")]
+    response = await post(aiohttp_client, fake, claim_review(template, "ResourceClaimTemplate"), QUOTA_SETTINGS)
+    assert response["allowed"] is True
+
+
+async def test_a_malformed_claim_is_a_bad_request_not_a_crash(aiohttp_client):
+    fake = FakeKube()
+    dra = DraClaims(AsyncKube(fake))  # type: ignore[arg-type]
+    client = await aiohttp_client(build_app(QUOTA_SETTINGS, CollectorRegistry(), dra=dra))
+    bad = claim_review({"metadata": {"name": "x"}, "spec": {"devices": {"requests": "all"}}})
+    response = await client.post("/webhook", json=bad)
+    assert response.status == 400 and "requests is not a list" in (await response.json())["error"]
+
+
+async def test_a_claim_with_malformed_metadata_is_answered_not_crashed_on(aiohttp_client):
+    fake = FakeKube()
+    dra = DraClaims(AsyncKube(fake))  # type: ignore[arg-type]
+    client = await aiohttp_client(build_app(QUOTA_SETTINGS, CollectorRegistry(), dra=dra))
+    for metadata in ("x", ["y"], {"generateName": 5}):
+        response = await client.post("/webhook", json=claim_review({"metadata": metadata, **claim_object("12")}
+                                                                   | {"metadata": metadata}))
+        assert response.status in (200, 400)
