@@ -348,7 +348,8 @@ def test_the_webhook_rule_and_the_admission_policies_agree(cluster: RealCluster)
     """Each case goes through the real API server (dry run: nothing changes) and through
     common/writers.py, which the webhook runs: the same verdict, and the same words."""
     _clean(cluster)
-    cluster.kube.create_pod(cluster.namespace, pod_manifest("subject", [Ctr("main")]))
+    # A DCU pod: on a pod without DCUs the keys HAMi shares with us are HAMi's to write (issue 21).
+    cluster.kube.create_pod(cluster.namespace, pod_manifest("subject", [Ctr("main", 1, 1000, 10)]))
     wait_until("the subject pod bound", lambda: cluster.kube.get_pod(cluster.namespace, "subject")["spec"].get(
         "nodeName"), timeout=60)
     bound = cluster.kube.get_pod(cluster.namespace, "subject")
