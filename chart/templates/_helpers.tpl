@@ -210,3 +210,51 @@ the API server sends pods, and what it sends, stay as they were). */}}
 {{- end -}}
 has(object.webhooks) == has(oldObject.webhooks) && (!has(object.webhooks) || (size(object.webhooks) == size(oldObject.webhooks) && object.webhooks.all(w, oldObject.webhooks.exists(o, o.name == w.name && {{ join " && " $same }}))))
 {{- end -}}
+
+{{/* A projected volume as the ServiceAccount admission plugin mounts it: the pod's own
+ServiceAccount's bound, expiring token, the cluster CA and the namespace. */}}
+{{- define "hami-dcu.projectedToken" -}}
+projected:
+  sources:
+    - serviceAccountToken:
+        path: token
+        expirationSeconds: 3607
+    - configMap:
+        name: kube-root-ca.crt
+        items:
+          - {key: ca.crt, path: ca.crt}
+    - downwardAPI:
+        items:
+          - path: namespace
+            fieldRef: {fieldPath: metadata.namespace}
+{{- end -}}
+
+{{/* The container that mints the extender's token with kube-scheduler's (`hami-dcu token`):
+once, as an init container, then renewing beside the others. */}}
+{{- define "hami-dcu.extenderTokenContainer" -}}
+name: {{ .name }}
+image: {{ include "hami-dcu.image" .root | quote }}
+imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+args:
+  - token
+  - --service-account={{ include "hami-dcu.fullname" .root }}-scheduler
+  - --dir=/minted
+  {{- if .once }}
+  - --once
+  {{- end }}
+  - --log-level={{ .root.Values.logLevel }}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities:
+    drop: [ALL]
+resources:
+  requests: {cpu: 5m, memory: 48Mi}
+  limits: {memory: 96Mi}
+volumeMounts:
+  - name: kube-scheduler-token
+    mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+    readOnly: true
+  - name: extender-token
+    mountPath: /minted
+{{- end -}}

@@ -38,19 +38,46 @@ def test_the_extender_has_its_own_least_privileged_identity(render):
     held system:kube-scheduler)."""
     docs = render()
     pod = scheduler_pod(docs)
-    assert pod["serviceAccountName"] == EXTENDER_SA and pod["automountServiceAccountToken"] is False
     assert bindings_of(docs, EXTENDER_SA) == {("ClusterRole", "hami-dcu-scheduler")}
     assert ("ClusterRole", "system:kube-scheduler") in bindings_of(docs, KUBE_SCHEDULER_SA)
     containers = {c["name"]: c for c in pod["containers"]}
-    volumes = {v["name"]: v for v in pod["volumes"]}
     mounted = {name: {m["mountPath"]: m["name"] for m in c["volumeMounts"]} for name, c in containers.items()}
     # Each container gets its own identity's token, and only that one.
-    assert volumes[mounted["extender"][SA_MOUNT]]["projected"]["sources"][0]["serviceAccountToken"]["path"] == "token"
-    assert volumes[mounted["kube-scheduler"][SA_MOUNT]]["secret"]["secretName"] == "hami-dcu-kube-scheduler-token"
-    token = named(docs, "Secret", "hami-dcu-kube-scheduler-token")
-    assert token["type"] == "kubernetes.io/service-account-token"
-    assert token["metadata"]["annotations"]["kubernetes.io/service-account.name"] == KUBE_SCHEDULER_SA
+    assert mounted["extender"][SA_MOUNT] == "extender-token" and "kube-scheduler-token" not in \
+        mounted["extender"].values()
     assert "tls" not in mounted["kube-scheduler"].values()
+
+
+def test_kube_scheduler_runs_on_a_projected_expiring_token(render):
+    """Issue 21: kube-scheduler's token was a legacy kubernetes.io/service-account-token Secret,
+    valid until deleted. Now it is the pod's own projected token, and the extender's is minted
+    from it (an expiring TokenRequest) into a memory volume only the two token containers and
+    the extender mount."""
+    docs = render()
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    pod = scheduler_pod(docs)
+    assert pod["serviceAccountName"] == KUBE_SCHEDULER_SA and pod["automountServiceAccountToken"] is False
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    projected = volumes["kube-scheduler-token"]["projected"]["sources"][0]["serviceAccountToken"]
+    assert projected == {"path": "token", "expirationSeconds": 3607}
+    assert volumes["extender-token"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Mi"}
+    every = {c["name"]: c for c in pod["containers"] + pod["initContainers"]}
+    holders = {name: {m["name"] for m in c["volumeMounts"]} for name, c in every.items()}
+    assert {n for n, v in holders.items() if "kube-scheduler-token" in v} == {
+        "kube-scheduler", "extender-token", "extender-token-init"}
+    assert {n for n, v in holders.items() if "extender-token" in v} == {
+        "extender", "extender-token", "extender-token-init"}
+    for name in ("extender-token-init", "extender-token"):
+        args = every[name]["args"]
+        assert args[:3] == ["token", f"--service-account={EXTENDER_SA}", "--dir=/minted"]
+        assert ("--once" in args) == (name == "extender-token-init")
+    role = named(docs, "Role", KUBE_SCHEDULER_SA)
+    assert {"apiGroups": [""], "resources": ["serviceaccounts/token"], "resourceNames": [EXTENDER_SA],
+            "verbs": ["create"]} in role["rules"]
+    # Without the bundled kube-scheduler the pod is the extender's, on its own projected token.
+    alone = scheduler_pod(render("--set", "scheduler.kubeScheduler.enabled=false"))
+    assert alone["serviceAccountName"] == EXTENDER_SA and "initContainers" not in alone
+    assert "projected" in {v["name"]: v for v in alone["volumes"]}["extender-token"]
 
 
 def test_filter_and_bind_stay_on_loopback_and_the_service_leads_to_the_webhook_only(render):
@@ -218,8 +245,8 @@ def test_kube_scheduler_leads_on_its_own_lease(render, helm):
                                 ["data"]["config.yaml"])
         assert config["leaderElection"]["resourceName"] == expected
         assert config["profiles"][0]["schedulerName"] == "hami-scheduler"  # unchanged: HAMi's drop-in
-        role = named(docs, "Role", f"{expected.removesuffix('-kube-scheduler')}-leader-election")
-        assert role["rules"] == [
+        role = named(docs, "Role", expected)
+        assert role["rules"][:2] == [
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [expected],
              "verbs": ["get", "update"]}]
