@@ -17,7 +17,9 @@ so the same requests against the chart before this change show what they could d
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -350,3 +352,37 @@ def test_kube_scheduler_may_not_take_another_components_lease(cluster: RealClust
     _refused(scheduler.request, "PUT", f"{leases}/kube-controller-manager?dryRun=All", body=taken)
     own = cluster.kube.request("GET", f"{leases}/{RELEASE}-kube-scheduler")
     scheduler.request("PUT", f"{leases}/{RELEASE}-kube-scheduler?dryRun=All", body=own)
+
+
+def _claims(token: str) -> JSON:
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+
+
+def test_kube_scheduler_runs_on_a_projected_expiring_token(cluster: RealCluster) -> None:
+    """Before: a kubernetes.io/service-account-token Secret, valid until deleted, mounted into
+    kube-scheduler. Now the pod's own projected token (bound to the pod, expiring); the
+    extender's is minted from it, expiring too, and is the one the extender writes with (the
+    allocation policy would refuse its Bindings otherwise: every DCU pod here proves it)."""
+    legacy = [s["metadata"]["name"] for s in cluster.kube.request(
+        "GET", f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/secrets")["items"]
+        if s.get("type") == "kubernetes.io/service-account-token"]
+    assert legacy == []
+    (scheduler,) = cluster.kube.list_pods(namespace=SYSTEM_NAMESPACE,
+                                          label_selector="app.kubernetes.io/component=scheduler").items
+    assert scheduler["spec"]["serviceAccountName"] == KUBE_SCHEDULER_SA
+    volumes = cluster.kubelets[scheduler["spec"]["nodeName"]].running[scheduler["metadata"]["uid"]].root / "volumes"
+    own = _claims((volumes / "kube-scheduler-token" / "token").read_text())
+    assert own["sub"] == f"system:serviceaccount:{SYSTEM_NAMESPACE}:{KUBE_SCHEDULER_SA}"
+    assert own["kubernetes.io"]["pod"]["uid"] == scheduler["metadata"]["uid"]
+    assert own["exp"] - own["iat"] == 3600  # not extended to a year (3607 would be)
+    minted = _claims((volumes / "extender-token" / "token").read_text())
+    assert minted["sub"] == f"system:serviceaccount:{SYSTEM_NAMESPACE}:{EXTENDER_SA}"
+    assert minted["exp"] - minted["iat"] == 3600
+    assert sorted(p.name for p in (volumes / "extender-token").iterdir()) == ["ca.crt", "namespace", "token"]
+    # kube-scheduler may mint the extender's token and no other ServiceAccount's.
+    scheduler_client = cluster.kube_as(KUBE_SCHEDULER_SA)
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}}
+    for other in (PLUGIN_SA, RENEWAL_SA):
+        _refused(scheduler_client.request, "POST",
+                 f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/serviceaccounts/{other}/token", body=body)

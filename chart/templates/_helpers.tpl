@@ -211,14 +211,16 @@ the API server sends pods, and what it sends, stay as they were). */}}
 has(object.webhooks) == has(oldObject.webhooks) && (!has(object.webhooks) || (size(object.webhooks) == size(oldObject.webhooks) && object.webhooks.all(w, oldObject.webhooks.exists(o, o.name == w.name && {{ join " && " $same }}))))
 {{- end -}}
 
-{{/* A projected volume as the ServiceAccount admission plugin mounts it: the pod's own
-ServiceAccount's bound, expiring token, the cluster CA and the namespace. */}}
+{{/* A projected volume as the ServiceAccount admission plugin mounts it (the pod's own
+ServiceAccount's token, bound to the pod; the cluster CA; the namespace), but an hour is an hour:
+the plugin's 3607 s marks a token the API server silently extends to a year. The kubelet renews
+it at 80 % of its life and every client here reads the file again. */}}
 {{- define "hami-dcu.projectedToken" -}}
 projected:
   sources:
     - serviceAccountToken:
         path: token
-        expirationSeconds: 3607
+        expirationSeconds: 3600
     - configMap:
         name: kube-root-ca.crt
         items:

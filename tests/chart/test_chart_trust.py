@@ -59,7 +59,7 @@ def test_kube_scheduler_runs_on_a_projected_expiring_token(render):
     assert pod["serviceAccountName"] == KUBE_SCHEDULER_SA and pod["automountServiceAccountToken"] is False
     volumes = {v["name"]: v for v in pod["volumes"]}
     projected = volumes["kube-scheduler-token"]["projected"]["sources"][0]["serviceAccountToken"]
-    assert projected == {"path": "token", "expirationSeconds": 3607}
+    assert projected == {"path": "token", "expirationSeconds": 3600}
     assert volumes["extender-token"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Mi"}
     every = {c["name"]: c for c in pod["containers"] + pod["initContainers"]}
     holders = {name: {m["name"] for m in c["volumeMounts"]} for name, c in every.items()}
