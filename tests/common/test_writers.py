@@ -173,3 +173,16 @@ def test_volcano_writes_what_its_hygon_deviceshare_writes_and_nothing_else(kind,
         assert why is None
     else:
         assert why is not None and refused in why
+
+
+def test_the_lock_writers_come_from_the_command_line():
+    import argparse
+
+    from hami_dcu.common.writer_flags import add_identity_arguments, identities_from
+    parser = argparse.ArgumentParser()
+    add_identity_arguments(parser)
+    args = parser.parse_args(["--scheduler-identity", SCHEDULER, "--node-lock-user", "u1", "--node-lock-user", "u2",
+                              "--node-lock-group", "g"])
+    assert identities_from(args) == Identities(scheduler=frozenset({SCHEDULER}),
+                                               node_lock_users=frozenset({"u1", "u2"}), node_lock_groups=frozenset({"g"}))
+    assert identities_from(parser.parse_args([])) == Identities()
