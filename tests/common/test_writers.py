@@ -183,6 +183,7 @@ def test_the_lock_writers_come_from_the_command_line():
     add_identity_arguments(parser)
     args = parser.parse_args(["--scheduler-identity", SCHEDULER, "--node-lock-user", "u1", "--node-lock-user", "u2",
                               "--node-lock-group", "g"])
-    assert identities_from(args) == Identities(scheduler=frozenset({SCHEDULER}),
-                                               node_lock_users=frozenset({"u1", "u2"}), node_lock_groups=frozenset({"g"}))
+    expected = Identities(scheduler=frozenset({SCHEDULER}), node_lock_users=frozenset({"u1", "u2"}),
+                          node_lock_groups=frozenset({"g"}))
+    assert identities_from(args) == expected
     assert identities_from(parser.parse_args([])) == Identities()
