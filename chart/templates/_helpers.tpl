@@ -185,15 +185,16 @@ requests, or carries either set's allocation. False for a Binding (it has no spe
 ({{ .o }} != null && has({{ .o }}.metadata.annotations) && {{ .o }}.metadata.annotations.exists(k, k in {{ include "hami-dcu.registerKeysCel" .root }}))
 {{- end -}}
 
-{{/* CEL: an UPDATE of a pod or node itself (no subresource) that changes nothing but the
-annotations in the CEL list `.keys`: spec, labels, finalizers and owners as they were. (The API
-server keeps the status of an update of the main resource as it was.) */}}
+{{/* CEL: an UPDATE of a pod or node itself (no subresource; `.subresource` names one instead)
+that changes nothing but the annotations in the CEL list `.keys`: spec, labels, finalizers and
+owners as they were. (The API server keeps the status of an update of the main resource as it
+was, and an update of the status subresource changes the status.) */}}
 {{- define "hami-dcu.onlyAnnotationsChangeCel" -}}
 {{- $same := list -}}
 {{- range $field := list "spec" "metadata.labels" "metadata.finalizers" "metadata.ownerReferences" -}}
 {{- $same = append $same (printf "has(object.%s) == has(oldObject.%s) && (!has(object.%s) || object.%s == oldObject.%s)" $field $field $field $field $field) -}}
 {{- end -}}
-request.operation == 'UPDATE' && (!has(request.subResource) || request.subResource == '') && {{ join " && " $same }} && (!has(object.metadata.annotations) || object.metadata.annotations.all(k, k in {{ .keys }} || (has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k]))) && (!has(oldObject.metadata.annotations) || oldObject.metadata.annotations.all(k, k in {{ .keys }} || (has(object.metadata.annotations) && k in object.metadata.annotations)))
+request.operation == 'UPDATE' && {{ if .subresource }}has(request.subResource) && request.subResource == '{{ .subresource }}'{{ else }}(!has(request.subResource) || request.subResource == ''){{ end }} && {{ join " && " $same }} && (!has(object.metadata.annotations) || object.metadata.annotations.all(k, k in {{ .keys }} || (has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k]))) && (!has(oldObject.metadata.annotations) || oldObject.metadata.annotations.all(k, k in {{ .keys }} || (has(object.metadata.annotations) && k in object.metadata.annotations)))
 {{- end -}}
 
 {{/* CEL: the request sets, changes or removes annotation `k` (oldObject is null on CREATE). */}}

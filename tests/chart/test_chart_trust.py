@@ -275,3 +275,14 @@ def test_a_second_release_shares_no_cluster_scoped_name_nor_lease(render, helm):
 
     assert {k for k, _ in names(first)} >= CLUSTER_SCOPED
     assert not names(first) & names(second)
+
+
+def test_a_plugin_writes_its_nodes_status_in_volcano_mode_only(render):
+    """Volcano mode's plugin advertises hcumem and hcucores in node status (nodes/status patch);
+    elsewhere a plugin writes no subresource at all."""
+    def node_rule(*values):
+        return policy(render(*values), "device-plugin-scope")["spec"]["validations"][2]["expression"]
+    assert "request.subResource == 'status'" not in node_rule()
+    volcano = node_rule("--set", "volcano.enabled=true", "--set", "naming=hcu")
+    assert "has(request.subResource) && request.subResource == 'status'" in volcano
+    assert volcano.count("object.spec == oldObject.spec") == 3  # node, node status, pod: spec untouched
