@@ -212,7 +212,66 @@ def plugin_scope(kind: str, caller: Caller, new: Mapping[str, Any] | None, ident
     return None
 
 
+# What a write may not change besides annotations (the API server keeps a pod's or node's status
+# as it was on an update of the object itself).
+_FIXED_FIELDS = (("spec",), ("metadata", "labels"), ("metadata", "finalizers"), ("metadata", "ownerReferences"))
+_ABSENT = object()
+
+
+def _field(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = obj
+    for part in path:
+        if not isinstance(value, Mapping) or part not in value:
+            return _ABSENT
+        value = value[part]
+    return value
+
+
+def changes_only(new: Mapping[str, Any], old: Mapping[str, Any], annotations: frozenset[str]) -> bool:
+    """The write changes nothing but these annotations."""
+    if any(_field(new, path) != _field(old, path) for path in _FIXED_FIELDS):
+        return False
+    before, after = annotations_of(old), annotations_of(new)
+    others = (set(before) | set(after)) - annotations
+    return all(before.get(k, _ABSENT) == after.get(k, _ABSENT) for k in others)
+
+
+def plugin_fields(kind: str, caller: Caller, new: Mapping[str, Any] | None, old: Mapping[str, Any] | None,
+                  identities: Identities) -> str | None:
+    """Within its node, a device plugin updates only its own annotations: on pods the
+    allocation's progress, on its Node the registration, handshake and lock; never a spec (a
+    pod's image), a label (node-restriction.kubernetes.io/ ones included) or a create. (The
+    chart's policy also refuses every subresource, which an admission review states apart.)"""
+    if caller.username not in identities.device_plugin or caller.node is None or kind == BINDING:
+        return None
+    if node_of(kind, new) != caller.node:
+        return None  # plugin_scope's to refuse
+    allowed = PLUGIN_NODE_KEYS if kind == NODE else PLUGIN_POD_KEYS
+    if isinstance(new, Mapping) and isinstance(old, Mapping) and changes_only(new, old, allowed):
+        return None
+    where = "on its node" if kind == NODE else "on its pods"
+    return (f"the hami-dcu device plugin of node {caller.node} may change {where} only the annotations "
+            f"{', '.join(sorted(allowed))} (not the spec, labels or other annotations; no subresource, no create)")
+
+
+def extender_fields(kind: str, caller: Caller, new: Mapping[str, Any] | None, old: Mapping[str, Any] | None,
+                    identities: Identities) -> str | None:
+    """The extender faces the network: it changes a node's lock and nothing else of it (no
+    taint, cordon or label), and writes pods only through their Binding."""
+    if caller.username not in identities.scheduler or kind == BINDING:
+        return None
+    if kind == NODE and isinstance(new, Mapping) and isinstance(old, Mapping) and \
+            changes_only(new, old, SCHEDULER_NODE_KEYS):
+        return None
+    meta = new.get("metadata") if isinstance(new, Mapping) else None
+    name = meta.get("name", "") if isinstance(meta, Mapping) else ""
+    what = f"{'update' if old is not None else 'create'} {'nodes' if kind == NODE else 'pods'} {name}"
+    return (f"the hami-dcu scheduler extender may change on nodes only the annotation {keys.NODE_LOCK}, and on "
+            f"pods only create their Binding, not {what} otherwise")
+
+
 def judge(kind: str, caller: Caller, new: Mapping[str, Any] | None, old: Mapping[str, Any] | None,
           identities: Identities) -> str | None:
-    """Both rules: the allocation's writers, and a plugin's reach."""
-    return allocation_writers(kind, caller, new, old, identities) or plugin_scope(kind, caller, new, identities)
+    """Every rule: the allocation's writers, a plugin's reach, and what each identity may change."""
+    return (allocation_writers(kind, caller, new, old, identities) or plugin_scope(kind, caller, new, identities)
+            or plugin_fields(kind, caller, new, old, identities) or extender_fields(kind, caller, new, old, identities))

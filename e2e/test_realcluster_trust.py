@@ -341,6 +341,12 @@ def _cases(cluster: RealCluster, bound_pod: JSON) -> list[tuple[str, str, Kube, 
             for target in NODES:
                 cases.append((f"{who} sets {key} on {target}", NODE, client, caller, target, {key: "x"}))
     cases.append(("plugin labels node1", NODE, plugin0, plugin_caller, "node1", {}))
+    # Within its node, its own keys only (issue 21).
+    cases.append(("plugin labels node0", NODE, plugin0, plugin_caller, "node0", {}))
+    cases.append(("extender labels node0", NODE, extender, extender_caller, "node0", {}))
+    cases.append(("plugin sets another annotation on node0", NODE, plugin0, plugin_caller, "node0", {"team": "x"}))
+    cases.append((f"plugin sets another annotation on a pod of {node}", POD, plugin0, plugin_caller, name,
+                  {"team": "x"}))
     return cases
 
 
@@ -365,9 +371,13 @@ def test_the_webhook_rule_and_the_admission_policies_agree(cluster: RealCluster)
             patch = {"metadata": {"annotations": change} if change else {"labels": {"probe": "x"}}}
         new = json.loads(json.dumps(old))
         new["metadata"].setdefault("annotations", {}).update(change)
-        # Both rules may refuse; the API server then reports one of the two policies' words.
+        if not change:
+            new["metadata"].setdefault("labels", {})["probe"] = "x"
+        # Several rules may refuse; the API server then reports one of the policies' words.
         reasons = [r for r in (writers.allocation_writers(kind, caller, new, old, IDENTITIES),
-                               writers.plugin_scope(kind, caller, new, IDENTITIES)) if r]
+                               writers.plugin_scope(kind, caller, new, IDENTITIES),
+                               writers.plugin_fields(kind, caller, new, old, IDENTITIES),
+                               writers.extender_fields(kind, caller, new, old, IDENTITIES)) if r]
         assert (writers.judge(kind, caller, new, old, IDENTITIES) is None) == (not reasons)
         try:
             client.request("PATCH", path + "?dryRun=All", body=patch, content_type="application/merge-patch+json")

@@ -187,3 +187,59 @@ def test_the_lock_writers_come_from_the_command_line():
                           node_lock_groups=frozenset({"g"}))
     assert identities_from(args) == expected
     assert identities_from(parser.parse_args([])) == Identities()
+
+
+# --- issue 21: within its node, a device plugin changes only its own keys -------------------
+
+
+def with_spec(obj: dict, **fields) -> dict:
+    copy = {**obj, "spec": {**obj.get("spec", {}), **fields}}
+    return copy
+
+
+def labelled(obj: dict, **labels) -> dict:
+    return {**obj, "metadata": {**obj["metadata"], "labels": labels}}
+
+
+BOUND = pod("node0", **{TO_ALLOC: "y"})
+
+
+@pytest.mark.parametrize(("kind", "new", "old", "refused"), [
+    (POD, pod("node0", **{TO_ALLOC: ";", keys.POD_BIND_PHASE: "success"}), BOUND, None),
+    (POD, with_spec(BOUND, containers=[{"name": "c", "image": "attacker/shell"}]), BOUND, "on its pods only"),
+    (POD, labelled(BOUND, app="x"), BOUND, "on its pods only"),
+    (POD, pod("node0", **{TO_ALLOC: "y"}, team="x"), BOUND, "on its pods only"),
+    (POD, pod("node0", **{TO_ALLOC: "y"}), None, "no create"),
+    (NODE, node_obj("node0", **{keys.NODE_HANDSHAKE: "h"}), node_obj("node0"), None),
+    (NODE, labelled(node_obj("node0"), **{"node-restriction.kubernetes.io/trusted": "1"}), node_obj("node0"),
+     "on its node only the annotations hami.io/mutex.lock, hami.io/node-dcu-register"),
+    (NODE, with_spec(node_obj("node0"), unschedulable=True), node_obj("node0"), "on its node only"),
+    (NODE, node_obj("node0", team="x"), node_obj("node0"), "on its node only"),
+])
+def test_a_plugin_changes_only_its_own_keys_on_its_node(kind, new, old, refused):
+    why = writers.judge(kind, PLUGIN_N0, new, old, IDS)
+    if refused is None:
+        assert why is None
+    else:
+        assert why is not None and refused in why, why
+    # Nobody else is narrowed by this rule (RBAC and the other rules decide for them).
+    assert writers.plugin_fields(kind, TENANT, new, old, IDS) is None
+
+
+@pytest.mark.parametrize(("kind", "new", "old", "refused"), [
+    (NODE, node_obj("node1", **{keys.NODE_LOCK: "l"}), node_obj("node1"), None),
+    (NODE, node_obj("node1"), node_obj("node1", **{keys.NODE_LOCK: "l"}), None),
+    (NODE, with_spec(node_obj("node1"), taints=[{"key": "evil", "effect": "NoSchedule"}]), node_obj("node1"),
+     "not update nodes node1 otherwise"),
+    (NODE, with_spec(node_obj("node1"), unschedulable=True), node_obj("node1"), "may change on nodes only"),
+    (NODE, labelled(node_obj("node1"), dcu="off"), node_obj("node1"), "may change on nodes only"),
+    (NODE, node_obj("node1", team="x"), node_obj("node1"), "may change on nodes only"),
+    (POD, labelled(BOUND, app="x"), BOUND, "not update pods p otherwise"),
+    (BINDING, pod(**ALLOC), None, None),
+])
+def test_the_extender_changes_only_the_lock_of_a_node(kind, new, old, refused):
+    why = writers.judge(kind, EXTENDER, new, old, IDS)
+    if refused is None:
+        assert why is None
+    else:
+        assert why is not None and refused in why, why
