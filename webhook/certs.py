@@ -296,9 +296,10 @@ def _put_secret(kube: Kube, namespace: str, name: str, existing: dict[str, Any] 
             if exc.status != 403:
                 raise
             # The renewal CronJob may update the two Secrets but create none (SECURITY.md).
-            raise RuntimeError(f"secret {namespace}/{name} is missing and this job may not create it "
-                               f"(only the install and upgrade hooks may): run `helm upgrade` on the release to "
-                               f"issue it again ({exc.message})") from exc
+            raise KubeError(exc.status, exc.reason,
+                            f"secret {namespace}/{name} is missing and this job may not create it (only the install "
+                            f"and upgrade hooks may): run `helm upgrade` on the release to issue it again "
+                            f"({exc.message})") from exc
         return True
     body["type"] = existing.get("type") or secret_type  # a Secret's type is immutable
     body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
