@@ -44,6 +44,8 @@ SUBCOMMANDS = (
                "kubelet device plugin: advertises vDCU slots, writes vdev files in Allocate"),
     Subcommand("dra-driver", "hami_dcu.dra.command",
                "kubelet DRA plugin (mode: dra): publishes a ResourceSlice, prepares vDCUs and CDI specs for claims"),
+    Subcommand("token", "hami_dcu.scheduler.token_command",
+               "keep the extender's ServiceAccount token fresh for it, in the scheduler pod"),
     Subcommand("certs", "hami_dcu.webhook.certs_command",
                "create or renew the webhook CA and serving certificate, inject the caBundle"),
     Subcommand("demo", "hami_dcu.e2e.demo",

@@ -18,9 +18,16 @@ def add_identity_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--volcano-identity", action="append", default=None, metavar="USER",
                         help="Volcano mode: username of Volcano's scheduler, which writes the allocation of the pods "
                              "it places, e.g. system:serviceaccount:volcano-system:volcano-scheduler (repeatable)")
+    parser.add_argument("--node-lock-user", action="append", default=None, metavar="USER",
+                        help="a further username allowed to write the node lock of a DCU node, e.g. HAMi's "
+                             "scheduler where its devices and DCUs share a node (repeatable)")
+    parser.add_argument("--node-lock-group", action="append", default=None, metavar="GROUP",
+                        help="a further group allowed to write the node lock of a DCU node (repeatable)")
 
 
 def identities_from(args: argparse.Namespace) -> Identities:
     return Identities(scheduler=frozenset(args.scheduler_identity or ()),
                       device_plugin=frozenset(args.device_plugin_identity or ()),
-                      volcano=frozenset(getattr(args, "volcano_identity", None) or ()))
+                      volcano=frozenset(getattr(args, "volcano_identity", None) or ()),
+                      node_lock_users=frozenset(getattr(args, "node_lock_user", None) or ()),
+                      node_lock_groups=frozenset(getattr(args, "node_lock_group", None) or ()))

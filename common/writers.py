@@ -19,6 +19,14 @@ take a card that is not theirs, or lock a node, so only hami-dcu's own identitie
 Besides, a device plugin may change nothing outside its own node at all (`plugin_scope`),
 whatever the keys, as NodeRestriction narrows kubelets.
 
+HAMi writes some of these keys too: `vgpu-node`, `vgpu-time`, `bind-phase` and `bind-time` on
+the pods its scheduler places, and the node lock on the nodes it binds to. So those shared keys
+are guarded only where they are ours: on DCU pods (a pod naming a DCU resource of either naming
+set, or carrying either set's allocation) and on DCU nodes (a node carrying either set's
+registration). Further identities (HAMi's scheduler and device plugins) may be named to write
+the lock of a node that has DCUs and HAMi's devices both. A Binding shows nothing of its pod, so
+the shared keys are guarded on every Binding (HAMi's Bindings carry no annotations).
+
 The chart's ValidatingAdmissionPolicies (chart/templates/admission-policy.yaml) state the
 same rule in CEL for the API server; the webhook applies this one to every review it is sent,
 so the local cluster, which evaluates no CEL, enforces it too. e2e/test_realcluster_trust.py
@@ -45,6 +53,12 @@ PLUGIN_POD_KEYS: frozenset[str] = frozenset(
     {keys.POD_BIND_PHASE, keys.DCU_NAMING.pod_devices_to_allocate, keys.HCU_NAMING.pod_devices_to_allocate})
 PLUGIN_NODE_KEYS: frozenset[str] = NODE_KEYS
 VOLCANO_NODE_KEYS: frozenset[str] = frozenset({keys.NODE_LOCK, keys.HCU_NAMING.node_handshake})
+# The keys HAMi's own components write on their pods and nodes, guarded only on DCU ones.
+SHARED_POD_KEYS: frozenset[str] = frozenset({keys.POD_NODE, keys.POD_TIME, keys.POD_BIND_PHASE, keys.POD_BIND_TIME})
+SHARED_NODE_KEYS: frozenset[str] = frozenset({keys.NODE_LOCK})
+DCU_RESOURCES: frozenset[str] = frozenset(keys.DCU_NAMING.resources.all()) | frozenset(keys.HCU_NAMING.resources.all())
+DCU_POD_KEYS: frozenset[str] = POD_KEYS - SHARED_POD_KEYS
+DCU_NODE_KEYS: frozenset[str] = NODE_KEYS - SHARED_NODE_KEYS
 
 # What a request writes: a pod (CREATE/UPDATE, any pod subresource), a Binding (the
 # pods/binding subresource, whose annotations the API server copies onto the pod without
@@ -62,12 +76,17 @@ class Identities:
     # Volcano mode: Volcano's scheduler, whose Hygon deviceshare writes the pod allocation and
     # stamps the node handshake (and, with its NodeLockEnable, the node lock) itself.
     volcano: frozenset[str] = frozenset()
+    # Usernames and groups further allowed to write the node lock of a DCU node (HAMi's
+    # scheduler and device plugins, on nodes that have HAMi's devices too).
+    node_lock_users: frozenset[str] = frozenset()
+    node_lock_groups: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
 class Caller:
     username: str
     node: str | None = None  # the node its token is bound to, when exactly one is named
+    groups: frozenset[str] = frozenset()
 
     @classmethod
     def from_user_info(cls, user_info: Mapping[str, Any] | None) -> Caller:
@@ -77,7 +96,8 @@ class Caller:
         nodes = extra.get(NODE_NAME_EXTRA) if isinstance(extra, Mapping) else None
         node = nodes[0] if isinstance(nodes, list) and len(nodes) == 1 and isinstance(nodes[0], str) else None
         username = info.get("username") if isinstance(info.get("username"), str) else ""
-        return cls(username=username, node=node or None)
+        groups = info.get("groups") if isinstance(info.get("groups"), list) else []
+        return cls(username=username, node=node or None, groups=frozenset(g for g in groups if isinstance(g, str)))
 
 
 def annotations_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -91,8 +111,43 @@ def changed_keys(new: Mapping[str, Any], old: Mapping[str, Any], watched: Iterab
     return sorted(k for k in watched if (k in new) != (k in old) or (k in new and new[k] != old[k]))
 
 
-def watched_keys(kind: str) -> frozenset[str]:
-    return NODE_KEYS if kind == NODE else POD_KEYS
+def _names_a_dcu_resource(container: Any) -> bool:
+    resources = container.get("resources") if isinstance(container, Mapping) else None
+    if not isinstance(resources, Mapping):
+        return False
+    return any(isinstance(section, Mapping) and any(name in DCU_RESOURCES for name in section)
+               for section in (resources.get("limits"), resources.get("requests")))
+
+
+def is_dcu_pod(pod: Mapping[str, Any] | None) -> bool:
+    """The pod names a DCU resource of either naming set (any container, init containers
+    included) or carries either set's allocation: hami-dcu's, not HAMi's."""
+    if not isinstance(pod, Mapping):
+        return False
+    if any(k in DCU_POD_KEYS for k in annotations_of(pod)):
+        return True
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return False
+    return any(isinstance(containers, list) and any(_names_a_dcu_resource(c) for c in containers)
+               for containers in (spec.get("containers"), spec.get("initContainers")))
+
+
+def is_dcu_node(node: Mapping[str, Any] | None) -> bool:
+    """The node registers DCUs (either naming set's registration annotation)."""
+    registers = {keys.DCU_NAMING.node_register, keys.HCU_NAMING.node_register}
+    return any(k in registers for k in annotations_of(node))
+
+
+def watched_keys(kind: str, new: Mapping[str, Any] | None = None, old: Mapping[str, Any] | None = None
+                 ) -> frozenset[str]:
+    """The keys guarded on this write: ours always, the ones HAMi shares only on DCU pods and
+    nodes (before or after the write)."""
+    if kind == NODE:
+        return NODE_KEYS if is_dcu_node(new) or is_dcu_node(old) else DCU_NODE_KEYS
+    if kind == BINDING or is_dcu_pod(new) or is_dcu_pod(old):
+        return POD_KEYS
+    return DCU_POD_KEYS
 
 
 def _allowed_keys(kind: str, caller: Caller, identities: Identities) -> frozenset[str]:
@@ -107,6 +162,8 @@ def _allowed_keys(kind: str, caller: Caller, identities: Identities) -> frozense
         if kind == BINDING:
             return frozenset()
         return VOLCANO_NODE_KEYS if kind == NODE else POD_KEYS
+    if kind == NODE and (caller.username in identities.node_lock_users or caller.groups & identities.node_lock_groups):
+        return SHARED_NODE_KEYS
     return frozenset()
 
 
@@ -127,7 +184,7 @@ def allocation_writers(kind: str, caller: Caller, new: Mapping[str, Any] | None,
                        identities: Identities) -> str | None:
     """Why this write of hami-dcu's keys is refused, or None when it touches none of them or
     its writer may write them. `old` is None for a CREATE (and for a Binding)."""
-    changed = changed_keys(annotations_of(new), annotations_of(old), watched_keys(kind))
+    changed = changed_keys(annotations_of(new), annotations_of(old), watched_keys(kind, new, old))
     if not changed:
         return None
     allowed = _allowed_keys(kind, caller, identities)
@@ -155,7 +212,66 @@ def plugin_scope(kind: str, caller: Caller, new: Mapping[str, Any] | None, ident
     return None
 
 
+# What a write may not change besides annotations (the API server keeps a pod's or node's status
+# as it was on an update of the object itself).
+_FIXED_FIELDS = (("spec",), ("metadata", "labels"), ("metadata", "finalizers"), ("metadata", "ownerReferences"))
+_ABSENT = object()
+
+
+def _field(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = obj
+    for part in path:
+        if not isinstance(value, Mapping) or part not in value:
+            return _ABSENT
+        value = value[part]
+    return value
+
+
+def changes_only(new: Mapping[str, Any], old: Mapping[str, Any], annotations: frozenset[str]) -> bool:
+    """The write changes nothing but these annotations."""
+    if any(_field(new, path) != _field(old, path) for path in _FIXED_FIELDS):
+        return False
+    before, after = annotations_of(old), annotations_of(new)
+    others = (set(before) | set(after)) - annotations
+    return all(before.get(k, _ABSENT) == after.get(k, _ABSENT) for k in others)
+
+
+def plugin_fields(kind: str, caller: Caller, new: Mapping[str, Any] | None, old: Mapping[str, Any] | None,
+                  identities: Identities) -> str | None:
+    """Within its node, a device plugin updates only its own annotations: on pods the
+    allocation's progress, on its Node the registration, handshake and lock; never a spec (a
+    pod's image), a label (node-restriction.kubernetes.io/ ones included) or a create. (The
+    chart's policy also refuses every subresource, which an admission review states apart.)"""
+    if caller.username not in identities.device_plugin or caller.node is None or kind == BINDING:
+        return None
+    if node_of(kind, new) != caller.node:
+        return None  # plugin_scope's to refuse
+    allowed = PLUGIN_NODE_KEYS if kind == NODE else PLUGIN_POD_KEYS
+    if isinstance(new, Mapping) and isinstance(old, Mapping) and changes_only(new, old, allowed):
+        return None
+    where = "on its node" if kind == NODE else "on its pods"
+    return (f"the hami-dcu device plugin of node {caller.node} may change {where} only the annotations "
+            f"{', '.join(sorted(allowed))} (not the spec, labels or other annotations; no subresource, no create)")
+
+
+def extender_fields(kind: str, caller: Caller, new: Mapping[str, Any] | None, old: Mapping[str, Any] | None,
+                    identities: Identities) -> str | None:
+    """The extender faces the network: it changes a node's lock and nothing else of it (no
+    taint, cordon or label), and writes pods only through their Binding."""
+    if caller.username not in identities.scheduler or kind == BINDING:
+        return None
+    if kind == NODE and isinstance(new, Mapping) and isinstance(old, Mapping) and \
+            changes_only(new, old, SCHEDULER_NODE_KEYS):
+        return None
+    meta = new.get("metadata") if isinstance(new, Mapping) else None
+    name = meta.get("name", "") if isinstance(meta, Mapping) else ""
+    what = f"{'update' if old is not None else 'create'} {'nodes' if kind == NODE else 'pods'} {name}"
+    return (f"the hami-dcu scheduler extender may change on nodes only the annotation {keys.NODE_LOCK}, and on "
+            f"pods only create their Binding, not {what} otherwise")
+
+
 def judge(kind: str, caller: Caller, new: Mapping[str, Any] | None, old: Mapping[str, Any] | None,
           identities: Identities) -> str | None:
-    """Both rules: the allocation's writers, and a plugin's reach."""
-    return allocation_writers(kind, caller, new, old, identities) or plugin_scope(kind, caller, new, identities)
+    """Every rule: the allocation's writers, a plugin's reach, and what each identity may change."""
+    return (allocation_writers(kind, caller, new, old, identities) or plugin_scope(kind, caller, new, identities)
+            or plugin_fields(kind, caller, new, old, identities) or extender_fields(kind, caller, new, old, identities))

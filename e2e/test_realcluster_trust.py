@@ -342,6 +342,12 @@ def _cases(cluster: RealCluster, bound_pod: JSON) -> list[tuple[str, str, Kube, 
             for target in NODES:
                 cases.append((f"{who} sets {key} on {target}", NODE, client, caller, target, {key: "x"}))
     cases.append(("plugin labels node1", NODE, plugin0, plugin_caller, "node1", {}))
+    # Within its node, its own keys only (issue 21).
+    cases.append(("plugin labels node0", NODE, plugin0, plugin_caller, "node0", {}))
+    cases.append(("extender labels node0", NODE, extender, extender_caller, "node0", {}))
+    cases.append(("plugin sets another annotation on node0", NODE, plugin0, plugin_caller, "node0", {"team": "x"}))
+    cases.append((f"plugin sets another annotation on a pod of {node}", POD, plugin0, plugin_caller, name,
+                  {"team": "x"}))
     return cases
 
 
@@ -349,7 +355,8 @@ def test_the_webhook_rule_and_the_admission_policies_agree(cluster: RealCluster)
     """Each case goes through the real API server (dry run: nothing changes) and through
     common/writers.py, which the webhook runs: the same verdict, and the same words."""
     _clean(cluster)
-    cluster.kube.create_pod(cluster.namespace, pod_manifest("subject", [Ctr("main")]))
+    # A DCU pod: on a pod without DCUs the keys HAMi shares with us are HAMi's to write (issue 21).
+    cluster.kube.create_pod(cluster.namespace, pod_manifest("subject", [Ctr("main", 1, 1000, 10)]))
     wait_until("the subject pod bound", lambda: cluster.kube.get_pod(cluster.namespace, "subject")["spec"].get(
         "nodeName"), timeout=60)
     bound = cluster.kube.get_pod(cluster.namespace, "subject")
@@ -365,9 +372,13 @@ def test_the_webhook_rule_and_the_admission_policies_agree(cluster: RealCluster)
             patch = {"metadata": {"annotations": change} if change else {"labels": {"probe": "x"}}}
         new = json.loads(json.dumps(old))
         new["metadata"].setdefault("annotations", {}).update(change)
-        # Both rules may refuse; the API server then reports one of the two policies' words.
+        if not change:
+            new["metadata"].setdefault("labels", {})["probe"] = "x"
+        # Several rules may refuse; the API server then reports one of the policies' words.
         reasons = [r for r in (writers.allocation_writers(kind, caller, new, old, IDENTITIES),
-                               writers.plugin_scope(kind, caller, new, IDENTITIES)) if r]
+                               writers.plugin_scope(kind, caller, new, IDENTITIES),
+                               writers.plugin_fields(kind, caller, new, old, IDENTITIES),
+                               writers.extender_fields(kind, caller, new, old, IDENTITIES)) if r]
         assert (writers.judge(kind, caller, new, old, IDENTITIES) is None) == (not reasons)
         try:
             client.request("PATCH", path + "?dryRun=All", body=patch, content_type="application/merge-patch+json")

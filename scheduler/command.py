@@ -117,7 +117,8 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
         scheduler_identity=getattr(args, "scheduler_identity", None),
         device_plugin_identity=getattr(args, "device_plugin_identity", None),
         volcano_identity=getattr(args, "volcano_identity", None),
-        volcano_scheduler_name=getattr(args, "volcano_scheduler_name", ""))
+        volcano_scheduler_name=getattr(args, "volcano_scheduler_name", ""),
+        node_lock_user=getattr(args, "node_lock_user", None), node_lock_group=getattr(args, "node_lock_group", None))
     # In this process the webhook sees the extender's quota book and cache: it checks quotas at admission.
     settings = replace(webhook_settings(defaults), quota=admission_view(service.quotas, service.cache))
     dra = None

@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from hami_dcu.common.kube import ConflictError, Kube, NotFoundError
+from hami_dcu.common.kube import ConflictError, Kube, KubeError, NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -292,6 +292,14 @@ def _put_secret(kube: Kube, namespace: str, name: str, existing: dict[str, Any] 
             kube.request("POST", f"/api/v1/namespaces/{namespace}/secrets", body=body)
         except ConflictError:
             return False
+        except KubeError as exc:
+            if exc.status != 403:
+                raise
+            # The renewal CronJob may update the two Secrets but create none (SECURITY.md).
+            raise KubeError(exc.status, exc.reason,
+                            f"secret {namespace}/{name} is missing and this job may not create it (only the install "
+                            f"and upgrade hooks may): run `helm upgrade` on the release to issue it again "
+                            f"({exc.message})") from exc
         return True
     body["type"] = existing.get("type") or secret_type  # a Secret's type is immutable
     body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]

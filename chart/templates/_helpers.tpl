@@ -46,6 +46,46 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "hami-dcu.fullname" . 
 {{- define "hami-dcu.devicePluginIdentity" -}}
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "hami-dcu.fullname" . }}-device-plugin
 {{- end -}}
+{{- define "hami-dcu.kubeSchedulerIdentity" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "hami-dcu.fullname" . }}-kube-scheduler
+{{- end -}}
+{{/* The certs hook jobs' and the renewal CronJob's identities: the only writers of the two
+certificate Secrets and of the webhook configuration's caBundle. */}}
+{{- define "hami-dcu.certsIdentities" -}}
+{{- $identities := list (printf "system:serviceaccount:%s:%s-certs" .Release.Namespace (include "hami-dcu.fullname" .)) -}}
+{{- if .Values.certs.renewal.enabled -}}
+{{- $identities = append $identities (printf "system:serviceaccount:%s:%s-certs-renewal" .Release.Namespace (include "hami-dcu.fullname" .)) -}}
+{{- end -}}
+{{- include "hami-dcu.celList" $identities -}}
+{{- end -}}
+
+{{/* The leader-election Lease of the bundled kube-scheduler: one per release, never HAMi's
+(HAMi's kube-scheduler leads on a Lease named after its scheduler name, hami-scheduler). */}}
+{{- define "hami-dcu.leaseName" -}}
+{{ include "hami-dcu.fullname" . }}-kube-scheduler
+{{- end -}}
+
+{{/* A CEL list literal of strings (values are checked by values.schema.json to hold no quote
+or backslash). */}}
+{{- define "hami-dcu.celList" -}}
+[{{ range $i, $item := . }}{{ if $i }}, {{ end }}'{{ $item }}'{{ end }}]
+{{- end -}}
+
+{{/* Beside HAMi: the further usernames (users and ServiceAccounts) and groups allowed to write
+the node lock of a node that registers DCUs (admissionPolicy.nodeLockWriters). */}}
+{{- define "hami-dcu.nodeLockUsers" -}}
+{{- $writers := .Values.admissionPolicy.nodeLockWriters | default dict -}}
+{{- $users := concat (list) ($writers.users | default list) -}}
+{{- range $account := $writers.serviceAccounts | default list -}}
+{{- $parts := splitList "/" $account -}}
+{{- $users = append $users (printf "system:serviceaccount:%s:%s" (index $parts 0) (index $parts 1)) -}}
+{{- end -}}
+{{- toJson $users -}}
+{{- end -}}
+{{- define "hami-dcu.nodeLockGroups" -}}
+{{- $writers := .Values.admissionPolicy.nodeLockWriters | default dict -}}
+{{- toJson ($writers.groups | default list) -}}
+{{- end -}}
 
 {{- define "hami-dcu.tlsSecret" -}}
 {{ include "hami-dcu.fullname" . }}-webhook-tls
@@ -124,6 +164,46 @@ CEL lists, sorted. */}}
 {{- define "hami-dcu.schedulerNodeKeysCel" -}}
 ['hami.io/mutex.lock']
 {{- end -}}
+{{/* Of those, the ones HAMi does not write (writers.DCU_POD_KEYS, DCU_NODE_KEYS): guarded on
+every pod and node; the rest (the keys HAMi shares) only on DCU pods and DCU nodes. */}}
+{{- define "hami-dcu.dcuPodKeysCel" -}}
+['hami.io/dcu-devices-allocated', 'hami.io/dcu-devices-to-allocate', 'hami.io/hcu-devices-allocated', 'hami.io/hcu-devices-to-allocate']
+{{- end -}}
+{{- define "hami-dcu.dcuNodeKeysCel" -}}
+['hami.io/node-dcu-register', 'hami.io/node-handshake-dcu', 'hami.io/node-handshake-hcu', 'hami.io/node-hcu-register']
+{{- end -}}
+{{- define "hami-dcu.registerKeysCel" -}}
+['hami.io/node-dcu-register', 'hami.io/node-hcu-register']
+{{- end -}}
+{{- define "hami-dcu.dcuResourcesCel" -}}
+['hygon.com/dcucores', 'hygon.com/dcumem', 'hygon.com/dcunum', 'hygon.com/hcucores', 'hygon.com/hcumem', 'hygon.com/hcunum']
+{{- end -}}
+
+{{/* CEL: the pod `o` (object or oldObject, possibly null) is a DCU pod (writers.is_dcu_pod): it
+names a DCU resource of either naming set in a container's or init container's limits or
+requests, or carries either set's allocation. False for a Binding (it has no spec). */}}
+{{- define "hami-dcu.isDcuPodCel" -}}
+{{- $resources := include "hami-dcu.dcuResourcesCel" .root -}}
+{{- $one := printf "has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(r, r in %s)) || (has(c.resources.requests) && c.resources.requests.exists(r, r in %s)))" $resources $resources -}}
+({{ .o }} != null && ((has({{ .o }}.metadata.annotations) && {{ .o }}.metadata.annotations.exists(k, k in {{ include "hami-dcu.dcuPodKeysCel" .root }})) || (has({{ .o }}.spec) && ((has({{ .o }}.spec.containers) && {{ .o }}.spec.containers.exists(c, {{ $one }})) || (has({{ .o }}.spec.initContainers) && {{ .o }}.spec.initContainers.exists(c, {{ $one }}))))))
+{{- end -}}
+
+{{/* CEL: the node `o` (object or oldObject, possibly null) registers DCUs (writers.is_dcu_node). */}}
+{{- define "hami-dcu.isDcuNodeCel" -}}
+({{ .o }} != null && has({{ .o }}.metadata.annotations) && {{ .o }}.metadata.annotations.exists(k, k in {{ include "hami-dcu.registerKeysCel" .root }}))
+{{- end -}}
+
+{{/* CEL: an UPDATE of a pod or node itself (no subresource; `.subresource` names one instead)
+that changes nothing but the annotations in the CEL list `.keys`: spec, labels, finalizers and
+owners as they were. (The API server keeps the status of an update of the main resource as it
+was, and an update of the status subresource changes the status.) */}}
+{{- define "hami-dcu.onlyAnnotationsChangeCel" -}}
+{{- $same := list -}}
+{{- range $field := list "spec" "metadata.labels" "metadata.finalizers" "metadata.ownerReferences" -}}
+{{- $same = append $same (printf "has(object.%s) == has(oldObject.%s) && (!has(object.%s) || object.%s == oldObject.%s)" $field $field $field $field $field) -}}
+{{- end -}}
+request.operation == 'UPDATE' && {{ if .subresource }}has(request.subResource) && request.subResource == '{{ .subresource }}'{{ else }}(!has(request.subResource) || request.subResource == ''){{ end }} && {{ join " && " $same }} && (!has(object.metadata.annotations) || object.metadata.annotations.all(k, k in {{ .keys }} || (has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k]))) && (!has(oldObject.metadata.annotations) || oldObject.metadata.annotations.all(k, k in {{ .keys }} || (has(object.metadata.annotations) && k in object.metadata.annotations)))
+{{- end -}}
 
 {{/* CEL: the request sets, changes or removes annotation `k` (oldObject is null on CREATE). */}}
 {{- define "hami-dcu.changedCel" -}}
@@ -140,4 +220,64 @@ as flags, one per line for an args list (the device plugin's mock command joins 
 --max-connections={{ .maxConnections }}
 --max-connections-per-client={{ .maxConnectionsPerClient }}
 {{- end -}}
+{{- end -}}
+
+{{/* CEL: a webhook configuration UPDATE that changes no webhook but for its caBundle (where
+the API server sends pods, and what it sends, stay as they were). */}}
+{{- define "hami-dcu.onlyCaBundleChangesCel" -}}
+{{- $same := list -}}
+{{- range $field := list "admissionReviewVersions" "clientConfig.service" "clientConfig.url" "failurePolicy" "matchPolicy" "namespaceSelector" "objectSelector" "reinvocationPolicy" "rules" "sideEffects" "timeoutSeconds" "matchConditions" -}}
+{{- $same = append $same (printf "has(w.%s) == has(o.%s) && (!has(w.%s) || w.%s == o.%s)" $field $field $field $field $field) -}}
+{{- end -}}
+has(object.webhooks) == has(oldObject.webhooks) && (!has(object.webhooks) || (size(object.webhooks) == size(oldObject.webhooks) && object.webhooks.all(w, oldObject.webhooks.exists(o, o.name == w.name && {{ join " && " $same }}))))
+{{- end -}}
+
+{{/* A projected volume as the ServiceAccount admission plugin mounts it (the pod's own
+ServiceAccount's token, bound to the pod; the cluster CA; the namespace), but an hour is an hour:
+the plugin's 3607 s marks a token the API server silently extends to a year. The kubelet renews
+it at 80 % of its life and every client here reads the file again. */}}
+{{- define "hami-dcu.projectedToken" -}}
+projected:
+  sources:
+    - serviceAccountToken:
+        path: token
+        expirationSeconds: 3600
+    - configMap:
+        name: kube-root-ca.crt
+        items:
+          - {key: ca.crt, path: ca.crt}
+    - downwardAPI:
+        items:
+          - path: namespace
+            fieldRef: {fieldPath: metadata.namespace}
+{{- end -}}
+
+{{/* The container that mints the extender's token with kube-scheduler's (`hami-dcu token`):
+once, as an init container, then renewing beside the others. */}}
+{{- define "hami-dcu.extenderTokenContainer" -}}
+name: {{ .name }}
+image: {{ include "hami-dcu.image" .root | quote }}
+imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+args:
+  - token
+  - --service-account={{ include "hami-dcu.fullname" .root }}-scheduler
+  - --dir=/minted
+  {{- if .once }}
+  - --once
+  {{- end }}
+  - --log-level={{ .root.Values.logLevel }}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities:
+    drop: [ALL]
+resources:
+  requests: {cpu: 5m, memory: 48Mi}
+  limits: {memory: 96Mi}
+volumeMounts:
+  - name: kube-scheduler-token
+    mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+    readOnly: true
+  - name: extender-token
+    mountPath: /minted
 {{- end -}}

@@ -11,6 +11,7 @@ kube-scheduler built from Go modules, both as they would in the pod:
 * with the pod's env (field references resolved), `runAsUser`, and in-cluster configuration
   (`KUBERNETES_SERVICE_HOST/PORT` name the apiserver directly: there is no kube-proxy).
 
+Init containers of these images run to their end first, as a kubelet runs them.
 Tenant containers (any other image) are not run: the kubelet stand-in only allocates their
 devices. What is not modelled: image filesystems, `readOnlyRootFilesystem`, capabilities,
 liveness probes, resource limits.
@@ -24,6 +25,7 @@ import os
 import shlex
 import shutil
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,6 +178,9 @@ class PodRuntime:
         running = RunningPod(meta["uid"], meta["namespace"], meta["name"], netns, ip, workdir)
         try:
             dirs = self._volume_dirs(pod, workdir)
+            for container in pod["spec"].get("initContainers") or []:
+                if self.images.argv(container) is not None:
+                    self._run_to_completion(pod, running, container, dirs)
             for container in pod["spec"]["containers"]:
                 if self.images.argv(container) is not None:
                     running.containers[container["name"]] = self._launch(pod, running, container, dirs)
@@ -184,6 +189,20 @@ class PodRuntime:
             self.stop(running, grace=0)
             raise
         return running
+
+    def _run_to_completion(self, pod: JSON, running: RunningPod, container: JSON, dirs: dict[str, Path],
+                           timeout: float = 60.0) -> None:
+        """An init container, as a kubelet runs it: to its end, before the pod's containers; a
+        failure leaves the pod not started (the kubelet stand-in tries again)."""
+        process = self._launch(pod, running, container, dirs)
+        deadline = time.monotonic() + timeout
+        while process.exit_code() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        code = process.exit_code()
+        if code != 0:
+            process.stop(grace=0.1)
+            raise RuntimeError(f"init container {container['name']} of {running.namespace}/{running.name} "
+                               f"{'timed out' if code is None else f'exited with {code}'}:\n{process.tail(10)}")
 
     def restart(self, pod: JSON, running: RunningPod, container: JSON) -> None:
         dirs = self._volume_dirs(pod, running.root)

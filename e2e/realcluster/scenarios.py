@@ -174,7 +174,11 @@ def _leader_pod(cluster: RealCluster, lease: str) -> str:
     return holder.split("_")[0]  # <hostname>_<uuid>; the hostname is the pod's name
 
 
-def leader_killed_mid_burst(cluster: RealCluster, lease: str = keys.DEFAULT_SCHEDULER_NAME) -> None:
+# The chart's leader-election Lease: one per release (<fullname>-kube-scheduler), never HAMi's.
+SCHEDULER_LEASE = f"{RELEASE}-kube-scheduler"
+
+
+def leader_killed_mid_burst(cluster: RealCluster, lease: str = SCHEDULER_LEASE) -> None:
     """Two scheduler replicas; the leader's whole pod dies (SIGKILL to kube-scheduler and the
     extender, as when its node fails) halfway through a burst, with binds in flight. The other
     replica takes the lease, locks the dead pod's binds left are freed, and every pod is placed,

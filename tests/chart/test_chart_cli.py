@@ -44,7 +44,8 @@ def parsed_invocations(docs):
     parser, modules = build_parser()
     found = {}
     for owner, spec in pod_specs(docs):
-        for container in spec["containers"]:
+        # Init containers first: where both run one subcommand, the long-running one is kept.
+        for container in (spec.get("initContainers") or []) + spec["containers"]:
             if not container["image"].startswith(IMAGE):
                 continue
             argv = hami_dcu_argv(container)
@@ -64,7 +65,7 @@ def parsed_invocations(docs):
 def test_every_invocation_parses(render, values):
     invocations = parsed_invocations(render(*values))
     commands = {command for _, command in invocations}
-    assert commands == {"scheduler", "device-plugin", "certs", "cleanup"}
+    assert commands == {"scheduler", "token", "device-plugin", "certs", "cleanup"}
 
 
 def test_components_agree_on_names_and_timeouts(render):
@@ -110,7 +111,10 @@ def test_the_trusted_identities_are_the_components_service_accounts(render):
     ((_, scheduler),) = [(o, a) for (o, command), a in invocations.items() if command == "scheduler"]
     accounts = {d["kind"]: d["spec"]["template"]["spec"]["serviceAccountName"] for d in docs
                 if d["kind"] in ("Deployment", "DaemonSet")}
-    assert scheduler.scheduler_identity == [f"system:serviceaccount:kube-system:{accounts['Deployment']}"]
+    # The scheduler pod is kube-scheduler's; the extender's token is minted for its own account.
+    ((_, token),) = [(o, a) for (o, command), a in invocations.items() if command == "token" and not a.once]
+    assert accounts["Deployment"] == "hami-dcu-kube-scheduler"
+    assert scheduler.scheduler_identity == [f"system:serviceaccount:kube-system:{token.service_account}"]
     assert scheduler.device_plugin_identity == [f"system:serviceaccount:kube-system:{accounts['DaemonSet']}"]
 
 

@@ -4,8 +4,11 @@ mounted, and the admission policies that keep allocation state to hami-dcu's own
 The policies' behaviour is tested on a real API server (e2e/test_realcluster_trust.py)."""
 
 import re
+import subprocess
 
 import pytest
+import yaml
+from chart_paths import CHART
 
 from hami_dcu.common import keys, writers
 
@@ -35,19 +38,46 @@ def test_the_extender_has_its_own_least_privileged_identity(render):
     held system:kube-scheduler)."""
     docs = render()
     pod = scheduler_pod(docs)
-    assert pod["serviceAccountName"] == EXTENDER_SA and pod["automountServiceAccountToken"] is False
     assert bindings_of(docs, EXTENDER_SA) == {("ClusterRole", "hami-dcu-scheduler")}
     assert ("ClusterRole", "system:kube-scheduler") in bindings_of(docs, KUBE_SCHEDULER_SA)
     containers = {c["name"]: c for c in pod["containers"]}
-    volumes = {v["name"]: v for v in pod["volumes"]}
     mounted = {name: {m["mountPath"]: m["name"] for m in c["volumeMounts"]} for name, c in containers.items()}
     # Each container gets its own identity's token, and only that one.
-    assert volumes[mounted["extender"][SA_MOUNT]]["projected"]["sources"][0]["serviceAccountToken"]["path"] == "token"
-    assert volumes[mounted["kube-scheduler"][SA_MOUNT]]["secret"]["secretName"] == "hami-dcu-kube-scheduler-token"
-    token = named(docs, "Secret", "hami-dcu-kube-scheduler-token")
-    assert token["type"] == "kubernetes.io/service-account-token"
-    assert token["metadata"]["annotations"]["kubernetes.io/service-account.name"] == KUBE_SCHEDULER_SA
+    assert mounted["extender"][SA_MOUNT] == "extender-token" and "kube-scheduler-token" not in \
+        mounted["extender"].values()
     assert "tls" not in mounted["kube-scheduler"].values()
+
+
+def test_kube_scheduler_runs_on_a_projected_expiring_token(render):
+    """Issue 21: kube-scheduler's token was a legacy kubernetes.io/service-account-token Secret,
+    valid until deleted. Now it is the pod's own projected token, and the extender's is minted
+    from it (an expiring TokenRequest) into a memory volume only the two token containers and
+    the extender mount."""
+    docs = render()
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    pod = scheduler_pod(docs)
+    assert pod["serviceAccountName"] == KUBE_SCHEDULER_SA and pod["automountServiceAccountToken"] is False
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    projected = volumes["kube-scheduler-token"]["projected"]["sources"][0]["serviceAccountToken"]
+    assert projected == {"path": "token", "expirationSeconds": 3600}
+    assert volumes["extender-token"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Mi"}
+    every = {c["name"]: c for c in pod["containers"] + pod["initContainers"]}
+    holders = {name: {m["name"] for m in c["volumeMounts"]} for name, c in every.items()}
+    assert {n for n, v in holders.items() if "kube-scheduler-token" in v} == {
+        "kube-scheduler", "extender-token", "extender-token-init"}
+    assert {n for n, v in holders.items() if "extender-token" in v} == {
+        "extender", "extender-token", "extender-token-init"}
+    for name in ("extender-token-init", "extender-token"):
+        args = every[name]["args"]
+        assert args[:3] == ["token", f"--service-account={EXTENDER_SA}", "--dir=/minted"]
+        assert ("--once" in args) == (name == "extender-token-init")
+    role = named(docs, "Role", KUBE_SCHEDULER_SA)
+    assert {"apiGroups": [""], "resources": ["serviceaccounts/token"], "resourceNames": [EXTENDER_SA],
+            "verbs": ["create"]} in role["rules"]
+    # Without the bundled kube-scheduler the pod is the extender's, on its own projected token.
+    alone = scheduler_pod(render("--set", "scheduler.kubeScheduler.enabled=false"))
+    assert alone["serviceAccountName"] == EXTENDER_SA and "initContainers" not in alone
+    assert "projected" in {v["name"]: v for v in alone["volumes"]}["extender-token"]
 
 
 def test_filter_and_bind_stay_on_loopback_and_the_service_leads_to_the_webhook_only(render):
@@ -116,7 +146,15 @@ def test_admission_policies_name_exactly_the_shared_keys_and_identities(render):
     assert cel_lists(condition) == [sorted(writers.NODE_KEYS), sorted(writers.POD_KEYS)]
     allowed = next(v for v in writers_policy["spec"]["variables"] if v["name"] == "allowed")["expression"]
     assert cel_lists(allowed) == [sorted(writers.SCHEDULER_NODE_KEYS), sorted(writers.POD_KEYS),
-                                  sorted(writers.PLUGIN_NODE_KEYS), sorted(writers.PLUGIN_POD_KEYS), ["-"]]
+                                  sorted(writers.PLUGIN_NODE_KEYS), sorted(writers.PLUGIN_POD_KEYS),
+                                  sorted(writers.SHARED_NODE_KEYS), ["-"]]
+    variables = {v["name"]: v["expression"] for v in writers_policy["spec"]["variables"]}
+    assert cel_lists(variables["watched"]) == [sorted(writers.NODE_KEYS), sorted(writers.DCU_NODE_KEYS),
+                                               sorted(writers.POD_KEYS), sorted(writers.DCU_POD_KEYS)]
+    # A DCU pod: any of both sets' resource names, or any of both sets' allocation keys.
+    lists = cel_lists(variables["dcuPod"])
+    assert sorted(writers.DCU_POD_KEYS) in lists and sorted(writers.DCU_RESOURCES) in lists
+    assert {keys.DCU_NAMING.node_register, keys.HCU_NAMING.node_register} == set(cel_lists(variables["dcuNode"])[0])
     assert allowed.index(f"'system:serviceaccount:{NS}:{EXTENDER_SA}'") < allowed.index(
         f"'system:serviceaccount:{NS}:{PLUGIN_SA}'")
     assert sorted(writers.PLUGIN_POD_KEYS) == sorted([keys.POD_BIND_PHASE, keys.DCU_NAMING.pod_devices_to_allocate,
@@ -127,14 +165,124 @@ def test_admission_policies_name_exactly_the_shared_keys_and_identities(render):
     scope = named(docs, "ValidatingAdmissionPolicy", "hami-dcu-device-plugin-scope")
     assert scope["spec"]["matchConditions"][0]["expression"] == \
         f"request.userInfo.username == 'system:serviceaccount:{NS}:{PLUGIN_SA}'"
-    for name in ("hami-dcu-allocation-writers", "hami-dcu-device-plugin-scope"):
+    for name in ("hami-dcu-allocation-writers", "hami-dcu-extender-scope", "hami-dcu-device-plugin-scope",
+                 "hami-dcu-certs-scope"):
         binding = named(docs, "ValidatingAdmissionPolicyBinding", name)
         assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
         assert named(docs, "ValidatingAdmissionPolicy", name)["spec"]["failurePolicy"] == "Fail"
 
 
-@pytest.mark.parametrize(("version", "values", "expected"), [("1.29.0", [], 0), ("1.30.0", [], 2),
+@pytest.mark.parametrize(("version", "values", "expected"), [("1.29.0", [], 0), ("1.30.0", [], 4),
+                                                             ("1.30.0", ["--set", "certs.mode=certManager"], 3),
                                                              ("1.31.0", ["--set", "admissionPolicy.enabled=false"], 0)])
 def test_admission_policies_need_kubernetes_1_30(render, version, values, expected):
     docs = render(*values, kube_version=version)
     assert len([d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]) == expected
+
+
+# --- issue 21: beside HAMi, one identity each ----------------------------------------------
+
+
+def policy(docs, suffix):
+    return named(docs, "ValidatingAdmissionPolicy", f"hami-dcu-{suffix}")
+
+
+def test_no_further_lock_writer_by_default(render):
+    allowed = next(v for v in policy(render(), "allocation-writers")["spec"]["variables"]
+                   if v["name"] == "allowed")["expression"]
+    assert "(variables.kind == 'node' && (false) ? ['hami.io/mutex.lock'] : ['-'])" in allowed
+
+
+def test_node_lock_writers_reach_the_policy_and_the_webhook(render):
+    """HAMi's scheduler and plugins, named once, are trusted with the lock of a mixed node in the
+    API server's policy and in the webhook's rule alike."""
+    docs = render("--set", "admissionPolicy.nodeLockWriters.serviceAccounts={kube-system/hami-scheduler}",
+                  "--set", "admissionPolicy.nodeLockWriters.users={hami-admin}",
+                  "--set", "admissionPolicy.nodeLockWriters.groups={hami-plugins}")
+    allowed = next(v for v in policy(docs, "allocation-writers")["spec"]["variables"]
+                   if v["name"] == "allowed")["expression"]
+    assert ("request.userInfo.username in ['hami-admin', 'system:serviceaccount:kube-system:hami-scheduler'] || "
+            "(has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in ['hami-plugins']))") in allowed
+    (extender,) = [c for c in scheduler_pod(docs)["containers"] if c["name"] == "extender"]
+    assert [a for a in extender["args"] if a.startswith("--node-lock-")] == [
+        "--node-lock-user=hami-admin", "--node-lock-user=system:serviceaccount:kube-system:hami-scheduler",
+        "--node-lock-group=hami-plugins"]
+
+
+@pytest.mark.parametrize("value", ["users={it's}", "groups={a\\\\b}", "serviceAccounts={hami-scheduler}",
+                                   "serviceAccounts={kube-system/Hami}", "others={x}"])
+def test_node_lock_writers_that_would_break_the_cel_are_refused(helm, value):
+    result = subprocess.run([str(helm), "template", "x", str(CHART), "--set",
+                             f"admissionPolicy.nodeLockWriters.{value}"], capture_output=True, text=True)
+    assert result.returncode != 0 and "nodeLockWriters" in result.stderr
+
+
+def test_each_identity_is_narrowed_by_its_own_policy(render):
+    docs = render()
+    extender = policy(docs, "extender-scope")["spec"]
+    assert extender["matchConditions"][0]["expression"] == \
+        f"request.userInfo.username == 'system:serviceaccount:{NS}:{EXTENDER_SA}'"
+    (only,) = extender["validations"]
+    assert "object.spec == oldObject.spec" in only["expression"] and "k in ['hami.io/mutex.lock']" in only["expression"]
+    plugin = policy(docs, "device-plugin-scope")["spec"]["validations"][2]["expression"]
+    assert f"k in {sorted(writers.PLUGIN_POD_KEYS)}".replace('"', "'") in plugin
+    assert f"k in {sorted(writers.PLUGIN_NODE_KEYS)}".replace('"', "'") in plugin
+    assert "object.metadata.labels == oldObject.metadata.labels" in plugin
+    certs = policy(docs, "certs-scope")["spec"]
+    assert certs["matchConditions"][0]["expression"] == (
+        f"request.userInfo.username in ['system:serviceaccount:{NS}:hami-dcu-certs', "
+        f"'system:serviceaccount:{NS}:hami-dcu-certs-renewal']")
+    assert "object.metadata.name in ['hami-dcu-webhook-tls', 'hami-dcu-webhook-ca']" in \
+        certs["validations"][0]["expression"]
+
+
+def test_kube_scheduler_leads_on_its_own_lease(render, helm):
+    """HAMi's kube-scheduler leads on the Lease hami-scheduler in its namespace: ours was the
+    same one (named after the scheduler name), so one of the two stood idle."""
+    for release, expected in (("hami-dcu", "hami-dcu-kube-scheduler"), ("other", "other-hami-dcu-kube-scheduler")):
+        docs = render() if release == "hami-dcu" else render_release(helm, release)
+        config = yaml.safe_load(named(docs, "ConfigMap", f"{expected.removesuffix('-kube-scheduler')}-scheduler-config")
+                                ["data"]["config.yaml"])
+        assert config["leaderElection"]["resourceName"] == expected
+        assert config["profiles"][0]["schedulerName"] == "hami-scheduler"  # unchanged: HAMi's drop-in
+        role = named(docs, "Role", expected)
+        assert role["rules"][:2] == [
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [expected],
+             "verbs": ["get", "update"]}]
+
+
+def render_release(helm, release):
+    """The chart as a second release, in another namespace."""
+    out = subprocess.run([str(helm), "template", release, str(CHART), "--namespace", "hami-dcu-two",
+                          "--kube-version", "1.35.0", "--set", "mode=devicePlugin"], check=True, capture_output=True,
+                         text=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding"}
+
+
+def test_a_second_release_shares_no_cluster_scoped_name_nor_lease(render, helm):
+    first, second = render(kube_version="1.35.0"), render_release(helm, "second")
+
+    def names(docs):
+        cluster = {(d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] in CLUSTER_SCOPED}
+        kube_system = {(d["kind"], d["metadata"]["name"]) for d in docs
+                       if d["metadata"].get("namespace") == "kube-system"}
+        return cluster | kube_system
+
+    assert {k for k, _ in names(first)} >= CLUSTER_SCOPED
+    assert not names(first) & names(second)
+
+
+def test_a_plugin_writes_its_nodes_status_in_volcano_mode_only(render):
+    """Volcano mode's plugin advertises hcumem and hcucores in node status (nodes/status patch);
+    elsewhere a plugin writes no subresource at all."""
+    def node_rule(*values):
+        return policy(render(*values), "device-plugin-scope")["spec"]["validations"][2]["expression"]
+    assert "request.subResource == 'status'" not in node_rule()
+    volcano = node_rule("--set", "volcano.enabled=true", "--set", "naming=hcu")
+    assert "has(request.subResource) && request.subResource == 'status'" in volcano
+    assert volcano.count("object.spec == oldObject.spec") == 3  # node, node status, pod: spec untouched

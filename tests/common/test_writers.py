@@ -48,8 +48,8 @@ TO_ALLOC = keys.POD_DEVICES_TO_ALLOCATE
     (NODE, PLUGIN_N0, node_obj("node0", **{keys.NODE_REGISTER: "r"}), node_obj("node0"), None),
     (NODE, PLUGIN_N0, node_obj("node1", **{keys.NODE_REGISTER: "r"}), node_obj("node1"), "not node node1"),
     (NODE, PLUGIN_N0, node_obj("node1", other="x"), node_obj("node1"), "not node node1"),  # NodeRestriction-like
-    (NODE, Caller("system:node:node0"), node_obj("node0", **{keys.NODE_LOCK: "l"}), node_obj("node0"),
-     keys.NODE_LOCK),
+    (NODE, Caller("system:node:node0"), node_obj("node0", **{keys.NODE_REGISTER: "r", keys.NODE_LOCK: "l"}),
+     node_obj("node0", **{keys.NODE_REGISTER: "r"}), keys.NODE_LOCK),
     (NODE, TENANT, node_obj("node0", other="x"), node_obj("node0", other="y"), None),
 ])
 def test_judge(kind, caller, new, old, refused):
@@ -60,12 +60,84 @@ def test_judge(kind, caller, new, old, refused):
         assert why is not None and refused in why
 
 
+HAMI_SCHEDULER = Caller("system:serviceaccount:kube-system:hami-scheduler",
+                        groups=frozenset({"system:serviceaccounts", "system:serviceaccounts:kube-system"}))
+HAMI_PLUGIN = Caller("system:serviceaccount:kube-system:hami-device-plugin",
+                     groups=frozenset({"system:serviceaccounts", "hami-plugins"}))
+BESIDE_HAMI = Identities(scheduler=frozenset({SCHEDULER}), device_plugin=frozenset({PLUGIN}),
+                         node_lock_users=frozenset({HAMI_SCHEDULER.username}),
+                         node_lock_groups=frozenset({"hami-plugins"}))
+SHARED = {keys.POD_NODE: "node0", keys.POD_TIME: "1", keys.POD_BIND_PHASE: "allocating", keys.POD_BIND_TIME: "1"}
+REGISTERED = {keys.DCU_NAMING.node_register: "r"}
+
+
+def gpu_pod(node: str | None = None, resource: str = "nvidia.com/gpu", section: str = "limits",
+            init: bool = False, **annotations: str) -> dict:
+    manifest = pod(node, **annotations)
+    containers = [{"name": "c", "resources": {section: {resource: "1"}}}]
+    manifest["spec"]["initContainers" if init else "containers"] = containers
+    return manifest
+
+
+@pytest.mark.parametrize(("kind", "caller", "new", "old", "refused"), [
+    # HAMi's scheduler places its own (non-DCU) pods: the keys it shares with us are its to write
+    (POD, HAMI_SCHEDULER, gpu_pod(**SHARED), gpu_pod(), None),
+    (POD, HAMI_SCHEDULER, gpu_pod(**SHARED), None, None),
+    (POD, TENANT, pod(**SHARED), None, None),
+    # ... but not on a DCU pod, of either naming set, in any container or section
+    (POD, HAMI_SCHEDULER, gpu_pod(resource="hygon.com/dcunum", **SHARED), gpu_pod(resource="hygon.com/dcunum"),
+     "hami.io/bind-phase, hami.io/bind-time, hami.io/vgpu-node, hami.io/vgpu-time"),
+    (POD, HAMI_SCHEDULER, gpu_pod(resource="hygon.com/hcumem", section="requests", **SHARED), None,
+     "hami.io/vgpu-node"),
+    (POD, HAMI_SCHEDULER, gpu_pod(resource="hygon.com/dcucores", init=True, **SHARED), None, "hami.io/vgpu-node"),
+    # a pod carrying our allocation is a DCU pod, before or after the write
+    (POD, HAMI_SCHEDULER, pod("node0", **{TO_ALLOC: "y", keys.POD_BIND_PHASE: "failed"}),
+     pod("node0", **{TO_ALLOC: "y"}), "hami.io/bind-phase"),
+    (POD, HAMI_SCHEDULER, pod("node0", **{TO_ALLOC: "y"}), pod("node0", **{TO_ALLOC: "y", keys.POD_BIND_PHASE: "s"}),
+     "hami.io/bind-phase"),
+    # our own allocation keys stay ours on every pod
+    (POD, HAMI_SCHEDULER, gpu_pod(**{"hami.io/hcu-devices-allocated": "x"}), gpu_pod(),
+     "hami.io/hcu-devices-allocated"),
+    # a Binding shows nothing of its pod: the shared keys are guarded on every Binding
+    (BINDING, HAMI_SCHEDULER, pod(**{keys.POD_BIND_PHASE: "allocating"}), None, "hami.io/bind-phase"),
+    (BINDING, HAMI_SCHEDULER, pod(), None, None),
+    # the node lock: anyone's on a node without DCUs; on a DCU node ours and the listed ones'
+    (NODE, HAMI_SCHEDULER, node_obj("gpu0", **{keys.NODE_LOCK: "l"}), node_obj("gpu0"), None),
+    (NODE, TENANT, node_obj("gpu0", **{keys.NODE_LOCK: "l"}), node_obj("gpu0"), None),
+    (NODE, HAMI_SCHEDULER, node_obj("node0", **REGISTERED, **{keys.NODE_LOCK: "l"}), node_obj("node0", **REGISTERED),
+     None),
+    (NODE, HAMI_PLUGIN, node_obj("node0", **REGISTERED), node_obj("node0", **REGISTERED, **{keys.NODE_LOCK: "l"}),
+     None),
+    (NODE, TENANT, node_obj("node0", **REGISTERED, **{keys.NODE_LOCK: "l"}), node_obj("node0", **REGISTERED),
+     keys.NODE_LOCK),
+    (NODE, Caller("system:node:node0"), node_obj("node0", **{"hami.io/node-hcu-register": "r", keys.NODE_LOCK: "l"}),
+     node_obj("node0", **{"hami.io/node-hcu-register": "r"}), keys.NODE_LOCK),
+    # listed identities get the lock only, never the registration (a node becoming a DCU node
+    # with its lock in the same write is refused for the registration)
+    (NODE, HAMI_SCHEDULER, node_obj("gpu0", **REGISTERED, **{keys.NODE_LOCK: "l"}), node_obj("gpu0"),
+     keys.DCU_NAMING.node_register),
+])
+def test_judge_beside_hami(kind, caller, new, old, refused):
+    why = writers.judge(kind, caller, new, old, BESIDE_HAMI)
+    if refused is None:
+        assert why is None
+    else:
+        assert why is not None and refused in why, why
+
+
+def test_the_listed_lock_writers_are_trusted_with_nothing_when_not_listed():
+    mixed = node_obj("node0", **REGISTERED, **{keys.NODE_LOCK: "l"})
+    assert keys.NODE_LOCK in writers.judge(NODE, HAMI_SCHEDULER, mixed, node_obj("node0", **REGISTERED), IDS)
+
+
 def test_nobody_is_trusted_without_identities():
     assert writers.judge(BINDING, EXTENDER, pod(**ALLOC), None, Identities()) is not None
 
 
 @pytest.mark.parametrize(("user_info", "expected"), [
     ({"username": PLUGIN, "extra": {writers.NODE_NAME_EXTRA: ["node0"]}}, Caller(PLUGIN, "node0")),
+    ({"username": PLUGIN, "groups": ["a", 3, "b"]}, Caller(PLUGIN, groups=frozenset({"a", "b"}))),
+    ({"username": PLUGIN, "groups": "a"}, Caller(PLUGIN)),
     ({"username": PLUGIN, "extra": {writers.NODE_NAME_EXTRA: ["node0", "node1"]}}, Caller(PLUGIN)),
     ({"username": PLUGIN, "extra": {writers.NODE_NAME_EXTRA: "node0"}}, Caller(PLUGIN)),
     ({"username": 7, "extra": []}, Caller("")),
@@ -101,3 +173,73 @@ def test_volcano_writes_what_its_hygon_deviceshare_writes_and_nothing_else(kind,
         assert why is None
     else:
         assert why is not None and refused in why
+
+
+def test_the_lock_writers_come_from_the_command_line():
+    import argparse
+
+    from hami_dcu.common.writer_flags import add_identity_arguments, identities_from
+    parser = argparse.ArgumentParser()
+    add_identity_arguments(parser)
+    args = parser.parse_args(["--scheduler-identity", SCHEDULER, "--node-lock-user", "u1", "--node-lock-user", "u2",
+                              "--node-lock-group", "g"])
+    expected = Identities(scheduler=frozenset({SCHEDULER}), node_lock_users=frozenset({"u1", "u2"}),
+                          node_lock_groups=frozenset({"g"}))
+    assert identities_from(args) == expected
+    assert identities_from(parser.parse_args([])) == Identities()
+
+
+# --- issue 21: within its node, a device plugin changes only its own keys -------------------
+
+
+def with_spec(obj: dict, **fields) -> dict:
+    copy = {**obj, "spec": {**obj.get("spec", {}), **fields}}
+    return copy
+
+
+def labelled(obj: dict, **labels) -> dict:
+    return {**obj, "metadata": {**obj["metadata"], "labels": labels}}
+
+
+BOUND = pod("node0", **{TO_ALLOC: "y"})
+
+
+@pytest.mark.parametrize(("kind", "new", "old", "refused"), [
+    (POD, pod("node0", **{TO_ALLOC: ";", keys.POD_BIND_PHASE: "success"}), BOUND, None),
+    (POD, with_spec(BOUND, containers=[{"name": "c", "image": "attacker/shell"}]), BOUND, "on its pods only"),
+    (POD, labelled(BOUND, app="x"), BOUND, "on its pods only"),
+    (POD, pod("node0", **{TO_ALLOC: "y"}, team="x"), BOUND, "on its pods only"),
+    (POD, pod("node0", **{TO_ALLOC: "y"}), None, "no create"),
+    (NODE, node_obj("node0", **{keys.NODE_HANDSHAKE: "h"}), node_obj("node0"), None),
+    (NODE, labelled(node_obj("node0"), **{"node-restriction.kubernetes.io/trusted": "1"}), node_obj("node0"),
+     "on its node only the annotations hami.io/mutex.lock, hami.io/node-dcu-register"),
+    (NODE, with_spec(node_obj("node0"), unschedulable=True), node_obj("node0"), "on its node only"),
+    (NODE, node_obj("node0", team="x"), node_obj("node0"), "on its node only"),
+])
+def test_a_plugin_changes_only_its_own_keys_on_its_node(kind, new, old, refused):
+    why = writers.judge(kind, PLUGIN_N0, new, old, IDS)
+    if refused is None:
+        assert why is None
+    else:
+        assert why is not None and refused in why, why
+    # Nobody else is narrowed by this rule (RBAC and the other rules decide for them).
+    assert writers.plugin_fields(kind, TENANT, new, old, IDS) is None
+
+
+@pytest.mark.parametrize(("kind", "new", "old", "refused"), [
+    (NODE, node_obj("node1", **{keys.NODE_LOCK: "l"}), node_obj("node1"), None),
+    (NODE, node_obj("node1"), node_obj("node1", **{keys.NODE_LOCK: "l"}), None),
+    (NODE, with_spec(node_obj("node1"), taints=[{"key": "evil", "effect": "NoSchedule"}]), node_obj("node1"),
+     "not update nodes node1 otherwise"),
+    (NODE, with_spec(node_obj("node1"), unschedulable=True), node_obj("node1"), "may change on nodes only"),
+    (NODE, labelled(node_obj("node1"), dcu="off"), node_obj("node1"), "may change on nodes only"),
+    (NODE, node_obj("node1", team="x"), node_obj("node1"), "may change on nodes only"),
+    (POD, labelled(BOUND, app="x"), BOUND, "not update pods p otherwise"),
+    (BINDING, pod(**ALLOC), None, None),
+])
+def test_the_extender_changes_only_the_lock_of_a_node(kind, new, old, refused):
+    why = writers.judge(kind, EXTENDER, new, old, IDS)
+    if refused is None:
+        assert why is None
+    else:
+        assert why is not None and refused in why, why

@@ -150,3 +150,21 @@ def test_wrong_ca_and_failure_policy(api_server, kube, served_webhook):
     kube.request("PATCH", f"{WEBHOOK_CONFIG_PATH}/{CONFIG}", content_type="application/json-patch+json",
                  body=[{"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Ignore"}])
     assert kube.create_pod("default", dcu_pod("ignored"))["spec"]["schedulerName"] == "default-scheduler"
+
+
+def test_a_renewal_that_may_not_create_says_how_to_get_the_secret_back(kube, monkeypatch):
+    """The renewal CronJob may update the two Secrets but create none (issue 21): a deleted one
+    is an error naming `helm upgrade`, and nothing is written."""
+    real = kube.request
+
+    def forbidden_create(method, path, **kwargs):
+        if method == "POST" and path.endswith("/secrets"):
+            raise KubeError(403, "Forbidden", 'secrets is forbidden: User "renewal" cannot create resource')
+        return real(method, path, **kwargs)
+
+    monkeypatch.setattr(kube, "request", forbidden_create)
+    with pytest.raises(KubeError) as refused:
+        ensure(kube, NS, SERVICE, SECRET, None)
+    assert refused.value.status == 403
+    assert f"secret {NS}/{SECRET}-ca is missing and this job may not create it" in refused.value.message
+    assert "helm upgrade" in refused.value.message and "cannot create resource" in refused.value.message
