@@ -273,7 +273,7 @@ securityContext:
     drop: [ALL]
 resources:
   requests: {cpu: 5m, memory: 48Mi}
-  limits: {memory: 96Mi}
+  limits: {cpu: 100m, memory: 96Mi}
 volumeMounts:
   - name: kube-scheduler-token
     mountPath: /var/run/secrets/kubernetes.io/serviceaccount

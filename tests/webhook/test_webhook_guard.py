@@ -95,8 +95,12 @@ def test_the_keys_hami_shares_with_us_are_guarded_on_dcu_pods_only():
         refused = review("UPDATE", dcu(plain_pod("node0", **SHARED), resource), old=dcu(plain_pod("node0"), resource),
                          user=HAMI_SCHEDULER)
         assert refused["allowed"] is False and keys.POD_BIND_PHASE in refused["status"]["message"]
+    # hami-dcu's extender writes them only through the pod's Binding (its identity's rule: it
+    # changes nothing else of a pod), never by updating the pod.
+    ours = {"metadata": {"name": "p", "annotations": SHARED}, "target": {"kind": "Node", "name": "node0"}}
+    assert review("CREATE", ours, kind="Binding", sub="binding", user=SCHEDULER)["allowed"] is True
     assert review("UPDATE", dcu(plain_pod("node0", **SHARED)), old=dcu(plain_pod("node0")),
-                  user=SCHEDULER)["allowed"] is True
+                  user=SCHEDULER)["allowed"] is False
 
 
 def test_a_pod_carrying_a_naming_sets_allocation_key_is_a_dcu_pod():
