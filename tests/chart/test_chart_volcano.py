@@ -54,3 +54,32 @@ def test_on_every_component_gets_its_flags_and_rights(render):
 def test_what_volcano_cannot_read_fails_the_install(helm, values, fragment):
     result = subprocess.run([str(helm), "template", "x", str(CHART), *values], capture_output=True, text=True)
     assert result.returncode != 0 and fragment in result.stderr, result.stderr
+
+
+def _quotes_balanced(cel: str) -> bool:
+    """Single-quoted CEL strings open and close in pairs (an apostrophe in prose breaks them)."""
+    inside, escaped = False, False
+    for char in cel:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "'":
+            inside = not inside
+    return not inside
+
+
+@pytest.mark.parametrize("volcano", ["false", "true"])
+def test_every_policy_expression_has_balanced_cel_strings(render, volcano):
+    """Seen on kind: in Volcano mode a message said "its node's status" inside a CEL string, and
+    the API server refused the whole policy at install."""
+    docs = render("--set", f"volcano.enabled={volcano}", "--set", "naming=hcu")
+    policies = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+    assert policies
+    for policy in policies:
+        spec = policy["spec"]
+        expressions = [v.get(k, "") for v in spec.get("validations") or [] for k in ("expression", "messageExpression")]
+        expressions += [c.get("expression", "") for c in spec.get("matchConditions") or []]
+        expressions += [v.get("expression", "") for v in spec.get("variables") or []]
+        for expression in expressions:
+            assert _quotes_balanced(expression), f"{policy['metadata']['name']}: {expression}"
