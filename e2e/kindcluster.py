@@ -162,6 +162,14 @@ class KindBackend:
         extra = ["-c", container] if container else []
         return self.kubectl("exec", "-n", self.namespace, pod, *extra, "--", *cmd, timeout=60)
 
+    def vdev_conf_inside(self, pod: str) -> dict[str, list[str]]:
+        """The vdev0.conf a running container sees, key -> values (cu_mask has two)."""
+        parsed: dict[str, list[str]] = {}
+        for line in self.pod_exec(pod, "cat", "/etc/vdev/docker/vdev0.conf").splitlines():
+            key, _, value = line.partition(":")
+            parsed.setdefault(key.strip(), []).append(value.strip())
+        return parsed
+
     # --- install --------------------------------------------------------------------------
 
     def values(self, mode: str = "devicePlugin") -> JSON:

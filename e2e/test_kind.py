@@ -82,14 +82,6 @@ def test_large_scenario_on_kind(dp: KindBackend, scenario: Scenario) -> None:
 # --- inside the containers ------------------------------------------------------------------------
 
 
-def _conf_in_container(b: KindBackend, pod: str) -> dict[str, list[str]]:
-    parsed: dict[str, list[str]] = {}
-    for line in b.pod_exec(pod, "cat", "/etc/vdev/docker/vdev0.conf").splitlines():
-        key, _, value = line.partition(":")
-        parsed.setdefault(key.strip(), []).append(value.strip())
-    return parsed
-
-
 def test_two_containers_sharing_a_card_see_their_own_vdev(dp: KindBackend) -> None:
     card = dp.cards[WORKERS[0]][1]
     for name, memory, cores in (("left", 2000, 15), ("right", 3000, 25)):
@@ -98,7 +90,7 @@ def test_two_containers_sharing_a_card_see_their_own_vdev(dp: KindBackend) -> No
     pods = {name: wait_running(dp, name, timeout=120) for name in ("left", "right")}
     masks = []
     for name, memory in (("left", 2000), ("right", 3000)):
-        inside = _conf_in_container(dp, name)
+        inside = dp.vdev_conf_inside(name)
         print(f"vdev0.conf inside {name}:\n" + dp.pod_exec(name, "cat", "/etc/vdev/docker/vdev0.conf"))
         assert inside["PciBusId"] == [card.pci_bus_id]
         assert inside["mem"] == [f"{memory} MiB"]
@@ -139,7 +131,7 @@ def test_kubelet_restart_keeps_running_pods_and_the_plugin_re_registers(dp: Kind
     dp.kube.create_pod(dp.namespace, pod_manifest("before", [Ctr("main", 1, 1000, 10)]))
     before = wait_running(dp, "before", timeout=120)
     node = before["spec"]["nodeName"]
-    mask_before = _conf_in_container(dp, "before")["cu_mask"]
+    mask_before = dp.vdev_conf_inside("before")["cu_mask"]
     socket_before = dp.node_exec(node, "stat", "-c", "%Y", "/var/lib/kubelet/device-plugins/kubelet.sock")
     dp.node_exec(node, "systemctl", "restart", "kubelet")
     # The kubelet recreates its socket; the plugin notices and registers again.
@@ -149,7 +141,7 @@ def test_kubelet_restart_keeps_running_pods_and_the_plugin_re_registers(dp: Kind
     wait_until(f"{node} allocatable slots back", lambda: _allocatable_slots(dp, node) == 4 * CARDS_PER_NODE,
                timeout=90, interval=1)
     assert phase(dp.kube, dp.namespace, "before") == "Running"
-    assert _conf_in_container(dp, "before")["cu_mask"] == mask_before
+    assert dp.vdev_conf_inside("before")["cu_mask"] == mask_before
     dp.kube.create_pod(dp.namespace, pod_manifest("after", [Ctr("main", 1, 1000, 10)]))
     after = wait_running(dp, "after", timeout=120)
     assert after["metadata"]["annotations"][keys.POD_BIND_PHASE] == keys.BIND_PHASE_SUCCESS
@@ -176,7 +168,7 @@ def test_plugin_pod_replaced_mid_burst_gives_no_wrong_card(dp: KindBackend) -> N
             continue
         (dev,) = allocation(pod)[0]
         card = card_of(dp, pod["spec"]["nodeName"], dev.uuid)
-        assert _conf_in_container(dp, name)["PciBusId"] == [card.pci_bus_id], f"{name} got another card"
+        assert dp.vdev_conf_inside(name)["PciBusId"] == [card.pci_bus_id], f"{name} got another card"
     wait_until("no lock left", lambda: _no_lock(dp), timeout=60, interval=1)
     assert_no_card_over_capacity(dp)
 
@@ -257,7 +249,7 @@ def test_node_reboot_fails_running_pods_cleanly_and_serves_new_ones(dp: KindBack
     dp.kube.create_pod(dp.namespace, pod_manifest("after-reboot", [Ctr("main", 1, 1000, 10)],
                                                   {keys.USE_DCU_UUID: card.id}))
     after = wait_running(dp, "after-reboot", timeout=180)
-    assert _conf_in_container(dp, "after-reboot")["PciBusId"] == [card.pci_bus_id]
+    assert dp.vdev_conf_inside("after-reboot")["PciBusId"] == [card.pci_bus_id]
     assert after["spec"]["nodeName"] == node
 
 

@@ -54,14 +54,6 @@ def running(b: KindBackend, name: str, timeout: float = 120) -> JSON:
     return wait_until(f"pod {name} Running", check, timeout=timeout, interval=0.5)
 
 
-def conf_inside(b: KindBackend, pod: str) -> dict[str, list[str]]:
-    parsed: dict[str, list[str]] = {}
-    for line in b.pod_exec(pod, "cat", "/etc/vdev/docker/vdev0.conf").splitlines():
-        key, _, value = line.partition(":")
-        parsed.setdefault(key.strip(), []).append(value.strip())
-    return parsed
-
-
 def mask(conf: dict[str, list[str]]) -> int:
     low, high = (int(v, 16) for v in conf["cu_mask"])
     return low | high << 64
@@ -83,7 +75,7 @@ def test_the_real_kubelet_registers_the_driver_and_its_slices_are_published(dra:
 def test_a_share_is_prepared_and_the_container_sees_its_vdcu(dra: KindBackend) -> None:
     share(dra, "share-a", cores="30", memory="8Gi")
     pod = running(dra, "share-a")
-    conf = conf_inside(dra, "share-a")
+    conf = dra.vdev_conf_inside("share-a")
     print("vdev0.conf inside share-a (DRA):\n" + dra.pod_exec("share-a", "cat", "/etc/vdev/docker/vdev0.conf"))
     assert conf["cu_count"] == ["30"] and conf["mem"] == ["8192 MiB"]
     assert bin(mask(conf)).count("1") == 30
@@ -99,7 +91,7 @@ def test_two_shares_on_one_card_have_disjoint_masks(dra: KindBackend) -> None:
     share(dra, "left", cores="60", memory="4Gi")
     share(dra, "right", cores="40", memory="4Gi")
     left, right = running(dra, "left"), running(dra, "right")
-    a, b = conf_inside(dra, "left"), conf_inside(dra, "right")
+    a, b = dra.vdev_conf_inside("left"), dra.vdev_conf_inside("right")
     if left["spec"]["nodeName"] == right["spec"]["nodeName"] and a["PciBusId"] == b["PciBusId"]:
         assert mask(a) & mask(b) == 0, "two shares of one card overlap"
     assert bin(mask(a)).count("1") == 60 and bin(mask(b)).count("1") == 40
@@ -128,5 +120,5 @@ def test_a_hami_style_pod_is_rewritten_into_a_claim_and_runs(dra: KindBackend) -
                         "resources": {"limits": {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000",
                                                  "hygon.com/dcucores": "25"}}}]}})
     running(dra, "hami-style")
-    conf = conf_inside(dra, "hami-style")
+    conf = dra.vdev_conf_inside("hami-style")
     assert conf["mem"] == ["2000 MiB"] and conf["cu_count"] == ["30"]  # 25 % of 120 CUs

@@ -188,12 +188,7 @@ k8s_version=$(cd "$upstream/kube" && go list -m -f '{{.Version}}' k8s.io/kuberne
 node_bins=$control_plane/node
 if [ ! -x "$node_bins/kube-proxy" ]; then
     step "building kubelet, kubeadm, kubectl, kube-proxy $k8s_version (about 3 min after the control plane)"
-    minor=${k8s_version#v1.}
-    minor=${minor%%.*}
-    pkg=k8s.io/component-base/version
-    stamp="-X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-    stamp="$stamp -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    stamp="$stamp -X k8s.io/client-go/pkg/version.gitVersion=$k8s_version"
+    stamp=$(bash "$upstream/version-ldflags.sh" "$k8s_version")
     tmp=$(mktemp -d "$control_plane/.node.XXXXXX")
     (cd "$upstream/kube" && go build -trimpath -ldflags "-s -w $stamp" -o "$tmp/" \
         k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubeadm \

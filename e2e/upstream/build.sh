@@ -40,12 +40,7 @@ staging=$(mktemp -d "$out/.build.XXXXXX")
 trap 'rm -rf "$staging"' EXIT
 
 # What `kube-apiserver --version` reports, and what version-dependent code paths read.
-minor=${k8s_version#v1.}
-minor=${minor%%.*}
-pkg=k8s.io/component-base/version
-stamp="-X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-stamp="$stamp -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-stamp="$stamp -X k8s.io/client-go/pkg/version.gitVersion=$k8s_version"
+stamp=$(bash "$here/version-ldflags.sh" "$k8s_version")
 
 say() { echo "upstream build: $*" >&2; }
 started=$SECONDS
