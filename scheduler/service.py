@@ -17,6 +17,7 @@ from typing import Any
 from hami_dcu.common import keys
 from hami_dcu.common.kube import AsyncKube, KubeError
 from hami_dcu.common.podchecks import CheckSettings, Refusal, Stage, refusal_of
+from hami_dcu.common.podtimes import created_at
 from hami_dcu.common.requests import RequestError
 from hami_dcu.scheduler.bind import Binder, BindSettings
 from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock, NodeEntry
@@ -186,7 +187,7 @@ class SchedulerService:
             return filter_result(args, [], failed)
         if uid:
             self.cache.assume(uid, namespace, name, outcome.chosen, outcome.fit, plan.init_count, self.monotonic(),
-                              plan)
+                              plan, created=created_at(pod))
         cards = ",".join(sorted(outcome.fit.held))
         log.info("filter %s/%s: node %s cards %s (%d nodes fit, %d do not)", namespace, name, outcome.chosen,
                  cards, outcome.fitting, len(failed))
@@ -196,6 +197,16 @@ class SchedulerService:
     async def preempt_pod(self, args: PreemptionArgs) -> JSON:
         """kube-scheduler's preemption candidates, kept only where the victims free a card for
         the pod (preemption.py); further lower-priority holders are added where needed."""
+        started = self.monotonic()
+        outcome = "error"
+        try:
+            outcome, result = await self._preempt(args)
+            return result
+        finally:
+            self.metrics.preempt_seconds.labels(outcome).observe(self.monotonic() - started)
+
+    async def _preempt(self, args: PreemptionArgs) -> tuple[str, JSON]:
+        """The outcome (the histogram's label) and the answer."""
         pod = args.pod
         meta = pod.get("metadata") or {}
         who = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
@@ -206,14 +217,14 @@ class SchedulerService:
         refused = self.refusal(pod)
         if refused is not None:
             log.info("preempt %s: refused (%s), no victims anywhere: %s", who, refused.check, refused.message)
-            return preemption_result({})
+            return "refused", preemption_result({})
         try:
             plan = plan_pod(pod, self.settings.filter)
         except RequestError as exc:
             log.info("preempt %s: invalid DCU request, no victims anywhere: %s", who, exc)
-            return preemption_result({})
+            return "invalid", preemption_result({})
         if plan is None:
-            return preemption_result(args.nodes)  # asks for no DCU: not ours to judge
+            return "passthrough", preemption_result(args.nodes)  # asks for no DCU: not ours to judge
         now = self.wall_clock()
         priority = _priority(pod)
         kept: dict[str, NodeVictims] = {}
@@ -228,7 +239,7 @@ class SchedulerService:
                 kept[node] = NodeVictims(chosen, victims.pdb_violations)
         log.info("preempt %s: victims free a card on %d of %d candidate nodes%s", who, len(kept), len(args.nodes),
                  "".join(f"; {n}: {len(v.uids)} pod(s)" for n, v in sorted(kept.items())[:5]))
-        return preemption_result(kept)
+        return ("ok" if kept else "no-victims"), preemption_result(kept)
 
     async def _evictable(self, node: str, entry: NodeEntry, priority: int) -> list[str]:
         """Pods holding cards on `node` with a lower priority than the preemptor, least
