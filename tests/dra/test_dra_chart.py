@@ -106,3 +106,22 @@ def test_dra_mode_reviews_claim_and_template_creation_for_the_namespace_quota():
     assert "'dra.hygon.com'" in condition["expression"]
     devices = {h["name"] for d in render() if d["kind"] == "MutatingWebhookConfiguration" for h in d["webhooks"]}
     assert "claims.dcu.hami.io" not in devices
+
+
+def test_the_driver_serves_metrics_only_when_given_a_port():
+    parser, _ = build_parser()
+    docs = render("mode=dra", "draDriver.metricsPort=9401", "metrics.serviceMonitor.enabled=true")
+    container = daemonsets(docs)["r-hami-dcu-dra-driver"]["spec"]["template"]["spec"]["containers"][0]
+    assert parser.parse_command_line(container["args"]).metrics_bind == "0.0.0.0:9401"
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9401}]
+    [service] = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "r-hami-dcu-dra-driver-metrics"]
+    assert service["metadata"]["labels"]["hami.io/metrics"] == "true"
+    [policy] = [d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "r-hami-dcu-dra-driver"]
+    assert policy["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 9401}]
+    assert policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]  # only from the monitoring namespace
+
+    off = render("mode=dra", "metrics.serviceMonitor.enabled=true")
+    container = daemonsets(off)["r-hami-dcu-dra-driver"]["spec"]["template"]["spec"]["containers"][0]
+    assert parser.parse_command_line(container["args"]).metrics_bind == "" and "ports" not in container
+    [policy] = [d for d in off if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "r-hami-dcu-dra-driver"]
+    assert policy["spec"]["ingress"] == []
