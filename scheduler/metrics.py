@@ -40,6 +40,9 @@ class SchedulerMetrics:
         self.bind_seconds = Histogram(
             "hami_dcu_scheduler_bind_seconds", "Time to answer /bind", ["result"],
             buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.prioritize_seconds = Histogram(
+            "hami_dcu_scheduler_prioritize_seconds", "Time to answer /prioritize (DRA mode's packing)", ["result"],
+            buckets=_LATENCY_BUCKETS, registry=self.registry)
         # /preempt lists a node's pods when kube-scheduler's victims are not enough: API time.
         self.preempt_seconds = Histogram(
             "hami_dcu_scheduler_preempt_seconds", "Time to answer /preempt", ["result"],

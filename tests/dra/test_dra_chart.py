@@ -85,8 +85,12 @@ def test_dra_mode_webhook_rewrites_with_create_rights_and_declares_its_side_effe
         if mode == "dra":
             # get-or-create only: the webhook never edits or deletes a template a pod may be using.
             assert granted[("resource.k8s.io", "resourceclaimtemplates")] == {"get", "create"}
-            assert granted[("resource.k8s.io", "resourceslices")] == {"list"}
-            assert granted[("resource.k8s.io", "resourceclaims")] == {"list"}  # the namespace quota, read only
+            # read only: list for the namespace quota, and watch too, as /prioritize ranks nodes by
+            # the slices and allocated claims it watches
+            [dra_rule] = [r for r in role["rules"] if "resourceslices" in r["resources"]]
+            assert set(dra_rule["resources"]) == {"resourceslices", "resourceclaims"}
+            assert set(dra_rule["verbs"]) == {"list", "watch"}
+            assert not [r for r in role["rules"] if "resourceclaims" in r["resources"] and r is not dra_rule]
         else:
             assert not [key for key in granted if key[0] == "resource.k8s.io"]
 
@@ -125,3 +129,18 @@ def test_the_driver_serves_metrics_only_when_given_a_port():
     assert parser.parse_command_line(container["args"]).metrics_bind == "" and "ports" not in container
     [policy] = [d for d in off if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "r-hami-dcu-dra-driver"]
     assert policy["spec"]["ingress"] == []
+
+
+def test_dra_mode_scheduler_config_only_prioritizes():
+    """kube-scheduler allocates and binds; the extender ranks every pod of the profile (no
+    managedResources: rewritten pods name none) with a weight that outranks spreading."""
+    for mode in ("dra", "devicePlugin"):
+        [config_map] = [d for d in render(f"mode={mode}") if d["kind"] == "ConfigMap"
+                        and d["metadata"]["name"] == "r-hami-dcu-scheduler-config"]
+        [extender] = yaml.safe_load(config_map["data"]["config.yaml"])["extenders"]
+        if mode == "dra":
+            assert extender["prioritizeVerb"] == "prioritize" and extender["weight"] == 20
+            assert not {"filterVerb", "bindVerb", "preemptVerb", "managedResources"} & set(extender)
+            assert extender["nodeCacheCapable"] is True and extender["ignorable"] is True
+        else:
+            assert "prioritizeVerb" not in extender and extender["bindVerb"] == "bind"
