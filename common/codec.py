@@ -17,6 +17,7 @@ Formats (reference: hami-wire-protocol.md §2):
 * handshake (`hami.io/node-handshake-dcu`): `Reported <time>` from the plugin,
   `Requesting_<YYYY-MM-DD HH:MM:SS>` from HAMi's scheduler; Volcano's Hygon deviceshare
   (HYGON-AI/volcano) stamps `Requesting_<YYYY.MM.DD HH:MM:SS>` and `Deleted_<same>` instead.
+* bind time (`hami.io/bind-time`, also `hami.io/vgpu-time`): Unix seconds in decimal.
 
 Numbers are read as Go's `strconv.ParseInt(s, 10, 32)` reads them (HAMi's decoders): an
 optional sign, decimal digits, the int32 range; so `+4` and `-1` (a NUMA node sysfs cannot
@@ -277,6 +278,22 @@ def _parse_rfc3339(annotation: str, whole: str, text: str) -> datetime:
     if moment.tzinfo is None:
         raise CodecError(annotation, whole, f"timestamp {text!r} has no time zone")
     return moment
+
+
+# --- bind time ----------------------------------------------------------------------------
+
+
+def encode_unix_seconds(moment: datetime) -> str:
+    return str(int(moment.timestamp()))
+
+
+def decode_unix_seconds(value: str, annotation: str = keys.POD_BIND_TIME) -> datetime:
+    text = value.strip()
+    # Decimal digits only: int() would also take '+', '_' and Unicode digits, which HAMi's
+    # strconv.ParseInt does not.
+    if not text.isascii() or not text.isdigit() or len(text) > 12:
+        raise CodecError(annotation, value, "expected Unix seconds")
+    return datetime.fromtimestamp(int(text), UTC)
 
 
 # --- handshake ----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ Served on `--metrics-bind` when given (`GET /metrics`); tests read the registry 
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -14,6 +15,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from hami_dcu.common.connlimits import DEFAULT_LIMITS, ConnectionLimits
 from hami_dcu.common.guardedsite import ThreadedServer
+from hami_dcu.common.podlatency import bound_to_allocated
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,7 @@ class PluginMetrics:
             "hami_dcu_plugin_card_healthy", "1 when the card is healthy, 0 otherwise", ["node", "card"],
             registry=self.registry,
         )
+        self.bound_to_allocated_seconds = bound_to_allocated(self.registry)
         self.vdevs = Gauge("hami_dcu_plugin_vdevs", "Live vDCUs on this node", ["node"], registry=self.registry)
         self.lock_releases = Counter(
             "hami_dcu_plugin_node_lock_releases",
@@ -56,7 +59,11 @@ class PluginMetrics:
         return self.registry.get_sample_value(name, labels) or 0.0
 
 
-def serve(metrics: PluginMetrics, bind: str, limits: ConnectionLimits = DEFAULT_LIMITS) -> ThreadedServer:
+class HasRegistry(Protocol):
+    registry: CollectorRegistry
+
+
+def serve(metrics: HasRegistry, bind: str, limits: ConnectionLimits = DEFAULT_LIMITS) -> ThreadedServer:
     """Serve `/metrics` on `host:port` (port 0: any free port) in a daemon thread, under the
     same connection limits as every HTTP port of ours (prometheus_client's own server gave
     each connection a thread for as long as the client kept it)."""
@@ -68,5 +75,5 @@ def serve(metrics: PluginMetrics, bind: str, limits: ConnectionLimits = DEFAULT_
     app = web.Application()
     app.router.add_get("/metrics", handle)
     server = ThreadedServer(app, host.strip("[]") or "0.0.0.0", int(port), limits)
-    log.info("device plugin metrics on http://%s:%s/metrics", host or "0.0.0.0", server.server_port)
+    log.info("metrics on http://%s:%s/metrics", host or "0.0.0.0", server.server_port)
     return server

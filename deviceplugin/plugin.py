@@ -11,6 +11,7 @@ import logging
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -29,6 +30,8 @@ from hami_dcu.common.codec import (
 from hami_dcu.common.kube import ConflictError, Kube, KubeError, NotFoundError, UnreachableError
 from hami_dcu.common.nodelock import LockError, NodeLock, lock_annotation
 from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
+from hami_dcu.common.podlatency import DEVICE_PLUGIN
+from hami_dcu.common.podtimes import bound_at, seconds_between
 from hami_dcu.deviceplugin import lockless
 from hami_dcu.deviceplugin import plan as planning
 from hami_dcu.deviceplugin.allocator import AllocationError, Grant, NodeState
@@ -95,7 +98,9 @@ class PluginCore:
         metrics: PluginMetrics | None = None,
         resource: str | None = None,  # the naming set's count resource when not given
         volcano_scheduler: str = "",  # Volcano mode (deviceplugin/lockless.py): its schedulerName
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
+        self.wall_clock = wall_clock
         self.kube = kube
         self.node = node
         self.cards = {c.id: c for c in cards}
@@ -227,6 +232,8 @@ class PluginCore:
             self._refuse_if_not_for_holder(pod, node_obj)
             self._refuse_if_ambiguous(pod, pending)
         entry_containers = self._entry_containers(pod)
+        bound = bound_at(pod)  # read before the writes below: they return the pod without status
+        finished = False
         responses: list[ContainerResponse] = []
         written: list[tuple[Grant, VdevSpec]] = []
         release: Future[None] | None = None
@@ -267,6 +274,7 @@ class PluginCore:
                     responses.append(self._serve_container(pod, container_plan, written))
                     pod = last_write.result()
                     release = self._io.submit(self._release, namespace, name, node_obj)
+                    finished = True
                 else:  # the next container's plan reads what this write erased
                     responses.append(self._serve_container(pod, container_plan, written))
                     pod = self._patch_pod(namespace, name, update)
@@ -289,6 +297,9 @@ class PluginCore:
             self._mark_failed(namespace, name, why)
             raise AllocateFailed(why) from exc
         self.metrics.vdevs.labels(self.node).set(len(self.state.vdevs_used))
+        waited = seconds_between(bound, self.wall_clock()) if finished else None
+        if waited is not None:  # the pod's last container: its DCUs are all handed out now
+            self.metrics.bound_to_allocated_seconds.labels(self.node, DEVICE_PLUGIN).observe(waited)
         return responses, release  # _release retries and never raises
 
     def _identify_lockless(self, listing: Future[list[dict]], requests: list[list[str]]) -> dict:

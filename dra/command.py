@@ -13,12 +13,14 @@ from pathlib import Path
 
 from hami_dcu.common import keys
 from hami_dcu.common.cannotstart import CannotStart
+from hami_dcu.common.connlimits import add_connection_arguments, connection_limits_from
 from hami_dcu.common.kube import Kube, KubeError
 from hami_dcu.deviceplugin import plan as dp
 from hami_dcu.deviceplugin.command import make_backend
 from hami_dcu.deviceplugin.discovery import discover
 from hami_dcu.deviceplugin.faketree import lay_out
 from hami_dcu.deviceplugin.health import SmiHealth
+from hami_dcu.deviceplugin.metrics import serve
 from hami_dcu.deviceplugin.smi import SmiError
 from hami_dcu.dra.core import DraPaths, DriverCore
 from hami_dcu.dra.server import KubeletPluginServer
@@ -56,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--register-interval", type=float, default=30.0,
                         help="seconds between slice checks and claim reconciles")
     parser.add_argument("--health-interval", type=float, default=1.0, help="seconds between card health checks")
+    parser.add_argument("--metrics-bind", default="", help="serve Prometheus /metrics on HOST:PORT (default: off)")
+    add_connection_arguments(parser)
 
 
 class DriverLoop:
@@ -117,6 +121,12 @@ def run(args: argparse.Namespace) -> int:
         raise CannotStart(f"node {args.node_name}: {exc}") from exc
     log.info("node %s: DRA driver serving %d cards: %s", args.node_name, len(service.core.cards),
              ", ".join(sorted(service.core.cards)))
+    if args.metrics_bind:
+        try:
+            serve(service.metrics, args.metrics_bind, connection_limits_from(args))
+        except (OSError, ValueError) as exc:
+            log.error("DRA driver cannot serve metrics on %s: %s", args.metrics_bind, exc)
+            return 1
     loop = DriverLoop(service, args.register_interval, args.health_interval)
     # Installed before serving: a SIGTERM right after start must not kill us mid-way.
     signal.signal(signal.SIGTERM, lambda _sig, _frame: loop.stopping.set())

@@ -15,6 +15,8 @@ from hami_dcu.common.kube import Kube, KubeError, NotFoundError
 from hami_dcu.dra import names, slices
 from hami_dcu.dra.conflict import device_plugin_serving
 from hami_dcu.dra.core import DriverCore, PrepareFailed
+from hami_dcu.dra.latency import PodLatency
+from hami_dcu.dra.metrics import DriverMetrics
 from hami_dcu.dra.records import PreparedClaim
 from hami_dcu.dra.server import ClaimRef
 
@@ -30,8 +32,11 @@ def claim_path(namespace: str, name: str) -> str:
 
 class DriverService:
     def __init__(self, kube: Kube, core: DriverCore, slots: int, health: Callable[[], dict[str, bool]],
-                 count_resources: tuple[str, ...] | None = None) -> None:
+                 count_resources: tuple[str, ...] | None = None, metrics: DriverMetrics | None = None,
+                 latency: PodLatency | None = None) -> None:
         self.kube = kube
+        self.metrics = metrics or DriverMetrics()
+        self.latency = latency or PodLatency(kube, core.node, self.metrics)
         self.core = core
         self.node = core.node
         self.slots = slots
@@ -56,11 +61,15 @@ class DriverService:
             raise PrepareFailed(f"ResourceClaim {ref.namespace}/{ref.name} is now UID {uid}, the kubelet asked for "
                                 f"{ref.uid}: it was deleted and created again")
         try:
-            return self.core.prepare(claim)
+            record = self.core.prepare(claim)
         except PrepareFailed as exc:
+            self.metrics.prepares.labels(self.node, "failed").inc()
             self._event({"kind": "ResourceClaim", "metadata": claim.get("metadata") or {}}, "DCUPrepareFailed",
                         f"node {self.node}: {exc}")
             raise
+        self.metrics.prepares.labels(self.node, "success").inc()
+        self.latency.prepared(claim)
+        return record
 
     def unprepare(self, ref: ClaimRef) -> None:
         self.core.unprepare(ref.uid)

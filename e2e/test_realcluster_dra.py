@@ -278,7 +278,8 @@ def test_a_hami_style_pod_is_rewritten_by_the_webhook_into_claims_and_runs(dra: 
     resources = spec["containers"][0]["resources"]
     assert not any(k.startswith("hygon.com/") for part in ("limits", "requests") for k in resources.get(part) or {})
     assert resources["claims"] == [{"name": pod_claim["name"]}]
-    assert spec.get("schedulerName") == "default-scheduler"  # kube-scheduler places it, not the extender
+    # kube-scheduler allocates the claim in hami-scheduler's profile, whose extender only ranks nodes.
+    assert spec.get("schedulerName") == "hami-scheduler"
     templates = f"{names.RESOURCE_API}/namespaces/{dra.namespace}/resourceclaimtemplates"
     made = dra.kube.request("GET", f"{templates}/{template_name}")
     assert made["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"] == {

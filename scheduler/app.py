@@ -1,4 +1,5 @@
-"""The extender's HTTP servers (aiohttp): /filter, /bind, /healthz, /readyz, /metrics.
+"""The extender's HTTP servers (aiohttp): /filter, /bind, /preempt, /prioritize, /healthz,
+/readyz, /metrics.
 
 `build_app` is the extender listener kube-scheduler calls (loopback in the chart: only its
 neighbour container reaches it); `build_side_app` is a listener for the other audiences (the
@@ -77,6 +78,23 @@ async def handle_bind(request: web.Request) -> web.Response:
         return _reply({"Error": f"internal error: {exc}"})
 
 
+async def handle_prioritize(request: web.Request) -> web.Response:
+    """DRA mode's packing. kube-scheduler only logs a prioritize error, so a bad request gets
+    an empty list (no scores: nothing changes)."""
+    service = request.app[SERVICE]
+    try:
+        args = parse_filter_args(await _json(request))
+    except WireError as exc:
+        log.warning("prioritize: %s", exc)
+        return web.Response(body="[]", content_type="application/json")
+    try:
+        scores = service.prioritize_pod(args)
+    except Exception:
+        log.exception("prioritize failed")
+        scores = []
+    return web.Response(body=json.dumps(scores, separators=(",", ":")), content_type="application/json")
+
+
 async def handle_preempt(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     try:
@@ -117,6 +135,7 @@ def build_app(service: SchedulerService, manage_lifecycle: bool = True, max_body
     app.router.add_post("/filter", handle_filter)
     app.router.add_post("/bind", handle_bind)
     app.router.add_post("/preempt", handle_preempt)
+    app.router.add_post("/prioritize", handle_prioritize)
     app.router.add_get("/healthz", handle_healthz)
     app.router.add_get("/readyz", handle_readyz)
     if metrics:

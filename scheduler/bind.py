@@ -56,7 +56,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hami_dcu.common import keys
-from hami_dcu.common.codec import encode_pod_devices
+from hami_dcu.common.codec import encode_pod_devices, encode_unix_seconds
 from hami_dcu.common.kube import AsyncKube, ConflictError, KubeError, NotFoundError, UnreachableError
 from hami_dcu.common.nodelock import (
     DEFAULT_BIND_WINDOW,
@@ -67,6 +67,8 @@ from hami_dcu.common.nodelock import (
     NodeLock,
 )
 from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
+from hami_dcu.common.podlatency import DEVICE_PLUGIN  # the extender binds only device-plugin pods
+from hami_dcu.common.podtimes import created_at, seconds_between
 from hami_dcu.common.requests import RequestError
 from hami_dcu.scheduler.cache import Assumption, ClusterCache, used_without
 from hami_dcu.scheduler.events import EventSink
@@ -130,6 +132,7 @@ class _Attempt:
     api_calls: int = 0
     contended: bool = False
     waiting_logged: bool = False  # "waiting for the node lock" is said once per attempt
+    bound_here: bool = False  # this attempt's Binding put the pod on the node (not an earlier one's)
 
 
 class Binder:
@@ -207,6 +210,10 @@ class Binder:
             raise
         self.metrics.bind_seconds.labels("ok").observe(self.monotonic() - started)
         self.metrics.bind_round_trips.observe(attempt.api_calls)
+        if attempt.bound_here and attempt.assumption is not None:
+            waited = seconds_between(attempt.assumption.created, self.wall_clock())
+            if waited is not None:
+                self.metrics.create_to_bound_seconds.labels(DEVICE_PLUGIN).observe(waited)
         log.info("bound %s to node %s (%d API calls)", args.pod, args.node, attempt.api_calls)
         return ""
 
@@ -308,7 +315,7 @@ class Binder:
         uid = (pod.get("metadata") or {}).get("uid") or args.uid
         log.info("bind %s: no filter result for node %s, fitted at bind time", args.pod, args.node)
         return self.cache.assume(uid, args.namespace, args.pod_name, args.node, result, plan.init_count,
-                                 self.monotonic(), plan)
+                                 self.monotonic(), plan, created=created_at(pod))
 
     # --- the node lock -----------------------------------------------------------------
 
@@ -466,14 +473,15 @@ class Binder:
             raise BindError(f"node {args.node} no longer fits: {result.message}")
         log.info("bind %s: cards on node %s were taken meanwhile, re-fitted", args.pod, args.node)
         attempt.assumption = self.cache.assume(assumption.uid, assumption.namespace, assumption.name, args.node,
-                                               result, assumption.init_count, self.monotonic(), plan)
+                                               result, assumption.init_count, self.monotonic(), plan,
+                                               created=assumption.created)
         return result
 
     # --- the Binding -------------------------------------------------------------------
 
     def allocation_annotations(self, fit: PodFit, node: str) -> dict[str, str]:
         devices = encode_pod_devices(fit.devices)
-        stamp = str(int(self.wall_clock().timestamp()))
+        stamp = encode_unix_seconds(self.wall_clock())
         return {
             keys.POD_DEVICES_TO_ALLOCATE: devices,
             keys.POD_DEVICES_ALLOCATED: devices,
@@ -491,6 +499,7 @@ class Binder:
             try:
                 await self.kube.create_binding(args.namespace, args.pod_name, args.node, args.uid or None,
                                                annotations)
+                attempt.bound_here = True
                 return
             except KubeError as exc:
                 if not isinstance(exc, UnreachableError | ConflictError) and exc.status < 500:
@@ -498,6 +507,7 @@ class Binder:
                 # A lost answer, a pod already bound (by us or by another attempt), or a busy
                 # server: the pod says which.
                 if await self._binding_landed(attempt, annotations):
+                    attempt.bound_here = True
                     return
                 if round_ == _BINDING_ATTEMPTS:
                     raise BindError(f"binding rejected: {exc}") from exc

@@ -149,6 +149,7 @@ class Assumption:
     expires: float  # monotonic seconds
     plan: Any = None  # the filtering.PodPlan it was fitted for, to re-fit at bind time
     bound: bool = False
+    created: datetime | None = None  # the pod's creationTimestamp: create-to-bound starts here
 
     @property
     def key(self) -> str:
@@ -507,9 +508,10 @@ class ClusterCache:
     # --- assumptions ---------------------------------------------------------------------
 
     def assume(self, uid: str, namespace: str, name: str, node: str, fit: PodFit, init_count: int,
-               now: float, plan: Any = None) -> Assumption:
+               now: float, plan: Any = None, created: datetime | None = None) -> Assumption:
         self.forget(uid)
-        assumption = Assumption(uid, namespace, name, node, fit, init_count, now + self.assume_ttl, plan)
+        assumption = Assumption(uid, namespace, name, node, fit, init_count, now + self.assume_ttl, plan,
+                                created=created)
         self.assumptions[uid] = assumption
         self.assumed_names[(namespace, name)] = uid
         entry = self._entry(node)

@@ -68,7 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--serve-webhook", action="store_true", help="also serve POST /webhook on --bind")
     parser.add_argument("--mode", choices=("devicePlugin", "dra"), default="devicePlugin",
                         help="what the webhook does with DCU pods: route them to this extender (devicePlugin) or "
-                             "rewrite them into DRA claims (dra) (default %(default)s)")
+                             "rewrite them into DRA claims, still routed to --scheduler-name, whose /prioritize "
+                             "then packs them by the ResourceSlices and ResourceClaims it watches (dra) "
+                             "(default %(default)s)")
     parser.add_argument("--volcano-scheduler-name", default="",
                         help="Volcano mode (off when empty): the extender refuses to place or bind pods with this "
                              "schedulerName (Volcano places them); the webhook served here lets them keep it, the "
@@ -90,6 +92,7 @@ def settings_from(args: argparse.Namespace) -> ServiceSettings:
                               volcano_scheduler=getattr(args, "volcano_scheduler_name", "")),
         bind=BindSettings(lock_timeout=timedelta(seconds=args.lock_timeout), lock_wait=args.lock_wait),
         resync=args.resync,
+        mode=getattr(args, "mode", "devicePlugin"),
     )
 
 

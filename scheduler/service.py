@@ -17,9 +17,13 @@ from typing import Any
 from hami_dcu.common import keys
 from hami_dcu.common.kube import AsyncKube, KubeError
 from hami_dcu.common.podchecks import CheckSettings, Refusal, Stage, refusal_of
+from hami_dcu.common.podlatency import DEVICE_PLUGIN, DRA
+from hami_dcu.common.podtimes import created_at
 from hami_dcu.common.requests import RequestError
 from hami_dcu.scheduler.bind import Binder, BindSettings
 from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock, NodeEntry
+from hami_dcu.scheduler.drainformer import DraInformer
+from hami_dcu.scheduler.drausage import DraUsage
 from hami_dcu.scheduler.events import EventSink
 from hami_dcu.scheduler.extender import (
     BindArgs,
@@ -33,6 +37,7 @@ from hami_dcu.scheduler.filtering import Filter, FilterSettings, invalid_request
 from hami_dcu.scheduler.informer import Informer
 from hami_dcu.scheduler.metrics import SchedulerMetrics
 from hami_dcu.scheduler.namingwatch import check_naming
+from hami_dcu.scheduler.packing import pack
 from hami_dcu.scheduler.preemption import choose_victims, holders
 from hami_dcu.scheduler.quotametrics import QuotaMetrics
 from hami_dcu.scheduler.quotas import QuotaBook, namespace_used, quota_gate
@@ -51,6 +56,7 @@ class ServiceSettings:
     resync: float = 300.0
     assume_ttl: float = 120.0
     sync_wait: float = 10.0  # how long /filter waits for the first sync before answering an error
+    mode: str = DEVICE_PLUGIN  # dra: /prioritize packs by the DRA view (slices and claims)
 
 
 class SchedulerService:
@@ -84,8 +90,12 @@ class SchedulerService:
                      quotas=self.quotas, changed=self.changed)
             if kube is not None else None
         )
+        self.dra_usage = DraUsage()
+        self.dra_informer = (DraInformer(kube, self.dra_usage, self.settings.resync)
+                             if kube is not None and self.settings.mode == DRA else None)
         self._background: set[asyncio.Task[object]] = set()
         self._informer_task: asyncio.Task[None] | None = None
+        self._dra_task: asyncio.Task[None] | None = None
         self._sweep_task: asyncio.Task[None] | None = None
         self._naming_check: asyncio.Task[str | None] | None = None
 
@@ -94,6 +104,8 @@ class SchedulerService:
     def start(self) -> None:
         if self.informer is not None and self._informer_task is None:
             self._informer_task = asyncio.ensure_future(self.informer.run())
+        if self.dra_informer is not None and self._dra_task is None:
+            self._dra_task = asyncio.ensure_future(self.dra_informer.run())
         if self.binder is not None and self._sweep_task is None:
             self._sweep_task = asyncio.ensure_future(self.binder.janitor.run(self.settings.bind.sweep_interval))
         if self.kube is not None and self._naming_check is None:
@@ -104,11 +116,13 @@ class SchedulerService:
             self._naming_check.add_done_callback(self._background.discard)
 
     async def stop(self) -> None:
-        tasks = [t for t in [self._informer_task, self._sweep_task, *self._background] if t is not None]
+        tasks = [t for t in [self._informer_task, self._dra_task, self._sweep_task, *self._background]
+                 if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._informer_task = None
+        self._dra_task = None
         self._sweep_task = None
 
     @property
@@ -186,16 +200,49 @@ class SchedulerService:
             return filter_result(args, [], failed)
         if uid:
             self.cache.assume(uid, namespace, name, outcome.chosen, outcome.fit, plan.init_count, self.monotonic(),
-                              plan)
+                              plan, created=created_at(pod))
         cards = ",".join(sorted(outcome.fit.held))
         log.info("filter %s/%s: node %s cards %s (%d nodes fit, %d do not)", namespace, name, outcome.chosen,
                  cards, outcome.fitting, len(failed))
         self.metrics.filter_seconds.labels("ok").observe(self.monotonic() - started)
         return filter_result(args, [outcome.chosen], failed)
 
+    def prioritize_pod(self, args: FilterArgs) -> list[JSON]:
+        """DRA mode: the candidates ranked fullest first (packing.py). A pod without claims,
+        or a view not filled yet, gets 0 everywhere: kube-scheduler's own scores decide."""
+        started = self.monotonic()
+        pod = args.pod
+        meta = pod.get("metadata") or {}
+        names = args.candidate_names()
+        fullness = self.dra_usage.fullness() if self.dra_synced else {}
+        if not (pod.get("spec") or {}).get("resourceClaims") or not fullness:
+            self.metrics.prioritize_seconds.labels("passthrough").observe(self.monotonic() - started)
+            return pack(names, {})
+        scores = pack(names, fullness)
+        best = max(scores, key=lambda s: s["Score"], default=None)
+        if best is not None:
+            log.info("prioritize %s/%s: node %s first (%.0f%% full) of %d", meta.get("namespace") or "default",
+                     meta.get("name") or "", best["Host"], 100 * fullness.get(best["Host"], 0.0), len(names))
+        self.metrics.prioritize_seconds.labels("ok").observe(self.monotonic() - started)
+        return scores
+
+    @property
+    def dra_synced(self) -> bool:
+        return self.dra_informer is not None and self.dra_informer.synced.is_set()
+
     async def preempt_pod(self, args: PreemptionArgs) -> JSON:
         """kube-scheduler's preemption candidates, kept only where the victims free a card for
         the pod (preemption.py); further lower-priority holders are added where needed."""
+        started = self.monotonic()
+        outcome = "error"
+        try:
+            outcome, result = await self._preempt(args)
+            return result
+        finally:
+            self.metrics.preempt_seconds.labels(outcome).observe(self.monotonic() - started)
+
+    async def _preempt(self, args: PreemptionArgs) -> tuple[str, JSON]:
+        """The outcome (the histogram's label) and the answer."""
         pod = args.pod
         meta = pod.get("metadata") or {}
         who = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
@@ -206,14 +253,14 @@ class SchedulerService:
         refused = self.refusal(pod)
         if refused is not None:
             log.info("preempt %s: refused (%s), no victims anywhere: %s", who, refused.check, refused.message)
-            return preemption_result({})
+            return "refused", preemption_result({})
         try:
             plan = plan_pod(pod, self.settings.filter)
         except RequestError as exc:
             log.info("preempt %s: invalid DCU request, no victims anywhere: %s", who, exc)
-            return preemption_result({})
+            return "invalid", preemption_result({})
         if plan is None:
-            return preemption_result(args.nodes)  # asks for no DCU: not ours to judge
+            return "passthrough", preemption_result(args.nodes)  # asks for no DCU: not ours to judge
         now = self.wall_clock()
         priority = _priority(pod)
         kept: dict[str, NodeVictims] = {}
@@ -228,7 +275,7 @@ class SchedulerService:
                 kept[node] = NodeVictims(chosen, victims.pdb_violations)
         log.info("preempt %s: victims free a card on %d of %d candidate nodes%s", who, len(kept), len(args.nodes),
                  "".join(f"; {n}: {len(v.uids)} pod(s)" for n, v in sorted(kept.items())[:5]))
-        return preemption_result(kept)
+        return ("ok" if kept else "no-victims"), preemption_result(kept)
 
     async def _evictable(self, node: str, entry: NodeEntry, priority: int) -> list[str]:
         """Pods holding cards on `node` with a lower priority than the preemptor, least

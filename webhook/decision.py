@@ -96,7 +96,7 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
         return _deny(refused.check, refused.message)
 
     if settings.mode == DRA:
-        # kube-scheduler places claims itself: no schedulerName, extender quota book or policy annotations apply.
+        # kube-scheduler places claims itself: no extender quota book or policy annotations apply.
         return _as_claims(original, pod, settings, adopted.warnings(settings.naming))
     hints = adopted.warnings(settings.naming) + scheduling_warnings(meta.get("annotations") or {})
     current = spec.get("schedulerName") or ""
@@ -160,6 +160,11 @@ def _as_claims(original: JSON, pod: JSON, settings: Settings, hints: list[str]) 
                 "no node offers them in DRA mode")
         return Decision(allowed=True, reason="own-claims", warnings=[*hints, kept])
     spec = jsonpatch.apply_patch({"spec": pod.get("spec") or {}}, translation.patch)["spec"]
+    current = spec.get("schedulerName") or ""
+    if not current or current in settings.overwritable_schedulers:
+        # kube-scheduler allocates the claims either way; hami-scheduler's profile also asks
+        # the extender's /prioritize, which packs them onto the fewest nodes (scheduler/packing.py).
+        spec["schedulerName"] = settings.scheduler_name
     before: JSON = {"spec": original.get("spec") or {}}
     after: JSON = {"spec": spec}
     annotations = (pod.get("metadata") or {}).get("annotations")

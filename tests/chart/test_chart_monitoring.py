@@ -9,6 +9,7 @@ from chart_paths import CHART
 from prometheus_client import CollectorRegistry
 
 from hami_dcu.deviceplugin.metrics import PluginMetrics
+from hami_dcu.dra.metrics import DriverMetrics
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.metrics import SchedulerMetrics
 from hami_dcu.webhook import certs
@@ -29,7 +30,7 @@ def exposed(tmp_path_factory) -> set[str]:
     scheduler.watch_certificate(str(cert))
     WebhookMetrics(scheduler.registry)  # the extender serves the webhook, into its own registry
     names = set()
-    for registry in (scheduler.registry, PluginMetrics(CollectorRegistry()).registry):
+    for registry in (scheduler.registry, PluginMetrics(CollectorRegistry()).registry, DriverMetrics().registry):
         for family in registry.collect():
             names |= {family.name + suffix for suffix in SUFFIXES[family.type]}
     return names

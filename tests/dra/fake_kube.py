@@ -13,6 +13,8 @@ class FakeKube:
         self.node = {"metadata": {"name": node, "uid": "node-uid"}, "status": {"allocatable": {}}}
         self.claims: dict[tuple[str, str], dict] = {}
         self.slices: dict[str, dict] = {}
+        self.pods: dict[tuple[str, str], dict] = {}
+        self.pod_reads = 0
         self.events: list[tuple[str, str]] = []
         self.writes: list[str] = []
         self.down = False
@@ -21,6 +23,13 @@ class FakeKube:
     def add_claim(self, claim: dict) -> None:
         meta = claim["metadata"]
         self.claims[(meta["namespace"], meta["name"])] = copy.deepcopy(claim)
+
+    def get_pod(self, namespace: str, name: str) -> dict:
+        self._check()
+        self.pod_reads += 1
+        if (namespace, name) not in self.pods:
+            raise NotFoundError(404, "NotFound", f"pods {name} not found")
+        return copy.deepcopy(self.pods[(namespace, name)])
 
     def get_node(self, name: str) -> dict:
         self._check()

@@ -85,8 +85,12 @@ def test_dra_mode_webhook_rewrites_with_create_rights_and_declares_its_side_effe
         if mode == "dra":
             # get-or-create only: the webhook never edits or deletes a template a pod may be using.
             assert granted[("resource.k8s.io", "resourceclaimtemplates")] == {"get", "create"}
-            assert granted[("resource.k8s.io", "resourceslices")] == {"list"}
-            assert granted[("resource.k8s.io", "resourceclaims")] == {"list"}  # the namespace quota, read only
+            # read only: list for the namespace quota, and watch too, as /prioritize ranks nodes by
+            # the slices and allocated claims it watches
+            [dra_rule] = [r for r in role["rules"] if "resourceslices" in r["resources"]]
+            assert set(dra_rule["resources"]) == {"resourceslices", "resourceclaims"}
+            assert set(dra_rule["verbs"]) == {"list", "watch"}
+            assert not [r for r in role["rules"] if "resourceclaims" in r["resources"] and r is not dra_rule]
         else:
             assert not [key for key in granted if key[0] == "resource.k8s.io"]
 
@@ -106,3 +110,37 @@ def test_dra_mode_reviews_claim_and_template_creation_for_the_namespace_quota():
     assert "'dra.hygon.com'" in condition["expression"]
     devices = {h["name"] for d in render() if d["kind"] == "MutatingWebhookConfiguration" for h in d["webhooks"]}
     assert "claims.dcu.hami.io" not in devices
+
+
+def test_the_driver_serves_metrics_only_when_given_a_port():
+    parser, _ = build_parser()
+    docs = render("mode=dra", "draDriver.metricsPort=9401", "metrics.serviceMonitor.enabled=true")
+    container = daemonsets(docs)["r-hami-dcu-dra-driver"]["spec"]["template"]["spec"]["containers"][0]
+    assert parser.parse_command_line(container["args"]).metrics_bind == "0.0.0.0:9401"
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9401}]
+    [service] = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "r-hami-dcu-dra-driver-metrics"]
+    assert service["metadata"]["labels"]["hami.io/metrics"] == "true"
+    [policy] = [d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "r-hami-dcu-dra-driver"]
+    assert policy["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 9401}]
+    assert policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]  # only from the monitoring namespace
+
+    off = render("mode=dra", "metrics.serviceMonitor.enabled=true")
+    container = daemonsets(off)["r-hami-dcu-dra-driver"]["spec"]["template"]["spec"]["containers"][0]
+    assert parser.parse_command_line(container["args"]).metrics_bind == "" and "ports" not in container
+    [policy] = [d for d in off if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "r-hami-dcu-dra-driver"]
+    assert policy["spec"]["ingress"] == []
+
+
+def test_dra_mode_scheduler_config_only_prioritizes():
+    """kube-scheduler allocates and binds; the extender ranks every pod of the profile (no
+    managedResources: rewritten pods name none) with a weight that outranks spreading."""
+    for mode in ("dra", "devicePlugin"):
+        [config_map] = [d for d in render(f"mode={mode}") if d["kind"] == "ConfigMap"
+                        and d["metadata"]["name"] == "r-hami-dcu-scheduler-config"]
+        [extender] = yaml.safe_load(config_map["data"]["config.yaml"])["extenders"]
+        if mode == "dra":
+            assert extender["prioritizeVerb"] == "prioritize" and extender["weight"] == 20
+            assert not {"filterVerb", "bindVerb", "preemptVerb", "managedResources"} & set(extender)
+            assert extender["nodeCacheCapable"] is True and extender["ignorable"] is True
+        else:
+            assert "prioritizeVerb" not in extender and extender["bindVerb"] == "bind"

@@ -47,10 +47,20 @@ def test_a_share_is_rewritten_into_a_claim_from_a_template_with_a_warning_naming
     spec = jsonpatch.apply_patch(original, decision.patch)["spec"]
     assert spec["resourceClaims"] == [{"name": "dcu-main", "resourceClaimTemplateName": name}]
     assert spec["containers"][0]["resources"] == {"limits": {"cpu": "1"}, "claims": [{"name": "dcu-main"}]}
-    # kube-scheduler places claims: the pod is not routed to the extender.
-    assert "schedulerName" not in spec
+    # kube-scheduler allocates the claims, in hami-scheduler's profile, whose /prioritize packs them.
+    assert spec["schedulerName"] == keys.DEFAULT_SCHEDULER_NAME
     [warning] = decision.warnings
     assert "DRA mode" in warning and name in warning and "dcu-main" in warning
+
+
+@pytest.mark.parametrize(("given", "placed_by"), [("default-scheduler", keys.DEFAULT_SCHEDULER_NAME),
+                                                  (keys.DEFAULT_SCHEDULER_NAME, keys.DEFAULT_SCHEDULER_NAME),
+                                                  ("team-scheduler", "team-scheduler")])
+def test_rewritten_pods_go_to_hami_scheduler_unless_another_scheduler_was_chosen(given, placed_by):
+    original = pod(container(), schedulerName=given)
+    spec = jsonpatch.apply_patch(original, review(original, DRA_SETTINGS).patch)["spec"]
+    assert spec["schedulerName"] == placed_by
+    assert spec["resourceClaims"]  # rewritten either way: any DRA scheduler allocates claims
 
 
 def test_the_same_shape_in_two_containers_shares_one_template():

@@ -1,0 +1,172 @@
+"""DRA mode's /prioritize: nodes ranked fullest first from the driver's ResourceSlices and the
+allocated claims the extender watches, so a burst packs onto as few nodes as fit."""
+
+import asyncio
+import json
+
+import pytest
+
+from hami_dcu.common.kube import GoneError, ObjectList
+from hami_dcu.dra import names
+from hami_dcu.scheduler.app import build_app
+from hami_dcu.scheduler.drainformer import DraInformer, slim_claim
+from hami_dcu.scheduler.drausage import DraUsage, claim_consumption, slice_devices
+from hami_dcu.scheduler.extender import FilterArgs
+from hami_dcu.scheduler.packing import pack
+from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
+
+GIB = 1024**3
+
+
+def rslice(node: str, cards: int = 2, cores: int = 120, memory: int = 64 * GIB, driver: str = names.DRIVER) -> dict:
+    devices = [{"name": f"hcu-{node}-{i}", "capacity": {"cores": {"value": str(cores)},
+                                                        "memory": {"value": str(memory)}, "slices": {"value": "4"}}}
+               for i in range(cards)]
+    return {"metadata": {"name": f"{node}-slice", "resourceVersion": "1"},
+            "spec": {"driver": driver, "nodeName": node, "pool": {"name": node}, "devices": devices}}
+
+
+def rclaim(uid: str, node: str, card: int = 0, cores: str | None = "30", memory: str | None = "16Gi",
+           admin: bool = False) -> dict:
+    result = {"request": "dcu", "driver": names.DRIVER, "pool": node, "device": f"hcu-{node}-{card}"}
+    if cores or memory:
+        result["consumedCapacity"] = {k: v for k, v in (("cores", cores), ("memory", memory)) if v}
+    if admin:
+        result["adminAccess"] = True
+    return {"metadata": {"uid": uid, "resourceVersion": "1"},
+            "status": {"allocation": {"devices": {"results": [result]}}}}
+
+
+# --- the pure parts --------------------------------------------------------------------------
+
+
+def test_fullness_is_the_mean_of_cores_and_memory_held_over_the_nodes_cards():
+    usage = DraUsage()
+    usage.replace_slices([rslice("a"), rslice("b"), rslice("other", driver="gpu.example.com")])
+    usage.replace_claims([rclaim("1", "a"), rclaim("2", "a", card=1, cores=None, memory=None),
+                          rclaim("3", "b", admin=True), rclaim("4", "ghost")])
+    # a: cores (30 + 120) / 240, memory (16 + 64) / 128 GiB; b: adminAccess holds nothing.
+    assert usage.fullness() == {"a": pytest.approx((150 / 240 + 80 / 128) / 2), "b": 0.0}
+    usage.delete_claim(rclaim("2", "a"))
+    assert usage.fullness()["a"] == pytest.approx((30 / 240 + 16 / 128) / 2)
+    usage.delete_slice(rslice("a"))
+    assert set(usage.fullness()) == {"b"}
+
+
+def test_unreadable_objects_are_skipped_not_raised():
+    assert slice_devices({"spec": "x"}) == {} and slice_devices({}) == {}
+    broken = rslice("a")
+    broken["spec"]["devices"] += [{"name": "no-capacity"}, "junk", {"name": "n", "capacity": {"cores": "lots"}}]
+    assert len(slice_devices(broken)) == 2
+    assert claim_consumption({"status": {"allocation": {"devices": {"results": ["x", {"driver": names.DRIVER}]}}}}) \
+        == []
+    assert claim_consumption({"status": None}) == []
+
+
+def test_pack_ranks_fullest_first_and_breaks_ties_by_name():
+    scores = pack(["c", "b", "a", "d"], {"a": 0.0, "b": 0.5, "c": 0.0})
+    assert {s["Host"]: s["Score"] for s in scores} == {"b": 10, "a": 9, "c": 8, "d": 7}
+    assert [s["Host"] for s in scores] == ["c", "b", "a", "d"]  # in the order asked
+    many = pack([f"n{i:02}" for i in range(15)], {"n00": 0.1})
+    assert min(s["Score"] for s in many) == 0
+    assert pack(["a", "b"], {}) == [{"Host": "a", "Score": 0}, {"Host": "b", "Score": 0}]
+
+
+# --- the watch -------------------------------------------------------------------------------
+
+
+class FakeApi:
+    """list_page and watch of the two resources, with scripted watch streams."""
+
+    def __init__(self, slices: list[dict], claims: list[dict]) -> None:
+        self.lists = {"resourceslices": slices, "resourceclaims": claims}
+        self.streams: dict[str, list[list[dict] | Exception]] = {"resourceslices": [], "resourceclaims": []}
+        self.listed: list[str] = []
+
+    async def list_page(self, path, limit, continue_token="", keep=None):
+        resource = path.rsplit("/", 1)[1]
+        self.listed.append(resource)
+        return ObjectList([keep(o) if keep else o for o in self.lists[resource]], "10")
+
+    async def watch(self, path, resource_version, timeout_seconds=300):
+        resource = path.rsplit("/", 1)[1]
+        script = self.streams[resource]
+        step = script.pop(0) if script else []
+        if isinstance(step, Exception):
+            raise step
+        for event in step:
+            yield event
+        await asyncio.sleep(0.01 if script else 3600)
+
+
+async def test_the_informer_lists_then_follows_the_watch_and_relists_on_gone():
+    api = FakeApi([rslice("a"), rslice("b")], [])
+    api.streams["resourceclaims"] = [[{"type": "ADDED", "object": rclaim("1", "b")}],
+                                     GoneError(410, "Gone", "too old"),
+                                     [{"type": "MODIFIED", "object": rclaim("2", "a", cores="120", memory="64Gi")}]]
+    usage = DraUsage()
+    informer = DraInformer(api, usage)  # type: ignore[arg-type]
+    task = asyncio.ensure_future(informer.run())
+    try:
+        await asyncio.wait_for(informer.synced.wait(), 5)
+        for _ in range(200):
+            if api.listed.count("resourceclaims") == 2 and "a" in usage.fullness() and usage.fullness()["a"] > 0:
+                break
+            await asyncio.sleep(0.01)
+        # the relist after 410 found no claims; the watch after it brought claim 2 on a
+        assert api.listed.count("resourceclaims") == 2
+        assert usage.fullness()["a"] == pytest.approx(0.5) and usage.fullness()["b"] == 0
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def test_a_claim_is_kept_only_in_what_the_usage_reads():
+    claim = rclaim("1", "a")
+    claim["spec"] = {"devices": {"requests": [{"name": "dcu"}]}}
+    claim["status"]["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "u"}]
+    slim = slim_claim(claim)
+    assert "spec" not in slim and "reservedFor" not in slim["status"]
+    assert claim_consumption(slim) == claim_consumption(claim)
+
+
+# --- the verb ---------------------------------------------------------------------------------
+
+
+def claim_pod(name: str = "p") -> dict:
+    return {"metadata": {"name": name, "namespace": "default"},
+            "spec": {"resourceClaims": [{"name": "dcu", "resourceClaimTemplateName": "t"}],
+                     "containers": [{"name": "main", "resources": {"claims": [{"name": "dcu"}]}}]}}
+
+
+async def test_prioritize_over_http_packs_and_never_fails(aiohttp_client):
+    api = FakeApi([rslice("a"), rslice("b"), rslice("c")], [rclaim("1", "b")])
+    service = SchedulerService(None, ServiceSettings(mode="dra"))
+    service.dra_informer = DraInformer(api, service.dra_usage)  # type: ignore[arg-type]
+    task = asyncio.ensure_future(service.dra_informer.run())
+    try:
+        await asyncio.wait_for(service.dra_informer.synced.wait(), 5)
+        client = await aiohttp_client(build_app(service, manage_lifecycle=False))
+        body = {"Pod": claim_pod(), "NodeNames": ["a", "b", "c"], "Nodes": None}
+        answer = await (await client.post("/prioritize", json=body)).json()
+        assert answer == [{"Host": "a", "Score": 9}, {"Host": "b", "Score": 10}, {"Host": "c", "Score": 8}]
+        # a pod without claims is not steered
+        plain = {"Pod": {"metadata": {"name": "web"}, "spec": {"containers": [{"name": "c"}]}}, "NodeNames": ["a"]}
+        assert await (await client.post("/prioritize", json=plain)).json() == [{"Host": "a", "Score": 0}]
+        # malformed: an empty list (no scores), never a 5xx
+        for bad in (b"{", json.dumps({"Pod": 3}).encode(), json.dumps({"Pod": claim_pod()}).encode()):
+            reply = await client.post("/prioritize", data=bad, headers={"Content-Type": "application/json"})
+            assert reply.status == 200 and await reply.json() == []
+        value = service.metrics.registry.get_sample_value
+        assert value("hami_dcu_scheduler_prioritize_seconds_count", {"result": "ok"}) == 1
+        assert value("hami_dcu_scheduler_prioritize_seconds_count", {"result": "passthrough"}) == 1
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_device_plugin_mode_watches_no_dra_objects():
+    service = SchedulerService(None)
+    assert service.dra_informer is None and not service.dra_synced
+    answer = service.prioritize_pod(FilterArgs(claim_pod(), ["a", "b"], None))
+    assert answer == [{"Host": "a", "Score": 0}, {"Host": "b", "Score": 0}]
