@@ -2,7 +2,10 @@
 # Makes this machine's Docker able to run kind nodes, and undoes exactly what it did.
 #
 #   e2e/kind/docker-host.sh up     # start dockerd if it is not running; fit privileged containers
-#   e2e/kind/docker-host.sh down   # stop dockerd if `up` started it; remove what `up` changed
+#   e2e/kind/docker-host.sh down   # stop dockerd if an `up` started it; remove what `up` changed
+#
+# The state lives in the per-user cache, so nested ups (CI's, then the kind suite's) are undone by
+# the one `down` at the end; a dockerd an earlier `up` started and no `down` followed is stopped too.
 #
 # What `up` may change on the host, each said on stderr when it happens:
 # - starts dockerd (detached, logging to $state/dockerd.log) when `docker info` fails;
