@@ -65,10 +65,6 @@ up() {
         fit=yes
         install_capfit
     fi
-    if docker_up; then
-        # Running already: not this run's to stop, even if an earlier `up` started it.
-        rm -f "$state/dockerd.pid"
-    fi
     if ! docker_up; then
         command -v dockerd >/dev/null || { say "dockerd is not installed (apt-get install docker.io)"; exit 1; }
         local flags=()
