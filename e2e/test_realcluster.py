@@ -10,7 +10,6 @@ or the helm wheel is missing.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -18,7 +17,7 @@ import pytest
 from hami_dcu.e2e.realcluster import preemption
 from hami_dcu.e2e.realcluster import scenarios as real
 from hami_dcu.e2e.realcluster.cluster import RealCluster, unavailable
-from hami_dcu.e2e.scenarios import SCENARIOS, Scenario, default_cards, phase, wait_until
+from hami_dcu.e2e.scenarios import SCENARIOS, Scenario, default_cards
 
 NODES, CARDS_PER_NODE = 2, 2
 _REASON = unavailable()
@@ -34,14 +33,6 @@ def real_cluster() -> Iterator[RealCluster]:
         yield cluster
 
 
-def _clean(cluster: RealCluster) -> None:
-    names = [p["metadata"]["name"] for p in cluster.kube.list_pods(namespace=cluster.namespace).items]
-    for name in names:
-        cluster.kube.delete_pod(cluster.namespace, name)
-    wait_until("the previous scenario's pods gone",
-               lambda: all(phase(cluster.kube, cluster.namespace, n) == "Gone" for n in names), timeout=60)
-    time.sleep(0.5)
-
 
 def _fits(s: Scenario) -> bool:
     return s.nodes <= NODES and s.cards_per_node <= CARDS_PER_NODE
@@ -49,7 +40,7 @@ def _fits(s: Scenario) -> bool:
 
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if _fits(s)], ids=lambda s: s.name)
 def test_scenario_on_a_real_control_plane(real_cluster: RealCluster, scenario: Scenario) -> None:
-    _clean(real_cluster)
+    real_cluster.clear_pods()
     scenario.run(real_cluster)
 
 
@@ -69,7 +60,7 @@ def large_cluster() -> Iterator[RealCluster]:
 
 @pytest.mark.parametrize("scenario", _LARGE, ids=lambda s: s.name)
 def test_large_scenario_on_a_real_control_plane(large_cluster: RealCluster, scenario: Scenario) -> None:
-    _clean(large_cluster)
+    large_cluster.clear_pods()
     scenario.run(large_cluster)
 
 
@@ -77,17 +68,17 @@ def test_large_scenario_on_a_real_control_plane(large_cluster: RealCluster, scen
 
 
 def test_kubectl_apply_goes_through_the_real_admission_chain(real_cluster: RealCluster) -> None:
-    _clean(real_cluster)
+    real_cluster.clear_pods()
     real.kubectl_apply_goes_through_the_webhook(real_cluster)
 
 
 def test_describe_shows_the_extenders_reasons(real_cluster: RealCluster) -> None:
-    _clean(real_cluster)
+    real_cluster.clear_pods()
     print(real.describe_shows_the_extenders_reasons(real_cluster))
 
 
 def test_webhook_down_fails_closed_for_dcu_pods_only(real_cluster: RealCluster) -> None:
-    _clean(real_cluster)
+    real_cluster.clear_pods()
     real.webhook_down_fails_closed_for_dcu_pods_only(real_cluster)
 
 
@@ -104,12 +95,12 @@ def two_replicas() -> Iterator[RealCluster]:
 
 
 def test_bind_retried_after_an_extender_timeout(two_replicas: RealCluster) -> None:
-    _clean(two_replicas)
+    two_replicas.clear_pods()
     real.bind_retried_after_extender_timeout(two_replicas)
 
 
 def test_leader_killed_mid_burst(two_replicas: RealCluster) -> None:
-    _clean(two_replicas)
+    two_replicas.clear_pods()
     real.leader_killed_mid_burst(two_replicas)
 
 
@@ -123,5 +114,5 @@ def one_card() -> Iterator[RealCluster]:
 
 
 def test_a_high_priority_pod_preempts_the_pods_that_free_the_card(one_card: RealCluster) -> None:
-    _clean(one_card)
+    one_card.clear_pods()
     preemption.preempts_the_pods_that_free_the_card(one_card)

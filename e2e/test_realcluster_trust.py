@@ -108,13 +108,6 @@ def _plain(name: str, annotations: dict[str, str] | None = None, labels: dict[st
     return pod
 
 
-def _clean(cluster: RealCluster) -> None:
-    names = [p["metadata"]["name"] for p in cluster.kube.list_pods(namespace=cluster.namespace).items]
-    for name in names:
-        cluster.kube.delete_pod(cluster.namespace, name)
-    wait_until("the previous test's pods gone",
-               lambda: all(phase(cluster.kube, cluster.namespace, n) == "Gone" for n in names), timeout=60)
-
 
 # --- finding 3: forged holdings on any pod --------------------------------------------------
 
@@ -122,7 +115,7 @@ def _clean(cluster: RealCluster) -> None:
 def test_a_forged_holding_is_refused_on_any_pod_at_create(cluster: RealCluster) -> None:
     """A pod without DCUs, opted out of the webhook, carrying `-allocated` + `vgpu-node` for a
     whole card: refused for the tenant and for a cluster admin alike; the card stays free."""
-    _clean(cluster)
+    cluster.clear_pods()
     tenant = _tenant(cluster)
     opted_out = _plain("forged", _forged(cluster, "node0"), {keys.WEBHOOK_LABEL: keys.WEBHOOK_IGNORE})
     message = _refused(tenant.create_pod, cluster.namespace, opted_out)
@@ -140,7 +133,7 @@ def test_a_forged_holding_is_refused_on_any_pod_at_create(cluster: RealCluster) 
 
 
 def test_a_holding_patched_onto_an_existing_pod_is_refused(cluster: RealCluster) -> None:
-    _clean(cluster)
+    cluster.clear_pods()
     tenant = _tenant(cluster)
     tenant.create_pod(cluster.namespace, _plain("victim", scheduler="nobody"))
     message = _refused(tenant.patch_pod_metadata, cluster.namespace, "victim", annotations=_forged(cluster, "node1"))
@@ -155,7 +148,7 @@ def test_a_holding_patched_onto_an_existing_pod_is_refused(cluster: RealCluster)
 
 def test_the_owner_cannot_rewrite_the_allocation_after_the_binding(cluster: RealCluster) -> None:
     """Rewritten to a whole card, or to 60000 MiB: refused; the scheduler's record stands."""
-    _clean(cluster)
+    cluster.clear_pods()
     tenant = _tenant(cluster)
     tenant.create_pod(cluster.namespace, pod_manifest("shared", [Ctr("main", 1, 1000, 10)]))
     wait_until("the shared pod running", lambda: phase(cluster.kube, cluster.namespace, "shared") == "Running",
@@ -182,7 +175,7 @@ def test_the_owner_cannot_rewrite_the_allocation_after_the_binding(cluster: Real
 def test_a_binding_carries_an_allocation_only_from_the_extender(cluster: RealCluster) -> None:
     """The API server copies a Binding's annotations onto the pod without admitting a pod
     UPDATE: the policy covers the pods/binding subresource itself."""
-    _clean(cluster)
+    cluster.clear_pods()
     for name in ("by-admin", "by-extender"):
         cluster.kube.create_pod(cluster.namespace, _plain(name, scheduler="nobody"))
 
@@ -241,7 +234,7 @@ def test_filter_and_bind_are_out_of_reach_of_other_pods(cluster: RealCluster) ->
     """An anonymous /bind bound another namespace's pod to a node; 8 anonymous /filter calls
     reserved every card. Now the extender listens on the scheduler pod's loopback only, and
     the webhook's and the metrics' ports serve neither verb."""
-    _clean(cluster)
+    cluster.clear_pods()
     cluster.kube.create_pod(cluster.namespace, pod_manifest("victim", [Ctr("main", 1)]))
     (scheduler,) = cluster.kube.list_pods(namespace=SYSTEM_NAMESPACE,
                                           label_selector="app.kubernetes.io/component=scheduler").items
@@ -354,7 +347,7 @@ def _cases(cluster: RealCluster, bound_pod: JSON) -> list[tuple[str, str, Kube, 
 def test_the_webhook_rule_and_the_admission_policies_agree(cluster: RealCluster) -> None:
     """Each case goes through the real API server (dry run: nothing changes) and through
     common/writers.py, which the webhook runs: the same verdict, and the same words."""
-    _clean(cluster)
+    cluster.clear_pods()
     # A DCU pod: on a pod without DCUs the keys HAMi shares with us are HAMi's to write (issue 21).
     cluster.kube.create_pod(cluster.namespace, pod_manifest("subject", [Ctr("main", 1, 1000, 10)]))
     wait_until("the subject pod bound", lambda: cluster.kube.get_pod(cluster.namespace, "subject")["spec"].get(
@@ -420,7 +413,7 @@ def test_an_opted_out_dcu_pod_meets_the_webhook(cluster: RealCluster) -> None:
     """Issue 21: `hami.io/webhook: ignore` kept a two-card share away from the webhook, which
     was then served as two whole cards without limits. The label now exempts only pods naming
     no DCU resource."""
-    _clean(cluster)
+    cluster.clear_pods()
     tenant = _tenant(cluster)
     message = _refused(tenant.create_pod, cluster.namespace, _two_card_share("twocards"))
     assert "denied the request" in message and "one shared vDCU" in message
@@ -447,7 +440,7 @@ def webhook_down(cluster: RealCluster) -> Iterator[None]:
 def test_pods_past_a_webhook_that_is_down_get_no_card(cluster: RealCluster, webhook_down: None) -> None:
     """The webhook down under failurePolicy: Ignore, schedulerName set by hand: the real
     kube-scheduler asks our extender, which refuses each pod with the webhook's words."""
-    _clean(cluster)
+    cluster.clear_pods()
     tenant = _tenant(cluster)
     expected = {}
     for name, build in (("twocards", _two_card_share), ("priv", _privileged), ("initshare", _init_share)):
@@ -474,7 +467,7 @@ def test_pods_past_a_webhook_that_is_down_get_no_card(cluster: RealCluster, webh
 def test_a_native_sidecar_holds_a_share(cluster: RealCluster) -> None:
     """Issue 21 item 8: the webhook refused a share in an init container with restartPolicy:
     Always, which runs beside the app containers and which the extender already counts."""
-    _clean(cluster)
+    cluster.clear_pods()
     pod = pod_manifest("sidecar", [Ctr("proxy", 1, 500, 10, init=True), Ctr("main", 1, 2000, 20)])
     pod["spec"]["initContainers"][0]["restartPolicy"] = "Always"
     created = _tenant(cluster).create_pod(cluster.namespace, pod)

@@ -8,14 +8,13 @@ judging its writes, the kubelet stand-in admitting what it binds (issue 24).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from hami_dcu.common import keys
 from hami_dcu.e2e.realcluster.cluster import RealCluster, unavailable
-from hami_dcu.e2e.scenarios import default_cards, phase, wait_until
+from hami_dcu.e2e.scenarios import default_cards
 from hami_dcu.e2e.volcano_scenarios import VOLCANO_SCENARIOS, VolcanoScenario
 
 _REASON = unavailable()
@@ -35,18 +34,10 @@ def volcano_cluster() -> Iterator[RealCluster]:
         keys.select_naming("dcu")
 
 
-def _clean(cluster: RealCluster) -> None:
-    names = [p["metadata"]["name"] for p in cluster.kube.list_pods(namespace=cluster.namespace).items]
-    for name in names:
-        cluster.kube.delete_pod(cluster.namespace, name)
-    wait_until("the previous scenario's pods gone",
-               lambda: all(phase(cluster.kube, cluster.namespace, n) == "Gone" for n in names), timeout=60)
-    time.sleep(0.5)
-
 
 @pytest.mark.parametrize("scenario", VOLCANO_SCENARIOS, ids=lambda s: s.name)
 def test_volcano_scenario_on_a_real_control_plane(volcano_cluster: RealCluster, scenario: VolcanoScenario) -> None:
-    _clean(volcano_cluster)
+    volcano_cluster.clear_pods()
     try:
         scenario.run(volcano_cluster)
     except AssertionError as exc:

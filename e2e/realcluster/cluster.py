@@ -18,6 +18,7 @@ import logging
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from hami_dcu.e2e.realcluster.network import PodNetwork
 from hami_dcu.e2e.realcluster.pki import kubeconfig as kubeconfig_text
 from hami_dcu.e2e.realcluster.processes import wait_for
 from hami_dcu.e2e.realcluster.runtime import Images, PodRuntime
-from hami_dcu.e2e.scenarios import MockCard, default_cards
+from hami_dcu.e2e.scenarios import MockCard, default_cards, phase
 from hami_dcu.e2e.tools import ROOT, helm_and_kubectl
 
 log = logging.getLogger(__name__)
@@ -239,6 +240,15 @@ class RealCluster:
             wait_for(f"the device plugin on {node} to register again", lambda: kubelet.registrations > before, 120)
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}\n{self.diagnose()}") from None
+
+    def clear_pods(self) -> None:
+        """Delete every pod of the test namespace and wait until they are gone (between tests)."""
+        names = [p["metadata"]["name"] for p in self.kube.list_pods(namespace=self.namespace).items]
+        for name in names:
+            self.kube.delete_pod(self.namespace, name)
+        wait_for("the previous test's pods gone",
+                 lambda: all(phase(self.kube, self.namespace, n) == "Gone" for n in names), 60)
+        time.sleep(0.5)
 
     def restart_scheduler(self) -> None:
         old = {p["metadata"]["uid"] for p in self._system_pods("scheduler")}
