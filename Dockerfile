@@ -20,7 +20,6 @@ COPY scheduler scheduler
 COPY deviceplugin deviceplugin
 COPY dra dra
 COPY cli cli
-COPY e2e e2e
 # The project and its dependencies into one virtual environment; only it reaches the final image.
 RUN /opt/hami-dcu/bin/pip install --constraint /constraints.txt "setuptools==80.9.0" "wheel==0.45.1" \
     && /opt/hami-dcu/bin/pip install --constraint /constraints.txt --no-build-isolation . \

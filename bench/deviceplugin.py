@@ -41,6 +41,8 @@ import grpc
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
+# The test harness (e2e/) is not installed: it imports from the checkout this script is in.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from benchlib import percentile, ratio_line
 
@@ -57,7 +59,7 @@ from hami_dcu.deviceplugin.smi import MockBackend
 
 
 def serve_api(kubeconfig: Path, stop, latency_ms: float = 0.0) -> None:
-    from hami_dcu.e2e.apiserver import LocalApiServer
+    from hami_dcu.cli.localcluster.apiserver import LocalApiServer
 
     with LocalApiServer(kubeconfig_path=str(kubeconfig) + ".tmp") as server:
         if latency_ms:
@@ -86,8 +88,8 @@ def start_local_api(work: Path, latency_ms: float) -> tuple[Path, Callable[[], N
 
 
 def start_real_api(work: Path) -> tuple[Path, Callable[[], None]]:
-    from hami_dcu.e2e.realcluster.controlplane import ControlPlane
-    from hami_dcu.e2e.realcluster.upstream import binaries
+    from e2e.realcluster.controlplane import ControlPlane
+    from e2e.realcluster.upstream import binaries
 
     plane = ControlPlane(binaries(), work / "plane", "127.0.0.1").start_api()
     # No controller manager here: the ServiceAccount admission needs the namespace's default.
@@ -105,7 +107,7 @@ def main() -> int:
                         help="--api local: added to every API answer (a real API server's round trip)")
     args = parser.parse_args()
     if args.api is None:
-        from hami_dcu.e2e.realcluster.upstream import why_unbuildable
+        from e2e.realcluster.upstream import why_unbuildable
 
         args.api = "local" if why_unbuildable() else "real"
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # read when gRPC starts: no teardown chatter

@@ -19,8 +19,12 @@ import argparse
 import logging
 import sys
 import time
+from pathlib import Path
 
-from hami_dcu.e2e.faultrun import FaultPlan, RunResult, Workload, run
+# The test harness (e2e/) is not installed: it imports from the checkout this script is in.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
+
+from e2e.faultrun import FaultPlan, RunResult, Workload, run
 
 FAULTS = FaultPlan(error_rate=0.10, conflict_rate=0.10, delay_rate=0.05, delay_seconds=1.5, post_commit_rate=0.03)
 QUIET_TARGET = 30.0

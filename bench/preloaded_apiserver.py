@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from clusterdata import node_name, node_object, running_pods
 
+from hami_dcu.cli.localcluster.apiserver import LocalApiServer
 from hami_dcu.common import keys
 from hami_dcu.common.codec import encode_reported
-from hami_dcu.e2e.apiserver import LocalApiServer
 
 REPORT_INTERVAL = 30.0  # seconds between two reports of one node's plugin
 

@@ -27,11 +27,16 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import sys
 import time
+from pathlib import Path
 
+# The test harness (e2e/) is not installed: it imports from the checkout this script is in.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
+
+from e2e.realcluster.cluster import RealCluster, unavailable
+from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
 from hami_dcu.common.kube import Kube
-from hami_dcu.e2e.realcluster.cluster import RealCluster, unavailable
-from hami_dcu.e2e.scenarios import Ctr, default_cards, pod_manifest
 
 BIG_NODE = "big"
 
@@ -125,7 +130,7 @@ def main() -> None:
     started = time.monotonic()
     backend = RealCluster
     if args.mode == "dra":
-        from hami_dcu.e2e.realcluster.dra_cluster import DraRealCluster
+        from e2e.realcluster.dra_cluster import DraRealCluster
 
         backend = DraRealCluster
     with backend(nodes) as cluster:

@@ -48,7 +48,7 @@ SUBCOMMANDS = (
                "keep the extender's ServiceAccount token fresh for it, in the scheduler pod"),
     Subcommand("certs", "hami_dcu.webhook.certs_command",
                "create or renew the webhook CA and serving certificate, inject the caBundle"),
-    Subcommand("demo", "hami_dcu.e2e.demo",
+    Subcommand("demo", "hami_dcu.cli.demo",
                "run the local demo cluster with mock DCUs, schedule example pods, print the result"),
     Subcommand("status", "hami_dcu.cli.status",
                "show what is used where: per node and card, slots, memory, cores, pods, locks"),

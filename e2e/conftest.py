@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from hami_dcu.e2e.kindcluster import KindBackend, KindWorld, create_cluster, docker_unavailable, project_image
-from hami_dcu.e2e.realcluster import upstream
+from e2e.kindcluster import KindBackend, KindWorld, create_cluster, docker_unavailable, project_image
+from e2e.realcluster import upstream
 
 
 @pytest.fixture(scope="session")

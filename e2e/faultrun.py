@@ -22,11 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from e2e import invariants
+from hami_dcu.cli.localcluster.apiserver.faults import WRITE_METHODS
+from hami_dcu.cli.localcluster.cluster import LocalCluster
+from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
 from hami_dcu.common.kube import ConflictError, Kube, KubeError
-from hami_dcu.e2e import invariants
-from hami_dcu.e2e.apiserver.faults import WRITE_METHODS
-from hami_dcu.e2e.cluster import LocalCluster
-from hami_dcu.e2e.scenarios import Ctr, default_cards, pod_manifest
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

@@ -23,11 +23,12 @@ from typing import Any
 import yaml
 from pytest_kind import KindCluster
 
+from e2e.scenarios import wait_until
+from e2e.tools import helm_and_kubectl
+from hami_dcu.cli.localcluster.pods import MockCard, default_cards
 from hami_dcu.common import keys
 from hami_dcu.common.kube import Kube, KubeError, NotFoundError
 from hami_dcu.dra import names
-from hami_dcu.e2e.scenarios import MockCard, default_cards, wait_until
-from hami_dcu.e2e.tools import helm_and_kubectl
 
 ROOT = Path(__file__).resolve().parent.parent
 KIND_DIR = ROOT / "e2e" / "kind"
@@ -106,10 +107,9 @@ def project_image(world: KindWorld, progress: Callable[[str], None]) -> str:
     tracked = _run("git", "-C", ROOT, "ls-files", "-co", "--exclude-standard").splitlines()
     for rel in sorted(tracked):
         path = ROOT / rel
-        # What the image runs; the suites' own files (copied along with e2e/) do not matter to it.
-        harness = rel.startswith(("e2e/test_", "e2e/kind/")) or rel == "e2e/conftest.py"
-        if path.is_file() and not harness and rel.split("/")[0] in {
-                "common", "webhook", "scheduler", "deviceplugin", "dra", "cli", "e2e", "Dockerfile", "constraints.txt",
+        # What the image runs (the Dockerfile copies no test harness).
+        if path.is_file() and rel.split("/")[0] in {
+                "common", "webhook", "scheduler", "deviceplugin", "dra", "cli", "Dockerfile", "constraints.txt",
                 "pyproject.toml"}:
             digest.update(rel.encode() + b"\0" + path.read_bytes())
     image = f"hami-dcu:e2e-{digest.hexdigest()[:12]}"

@@ -19,27 +19,26 @@ import subprocess
 
 import pytest
 
-from hami_dcu.common import keys
-from hami_dcu.e2e.kindcluster import (
+from e2e.kindcluster import (
     CARDS_PER_NODE,
     RELEASE_NAMESPACE,
     WORKERS,
     KindBackend,
 )
-from hami_dcu.e2e.scenarios import (
+from e2e.scenarios import (
     SCENARIOS,
-    Ctr,
     Scenario,
     allocation,
     assert_no_card_over_capacity,
     assert_no_lock_left,
     card_of,
     phase,
-    pod_manifest,
     vdev_for,
     wait_running,
     wait_until,
 )
+from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
+from hami_dcu.common import keys
 
 pytestmark = pytest.mark.kind
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
+from e2e.kindcluster import CARDS_PER_NODE, WORKERS, KindBackend
+from e2e.scenarios import phase, wait_until
+from hami_dcu.cli.localcluster.pods import POD_IMAGE
 from hami_dcu.dra import names
-from hami_dcu.e2e.kindcluster import CARDS_PER_NODE, WORKERS, KindBackend
-from hami_dcu.e2e.scenarios import TEST_IMAGE, phase, wait_until
 
 pytestmark = pytest.mark.kind
 JSON = dict[str, Any]
@@ -42,7 +43,7 @@ def share(b: KindBackend, name: str, cores: str, memory: str) -> None:
     b.kube.create_pod(b.namespace, {
         "metadata": {"name": name},
         "spec": {"terminationGracePeriodSeconds": 1, "resourceClaims": [{"name": "dcu", "resourceClaimName": name}],
-                 "containers": [{"name": "main", "image": TEST_IMAGE, "imagePullPolicy": "IfNotPresent",
+                 "containers": [{"name": "main", "image": POD_IMAGE, "imagePullPolicy": "IfNotPresent",
                                  "command": ["sleep", "infinity"], "resources": {"claims": [{"name": "dcu"}]}}]}})
 
 
@@ -115,7 +116,7 @@ def test_deleting_the_pod_unprepares_and_frees_the_share(dra: KindBackend) -> No
 def test_a_hami_style_pod_is_rewritten_into_a_claim_and_runs(dra: KindBackend) -> None:
     dra.kube.create_pod(dra.namespace, {"metadata": {"name": "hami-style"}, "spec": {
         "terminationGracePeriodSeconds": 1,
-        "containers": [{"name": "main", "image": TEST_IMAGE, "imagePullPolicy": "IfNotPresent",
+        "containers": [{"name": "main", "image": POD_IMAGE, "imagePullPolicy": "IfNotPresent",
                         "command": ["sleep", "infinity"],
                         "resources": {"limits": {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000",
                                                  "hygon.com/dcucores": "25"}}}]}})

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from e2e.kindcluster import KindBackend
+from e2e.volcano_scenarios import VOLCANO_SCENARIOS, VolcanoScenario
 from hami_dcu.common import keys
-from hami_dcu.e2e.kindcluster import KindBackend
-from hami_dcu.e2e.volcano_scenarios import VOLCANO_SCENARIOS, VolcanoScenario
 
 pytestmark = pytest.mark.kind
 

@@ -14,10 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from hami_dcu.e2e.realcluster import preemption
-from hami_dcu.e2e.realcluster import scenarios as real
-from hami_dcu.e2e.realcluster.cluster import RealCluster, unavailable
-from hami_dcu.e2e.scenarios import SCENARIOS, Scenario, default_cards
+from e2e.realcluster import preemption
+from e2e.realcluster import scenarios as real
+from e2e.realcluster.cluster import RealCluster, unavailable
+from e2e.scenarios import SCENARIOS, Scenario
+from hami_dcu.cli.localcluster.pods import default_cards
 
 NODES, CARDS_PER_NODE = 2, 2
 _REASON = unavailable()

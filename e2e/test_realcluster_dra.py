@@ -16,13 +16,14 @@ from typing import Any
 
 import pytest
 
+from e2e.realcluster.cluster import unavailable
+from e2e.realcluster.dra_cluster import DraRealCluster
+from e2e.scenarios import phase, wait_until
+from hami_dcu.cli.localcluster.pods import MockCard
 from hami_dcu.common.kube import KubeError, NotFoundError
 from hami_dcu.deviceplugin.vdev import parse_dirname
 from hami_dcu.dra import names
 from hami_dcu.dra.quantity import to_int
-from hami_dcu.e2e.realcluster.cluster import unavailable
-from hami_dcu.e2e.realcluster.dra_cluster import DraRealCluster
-from hami_dcu.e2e.scenarios import MockCard, phase, wait_until
 from hami_dcu.webhook.decision import DRA, Settings, review
 
 JSON = dict[str, Any]

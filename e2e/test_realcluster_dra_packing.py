@@ -19,10 +19,11 @@ from typing import Any
 
 import pytest
 
+from e2e.realcluster.cluster import unavailable
+from e2e.realcluster.dra_cluster import DraRealCluster
+from e2e.scenarios import wait_until
+from hami_dcu.cli.localcluster.pods import Ctr, MockCard, pod_manifest
 from hami_dcu.dra import names
-from hami_dcu.e2e.realcluster.cluster import unavailable
-from hami_dcu.e2e.realcluster.dra_cluster import DraRealCluster
-from hami_dcu.e2e.scenarios import Ctr, MockCard, pod_manifest, wait_until
 
 JSON = dict[str, Any]
 NODES = [f"node{i}" for i in range(4)]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hami_dcu.e2e.realcluster.network import PodNetwork, network_unavailable
+from e2e.realcluster.network import PodNetwork, network_unavailable
 
 pytestmark = pytest.mark.realcluster
 

@@ -23,13 +23,14 @@ from typing import Any
 
 import pytest
 
+from e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster, unavailable
+from e2e.scenarios import phase, wait_until
+from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
 from hami_dcu.common import keys, writers
 from hami_dcu.common.codec import encode_reported
 from hami_dcu.common.kube import Kube, KubeError
 from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
 from hami_dcu.common.writers import BINDING, NODE, POD, Caller, Identities
-from hami_dcu.e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster, unavailable
-from hami_dcu.e2e.scenarios import Ctr, default_cards, phase, pod_manifest, wait_until
 
 JSON = dict[str, Any]
 NODES = ("node0", "node1")

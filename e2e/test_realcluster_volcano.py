@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from e2e.realcluster.cluster import RealCluster, unavailable
+from e2e.volcano_scenarios import VOLCANO_SCENARIOS, VolcanoScenario
+from hami_dcu.cli.localcluster.pods import default_cards
 from hami_dcu.common import keys
-from hami_dcu.e2e.realcluster.cluster import RealCluster, unavailable
-from hami_dcu.e2e.scenarios import default_cards
-from hami_dcu.e2e.volcano_scenarios import VOLCANO_SCENARIOS, VolcanoScenario
 
 _REASON = unavailable()
 pytestmark = pytest.mark.realcluster

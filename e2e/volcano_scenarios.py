@@ -17,21 +17,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from hami_dcu.common import keys
-from hami_dcu.e2e import volcano_fork as fork
-from hami_dcu.e2e.scenarios import (
+from e2e import volcano_fork as fork
+from e2e.scenarios import (
     ClusterBackend,
-    Ctr,
     allocation,
     assert_no_card_over_capacity,
     assert_no_lock_left,
     card_of,
     phase,
-    pod_manifest,
     vdev_for,
     wait_until,
 )
-from hami_dcu.e2e.volcano_standin import DEFAULT_IDENTITY, VolcanoStandIn
+from e2e.volcano_standin import DEFAULT_IDENTITY, VolcanoStandIn
+from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
+from hami_dcu.common import keys
 
 JSON = dict[str, Any]
 VOLCANO_SCHEDULER = "volcano"  # the chart's volcano.schedulerName

@@ -33,10 +33,10 @@ from typing import Any
 
 from kubernetes import client as k8s_client
 
+from e2e import volcano_fork as fork
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, format_rfc3339
 from hami_dcu.common.kube import ConflictError, Kube, KubeError, NotFoundError
-from hami_dcu.e2e import volcano_fork as fork
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

@@ -14,7 +14,7 @@ settings.load_profile("ci")
 
 @pytest.fixture
 def api_server(tmp_path) -> Iterator[object]:
-    from hami_dcu.e2e.apiserver import LocalApiServer
+    from hami_dcu.cli.localcluster.apiserver import LocalApiServer
 
     with LocalApiServer(kubeconfig_path=tmp_path / "kubeconfig") as server:
         yield server

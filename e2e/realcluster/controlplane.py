@@ -18,8 +18,8 @@ import ssl
 import urllib.request
 from pathlib import Path
 
-from hami_dcu.e2e.realcluster.pki import KeyPair, Pki, kubeconfig
-from hami_dcu.e2e.realcluster.processes import Process, wait_for
+from e2e.realcluster.pki import KeyPair, Pki, kubeconfig
+from e2e.realcluster.processes import Process, wait_for
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,7 @@ from typing import Any
 
 import grpc
 
-from hami_dcu.common.kube import KubeError, NotFoundError
-from hami_dcu.e2e.realcluster.dra_client import (
+from e2e.realcluster.dra_client import (
     CdiError,
     ContainerEdits,
     DraEndpoint,
@@ -34,7 +33,8 @@ from hami_dcu.e2e.realcluster.dra_client import (
     register,
     resolve_cdi,
 )
-from hami_dcu.e2e.realcluster.kubelet import RealKubelet
+from e2e.realcluster.kubelet import RealKubelet
+from hami_dcu.common.kube import KubeError, NotFoundError
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

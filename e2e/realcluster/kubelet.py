@@ -23,9 +23,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from e2e.realcluster.runtime import PodRuntime, RunningPod
+from hami_dcu.cli.localcluster.kubelet import LocalKubelet
 from hami_dcu.common.kube import Kube, KubeError, NotFoundError
-from hami_dcu.e2e.kubelet import LocalKubelet
-from hami_dcu.e2e.realcluster.runtime import PodRuntime, RunningPod
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

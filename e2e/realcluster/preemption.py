@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import time
 
+from e2e.realcluster.cluster import RealCluster
+from e2e.scenarios import assert_no_card_over_capacity, phase, wait_running, wait_until
+from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
 from hami_dcu.common.kube import NotFoundError
-from hami_dcu.e2e.realcluster.cluster import RealCluster
-from hami_dcu.e2e.scenarios import Ctr, assert_no_card_over_capacity, phase, pod_manifest, wait_running, wait_until
 
 LOW, HIGH = "hami-e2e-low", "hami-e2e-high"
 

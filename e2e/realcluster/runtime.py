@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from e2e.realcluster.network import PodNetwork
+from e2e.realcluster.processes import Process
 from hami_dcu.common.kube import Kube
-from hami_dcu.e2e.realcluster.network import PodNetwork
-from hami_dcu.e2e.realcluster.processes import Process
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from hami_dcu.e2e.tools import ROOT
+from e2e.tools import ROOT
 
 BUILD_SCRIPT = ROOT / "e2e" / "upstream" / "build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")

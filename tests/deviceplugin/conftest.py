@@ -8,6 +8,7 @@ import pytest
 import yaml
 from dp_helpers import CARDS
 
+from hami_dcu.cli.localcluster.kubelet import short_socket_dir
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
 from hami_dcu.common.kube import Kube
@@ -16,7 +17,6 @@ from hami_dcu.deviceplugin.discovery import discover
 from hami_dcu.deviceplugin.faketree import lay_out
 from hami_dcu.deviceplugin.plugin import Paths, PluginCore
 from hami_dcu.deviceplugin.smi import MockBackend
-from hami_dcu.e2e.kubelet import short_socket_dir
 
 NODE = "n1"
 

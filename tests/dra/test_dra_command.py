@@ -7,11 +7,11 @@ import yaml
 from dra_helpers import CARDS, NODE, claim, result
 from fake_kube import FakeKube
 
+from hami_dcu.cli.localcluster.kubelet import short_socket_dir
 from hami_dcu.cli.main import build_parser
 from hami_dcu.dra import names
 from hami_dcu.dra.command import DriverLoop, build
 from hami_dcu.dra.server import ClaimRef
-from hami_dcu.e2e.kubelet import short_socket_dir
 
 
 def args_for(tmp_path, sockets):

@@ -11,12 +11,12 @@ import pytest
 from dra_helpers import DEV0, DEV1, NODE, claim, node_cards, paths, result
 from fake_kube import FakeKube
 
+from e2e.realcluster.dra_client import CdiError, DraEndpoint, register, resolve_cdi
+from hami_dcu.cli.localcluster.kubelet import short_socket_dir
 from hami_dcu.dra import names
 from hami_dcu.dra.core import DriverCore
 from hami_dcu.dra.server import KubeletPluginServer
 from hami_dcu.dra.service import DriverService
-from hami_dcu.e2e.kubelet import short_socket_dir
-from hami_dcu.e2e.realcluster.dra_client import CdiError, DraEndpoint, register, resolve_cdi
 
 
 @pytest.fixture
@@ -95,7 +95,7 @@ def test_a_removed_socket_is_served_again_and_registers_again(driver):
 
 def test_a_kubelet_that_speaks_neither_service_refuses_the_plugin(driver, monkeypatch):
     server, _, _ = driver
-    from hami_dcu.e2e.realcluster import dra_client
+    from e2e.realcluster import dra_client
 
     monkeypatch.setattr(dra_client, "KUBELET_SERVICES", ("v2.DRAPlugin",))
     with pytest.raises(dra_client.RegistrationRefused, match="none of the services"):

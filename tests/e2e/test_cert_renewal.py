@@ -19,20 +19,20 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from cryptography import x509
 
-from hami_dcu.cli.main import main
-from hami_dcu.common.kube import Kube, KubeError
-from hami_dcu.common.tls import ReloadingTLS
-from hami_dcu.e2e.admission import WebhookDispatcher
-from hami_dcu.e2e.apiserver import LocalApiServer
-from hami_dcu.e2e.cluster import (
+from e2e.secretvolume import SecretVolume
+from hami_dcu.cli.localcluster.admission import WebhookDispatcher
+from hami_dcu.cli.localcluster.apiserver import LocalApiServer
+from hami_dcu.cli.localcluster.cluster import (
     SYSTEM_NAMESPACE,
     WEBHOOK_CONFIG,
     WEBHOOK_SECRET,
     WEBHOOK_SERVICE,
     webhook_configuration,
 )
-from hami_dcu.e2e.secretvolume import SecretVolume
-from hami_dcu.e2e.servers import AppThread, free_port
+from hami_dcu.cli.localcluster.servers import AppThread, free_port
+from hami_dcu.cli.main import main
+from hami_dcu.common.kube import Kube, KubeError
+from hami_dcu.common.tls import ReloadingTLS
 from hami_dcu.webhook import certs
 from hami_dcu.webhook.decision import Settings as WebhookSettings
 from hami_dcu.webhook.server import build_app as build_webhook_app

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ctrl_c import interruptible
 
-from hami_dcu.e2e.tools import helm_and_kubectl
+from e2e.tools import helm_and_kubectl
 
 BIN = Path(sys.executable).parent
 

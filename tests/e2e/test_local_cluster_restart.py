@@ -3,8 +3,9 @@ an ephemeral port freed by the old extender was bound by another process before 
 
 import socket
 
-from hami_dcu.e2e.cluster import LocalCluster
-from hami_dcu.e2e.scenarios import Ctr, default_cards, pod_manifest, wait_running
+from e2e.scenarios import wait_running
+from hami_dcu.cli.localcluster.cluster import LocalCluster
+from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
 
 
 def test_restart_moves_the_extender_when_its_port_was_taken():

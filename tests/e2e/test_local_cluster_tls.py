@@ -4,7 +4,7 @@ and never the CA key."""
 import os
 import stat
 
-from hami_dcu.e2e.cluster import LocalCluster
+from hami_dcu.cli.localcluster.cluster import LocalCluster
 
 
 def test_local_cluster_webhook_key_is_0400_and_ca_key_stays_in_the_secret():

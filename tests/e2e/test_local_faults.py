@@ -2,9 +2,9 @@
 faults on every write (500s, 409s, delays, post-commit 500s and lost answers). Whatever the
 faults, the system settles with every invariant holding."""
 
-from hami_dcu.e2e import invariants
-from hami_dcu.e2e.apiserver.faults import ERROR_AFTER_COMMIT, LOST_AFTER_COMMIT
-from hami_dcu.e2e.faultrun import FaultPlan, Workload, run
+from e2e import invariants
+from e2e.faultrun import FaultPlan, Workload, run
+from hami_dcu.cli.localcluster.apiserver.faults import ERROR_AFTER_COMMIT, LOST_AFTER_COMMIT
 
 FAULTS = FaultPlan(error_rate=0.1, conflict_rate=0.1, delay_rate=0.05, delay_seconds=0.5, post_commit_rate=0.05,
                    seed=12)

@@ -6,10 +6,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from e2e.scenarios import wait_running
+from hami_dcu.cli.localcluster.cluster import LocalCluster
+from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
 from hami_dcu.common import keys
 from hami_dcu.common.codec import decode_node_devices, decode_pod_devices
-from hami_dcu.e2e.cluster import LocalCluster
-from hami_dcu.e2e.scenarios import Ctr, default_cards, pod_manifest, wait_running
 
 
 @pytest.fixture

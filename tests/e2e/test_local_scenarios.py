@@ -5,9 +5,10 @@ import time
 
 import pytest
 
-from hami_dcu.e2e.cluster import LocalCluster
-from hami_dcu.e2e.scenarios import SCENARIOS, Scenario, default_cards
-from hami_dcu.e2e.usage_agreement import disagreement
+from e2e.scenarios import SCENARIOS, Scenario
+from e2e.usage_agreement import disagreement
+from hami_dcu.cli.localcluster.cluster import LocalCluster
+from hami_dcu.cli.localcluster.pods import default_cards
 
 
 def assert_status_agrees_with_the_extender(cluster: LocalCluster, timeout: float = 15.0) -> None:

@@ -13,12 +13,13 @@ import copy
 
 import pytest
 
+from e2e.scenarios import wait_running, wait_until
+from hami_dcu.cli.localcluster.cluster import EXTENDER_IDENTITY, WEBHOOK_CONFIG, LocalCluster
+from hami_dcu.cli.localcluster.pods import Ctr, default_cards, events_for, pod_manifest
+from hami_dcu.cli.localcluster.servers import free_port
 from hami_dcu.common import keys
 from hami_dcu.common.kube import Kube, KubeError
 from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
-from hami_dcu.e2e.cluster import EXTENDER_IDENTITY, WEBHOOK_CONFIG, LocalCluster
-from hami_dcu.e2e.scenarios import Ctr, default_cards, events_for, pod_manifest, wait_running, wait_until
-from hami_dcu.e2e.servers import free_port
 from hami_dcu.webhook import certs
 
 OPTED_OUT = {keys.WEBHOOK_LABEL: keys.WEBHOOK_IGNORE}

@@ -10,7 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from hami_dcu.e2e.realcluster import upstream
+from e2e.realcluster import upstream
+from e2e.tools import ROOT
 
 FAKE_GO = """#!/bin/sh
 case "$1" in
@@ -71,13 +72,14 @@ def test_binaries_passes_each_line_on_as_it_comes(tmp_path, monkeypatch):
 
 def test_under_pytest_the_lines_reach_the_terminal_past_output_capture(tmp_path):
     (tmp_path / "test_cold.py").write_text(textwrap.dedent("""
-        from hami_dcu.e2e.realcluster import upstream
+        from e2e.realcluster import upstream
 
         def test_cold_build():
             assert upstream.binaries().name == "k8s-v9.9.9-etcd-v9.9.9"
     """))
-    env = fake_env(tmp_path)
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "hami_dcu.e2e.conftest",
+    # The harness is not installed: the child pytest, run outside the checkout, finds it by path.
+    env = {**fake_env(tmp_path), "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "e2e.conftest",
                str(tmp_path / "test_cold.py")]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -5,11 +5,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from e2e import volcano_fork as fork
+from e2e.volcano_standin import VolcanoRefused, VolcanoStandIn
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, NodeDevice, decode_pod_devices, encode_node_devices
 from hami_dcu.common.kube import Kube
-from hami_dcu.e2e import volcano_fork as fork
-from hami_dcu.e2e.volcano_standin import VolcanoRefused, VolcanoStandIn
 
 NOW = datetime(2026, 11, 24, 6, 0, 0, tzinfo=UTC)
 HCU = keys.HCU_NAMING

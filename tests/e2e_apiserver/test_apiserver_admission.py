@@ -5,8 +5,8 @@ import json
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from hami_dcu.cli.localcluster.apiserver import AdmissionDenied
 from hami_dcu.common.kube import Kube, KubeError
-from hami_dcu.e2e.apiserver import AdmissionDenied
 
 
 def pod(name, labels=None):

@@ -7,10 +7,10 @@ import subprocess
 
 import pytest
 
-from hami_dcu.e2e.apiserver.discovery import api_resource_list, wants_aggregated
-from hami_dcu.e2e.apiserver.resources import CLUSTER_SCOPED, KINDS
-from hami_dcu.e2e.apiserver.tables import human_duration, table, wants_table
-from hami_dcu.e2e.tools import helm_and_kubectl
+from e2e.tools import helm_and_kubectl
+from hami_dcu.cli.localcluster.apiserver.discovery import api_resource_list, wants_aggregated
+from hami_dcu.cli.localcluster.apiserver.resources import CLUSTER_SCOPED, KINDS
+from hami_dcu.cli.localcluster.apiserver.tables import human_duration, table, wants_table
 
 KUBECTL_ACCEPT_DISCOVERY = ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
                             "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,"

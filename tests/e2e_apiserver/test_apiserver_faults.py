@@ -7,7 +7,7 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from hami_dcu.e2e.apiserver import Faults
+from hami_dcu.cli.localcluster.apiserver import Faults
 
 
 def node(name):

@@ -5,7 +5,7 @@ import json
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from hami_dcu.e2e.apiserver.patching import PatchError, apply_patch, strategic_merge_patch
+from hami_dcu.cli.localcluster.apiserver.patching import PatchError, apply_patch, strategic_merge_patch
 
 MERGE = "application/merge-patch+json"
 LOCK = "hami.io/mutex.lock"

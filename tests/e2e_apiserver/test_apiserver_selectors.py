@@ -3,7 +3,7 @@
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from hami_dcu.e2e.apiserver.selectors import SelectorError, field_selector, label_selector
+from hami_dcu.cli.localcluster.apiserver.selectors import SelectorError, field_selector, label_selector
 
 
 def pod(name, node=None, labels=None, scheduler=None):

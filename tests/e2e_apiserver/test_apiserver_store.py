@@ -7,7 +7,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from hami_dcu.e2e.apiserver import LocalApiServer, Store, StoreError
+from hami_dcu.cli.localcluster.apiserver import LocalApiServer, Store, StoreError
 
 
 def test_store_returns_private_copies():

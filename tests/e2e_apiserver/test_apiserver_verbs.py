@@ -8,8 +8,8 @@ from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
+from hami_dcu.cli.localcluster.apiserver import AdmissionDenied
 from hami_dcu.common.kube import KubeError, NotFoundError
-from hami_dcu.e2e.apiserver import AdmissionDenied
 
 
 def pod(name, node=None, labels=None):

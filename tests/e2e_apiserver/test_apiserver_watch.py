@@ -11,7 +11,7 @@ from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
-from hami_dcu.e2e.apiserver import LocalApiServer
+from hami_dcu.cli.localcluster.apiserver import LocalApiServer
 
 
 def pod(name, labels=None):

@@ -5,7 +5,7 @@ import asyncio
 
 from scheduler_helpers import create_nodes, dcu_pod, fake_device_plugin, held_per_card, lock_of, over_capacity, until
 
-from hami_dcu.e2e.scheduler_loop import SchedulerLoop
+from hami_dcu.cli.localcluster.scheduler_loop import SchedulerLoop
 from hami_dcu.scheduler.app import build_app
 
 

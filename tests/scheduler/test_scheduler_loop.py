@@ -6,8 +6,8 @@ import asyncio
 
 from scheduler_helpers import create_nodes, dcu_pod, until
 
+from hami_dcu.cli.localcluster.scheduler_loop import SchedulerLoop
 from hami_dcu.common import keys
-from hami_dcu.e2e.scheduler_loop import SchedulerLoop
 from hami_dcu.scheduler import command
 from hami_dcu.scheduler.app import build_app
 

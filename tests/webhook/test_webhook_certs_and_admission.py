@@ -6,9 +6,9 @@ import datetime as dt
 import pytest
 from cryptography import x509
 
+from hami_dcu.cli.localcluster.admission import WebhookDispatcher, selector_matches
 from hami_dcu.common import keys
 from hami_dcu.common.kube import KubeError
-from hami_dcu.e2e.admission import WebhookDispatcher, selector_matches
 from hami_dcu.webhook.certs import WEBHOOK_CONFIG_PATH, CertBundle, ensure, issue, renewal_reason, service_dns_names
 
 NS, SERVICE, SECRET, CONFIG = "kube-system", "hami-dcu-webhook", "hami-dcu-webhook-tls", "hami-dcu-webhook"

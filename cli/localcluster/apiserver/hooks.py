@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from hami_dcu.e2e.apiserver.resources import JSON
+from hami_dcu.cli.localcluster.apiserver.resources import JSON
 
 CREATE, UPDATE = "CREATE", "UPDATE"
 

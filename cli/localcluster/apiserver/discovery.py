@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from hami_dcu.e2e.apiserver.resources import CLUSTER_SCOPED, JSON, KINDS, SUBRESOURCES
+from hami_dcu.cli.localcluster.apiserver.resources import CLUSTER_SCOPED, JSON, KINDS, SUBRESOURCES
 
 AGGREGATED_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 

@@ -3,7 +3,7 @@ for the fields our components and harness read (defaulting, status vs main resou
 
 from __future__ import annotations
 
-from hami_dcu.e2e.apiserver.resources import JSON
+from hami_dcu.cli.localcluster.apiserver.resources import JSON
 
 # Resources with a status subresource: a write to the main resource keeps the stored
 # status, and a write to /status changes nothing but the status.

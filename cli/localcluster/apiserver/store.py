@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from hami_dcu.e2e.apiserver.patching import STRATEGIC, PatchError, apply_patch
-from hami_dcu.e2e.apiserver.resources import CLUSTER_SCOPED, JSON, KINDS, clone, now_rfc3339
+from hami_dcu.cli.localcluster.apiserver.patching import STRATEGIC, PatchError, apply_patch
+from hami_dcu.cli.localcluster.apiserver.resources import CLUSTER_SCOPED, JSON, KINDS, clone, now_rfc3339
 
 
 class StoreError(Exception):

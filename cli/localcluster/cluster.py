@@ -30,6 +30,12 @@ from typing import Any
 
 import yaml
 
+from hami_dcu.cli.localcluster.admission import WebhookDispatcher
+from hami_dcu.cli.localcluster.apiserver import LocalApiServer
+from hami_dcu.cli.localcluster.kubelet import LocalKubelet
+from hami_dcu.cli.localcluster.pods import MockCard, default_cards
+from hami_dcu.cli.localcluster.scheduler_loop import SchedulerLoop
+from hami_dcu.cli.localcluster.servers import AppThread, free_port
 from hami_dcu.common import keys
 from hami_dcu.common.kube import AsyncKube, Kube
 from hami_dcu.common.tls import ReloadingTLS
@@ -40,12 +46,6 @@ from hami_dcu.deviceplugin.faketree import lay_out
 from hami_dcu.deviceplugin.plugin import Paths, PluginCore
 from hami_dcu.deviceplugin.server import DevicePluginServer
 from hami_dcu.deviceplugin.smi import MockBackend
-from hami_dcu.e2e.admission import WebhookDispatcher
-from hami_dcu.e2e.apiserver import LocalApiServer
-from hami_dcu.e2e.kubelet import LocalKubelet
-from hami_dcu.e2e.scenarios import MockCard, default_cards
-from hami_dcu.e2e.scheduler_loop import SchedulerLoop
-from hami_dcu.e2e.servers import AppThread, free_port
 from hami_dcu.scheduler.app import build_app as build_scheduler_app
 from hami_dcu.scheduler.bind import BindSettings
 from hami_dcu.scheduler.filtering import FilterSettings

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hami_dcu.e2e.apiserver.resources import JSON
+from hami_dcu.cli.localcluster.apiserver.resources import JSON
 
 Predicate = Callable[[JSON], bool]
 

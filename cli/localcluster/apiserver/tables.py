@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from hami_dcu.e2e.apiserver.resources import JSON
+from hami_dcu.cli.localcluster.apiserver.resources import JSON
 
 Column = tuple[str, str, int]  # name, type, priority
 Row = Callable[[JSON, datetime], list[object]]

@@ -5,11 +5,11 @@ patches, per-resource strategies, fault injection and the admission hook point e
 their own module.
 """
 
-from hami_dcu.e2e.apiserver.faults import Faults
-from hami_dcu.e2e.apiserver.hooks import AdmissionAttributes, AdmissionDenied, AdmissionHook
-from hami_dcu.e2e.apiserver.patching import JSON_PATCH, MERGE, STRATEGIC
-from hami_dcu.e2e.apiserver.server import LocalApiServer
-from hami_dcu.e2e.apiserver.store import Change, Store, StoreError
+from hami_dcu.cli.localcluster.apiserver.faults import Faults
+from hami_dcu.cli.localcluster.apiserver.hooks import AdmissionAttributes, AdmissionDenied, AdmissionHook
+from hami_dcu.cli.localcluster.apiserver.patching import JSON_PATCH, MERGE, STRATEGIC
+from hami_dcu.cli.localcluster.apiserver.server import LocalApiServer
+from hami_dcu.cli.localcluster.apiserver.store import Change, Store, StoreError
 
 __all__ = ["JSON_PATCH", "MERGE", "STRATEGIC", "AdmissionAttributes", "AdmissionDenied", "AdmissionHook", "Change",
            "Faults", "LocalApiServer", "Store", "StoreError"]

@@ -13,11 +13,11 @@ from typing import Any, TypeVar
 import yaml
 from aiohttp import web
 
-from hami_dcu.e2e.apiserver.app import ApiApp
-from hami_dcu.e2e.apiserver.faults import Faults
-from hami_dcu.e2e.apiserver.hooks import AdmissionHook
-from hami_dcu.e2e.apiserver.store import Store
-from hami_dcu.e2e.servers import AppThread
+from hami_dcu.cli.localcluster.apiserver.app import ApiApp
+from hami_dcu.cli.localcluster.apiserver.faults import Faults
+from hami_dcu.cli.localcluster.apiserver.hooks import AdmissionHook
+from hami_dcu.cli.localcluster.apiserver.store import Store
+from hami_dcu.cli.localcluster.servers import AppThread
 
 T = TypeVar("T")
 TOKEN = "local-cluster-token"

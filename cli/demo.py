@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from hami_dcu.cli.localcluster.cluster import LocalCluster
+from hami_dcu.cli.localcluster.pods import Ctr, default_cards, events_for, pod_manifest
 from hami_dcu.common import keys
 from hami_dcu.common.codec import decode_pod_devices
 from hami_dcu.common.kube import KubeError
-from hami_dcu.e2e.cluster import LocalCluster
-from hami_dcu.e2e.scenarios import Ctr, default_cards, events_for, pod_manifest
 
 EXAMPLES: list[tuple[str, list[Ctr], dict[str, str]]] = [
     ("train-15pct", [Ctr("main", 1, 2000, 15)], {}),

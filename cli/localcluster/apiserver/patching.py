@@ -10,7 +10,7 @@ from typing import Any
 
 import jsonpatch
 
-from hami_dcu.e2e.apiserver.resources import JSON, clone
+from hami_dcu.cli.localcluster.apiserver.resources import JSON, clone
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"

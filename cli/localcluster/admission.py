@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 import jsonpatch
 
-from hami_dcu.e2e.apiserver import AdmissionAttributes, AdmissionDenied, LocalApiServer
+from hami_dcu.cli.localcluster.apiserver import AdmissionAttributes, AdmissionDenied, LocalApiServer
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

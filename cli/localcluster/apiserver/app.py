@@ -19,16 +19,36 @@ from typing import Any
 
 from aiohttp import web
 
+from hami_dcu.cli.localcluster.apiserver.discovery import add_discovery_routes
+from hami_dcu.cli.localcluster.apiserver.faults import AFTER_COMMIT, ERROR_AFTER_COMMIT, LOST_AFTER_COMMIT, Faults
+from hami_dcu.cli.localcluster.apiserver.hooks import (
+    CREATE,
+    UPDATE,
+    AdmissionAttributes,
+    AdmissionDenied,
+    AdmissionHook,
+)
+from hami_dcu.cli.localcluster.apiserver.patching import JSON_PATCH, PatchError, apply_patch
+from hami_dcu.cli.localcluster.apiserver.resources import (
+    CLUSTER_SCOPED,
+    JSON,
+    KINDS,
+    SUBRESOURCES,
+    clone,
+    now_rfc3339,
+    with_kind,
+)
+from hami_dcu.cli.localcluster.apiserver.selectors import (
+    Predicate,
+    SelectorError,
+    combine,
+    field_selector,
+    label_selector,
+)
+from hami_dcu.cli.localcluster.apiserver.store import Change, Store, StoreError, conflict
+from hami_dcu.cli.localcluster.apiserver.strategy import prepare_create, prepare_update
+from hami_dcu.cli.localcluster.apiserver.tables import table, wants_table
 from hami_dcu.common.codec import format_rfc3339
-from hami_dcu.e2e.apiserver.discovery import add_discovery_routes
-from hami_dcu.e2e.apiserver.faults import AFTER_COMMIT, ERROR_AFTER_COMMIT, LOST_AFTER_COMMIT, Faults
-from hami_dcu.e2e.apiserver.hooks import CREATE, UPDATE, AdmissionAttributes, AdmissionDenied, AdmissionHook
-from hami_dcu.e2e.apiserver.patching import JSON_PATCH, PatchError, apply_patch
-from hami_dcu.e2e.apiserver.resources import CLUSTER_SCOPED, JSON, KINDS, SUBRESOURCES, clone, now_rfc3339, with_kind
-from hami_dcu.e2e.apiserver.selectors import Predicate, SelectorError, combine, field_selector, label_selector
-from hami_dcu.e2e.apiserver.store import Change, Store, StoreError, conflict
-from hami_dcu.e2e.apiserver.strategy import prepare_create, prepare_update
-from hami_dcu.e2e.apiserver.tables import table, wants_table
 
 log = logging.getLogger(__name__)
 
