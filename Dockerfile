@@ -17,6 +17,7 @@ COPY pyproject.toml README.md ./
 COPY common common
 COPY webhook webhook
 COPY scheduler scheduler
+COPY node node
 COPY deviceplugin deviceplugin
 COPY dra dra
 COPY cli cli

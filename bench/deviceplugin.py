@@ -51,11 +51,11 @@ from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
 from hami_dcu.common.kube import Kube
 from hami_dcu.common.nodelock import NodeLock
 from hami_dcu.deviceplugin.api.v1beta1 import api_pb2, api_pb2_grpc
-from hami_dcu.deviceplugin.discovery import discover
-from hami_dcu.deviceplugin.faketree import lay_out
 from hami_dcu.deviceplugin.plugin import Paths, PluginCore
 from hami_dcu.deviceplugin.server import Servicer, socket_name
-from hami_dcu.deviceplugin.smi import MockBackend
+from hami_dcu.node.discovery import discover
+from hami_dcu.node.faketree import lay_out
+from hami_dcu.node.smi import MockBackend
 
 
 def serve_api(kubeconfig: Path, stop, latency_ms: float = 0.0) -> None:

@@ -4,77 +4,40 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import threading
 from pathlib import Path
 
 from hami_dcu.common import keys
 from hami_dcu.common.cannotstart import CannotStart
-from hami_dcu.common.connlimits import add_connection_arguments, connection_limits_from
+from hami_dcu.common.connlimits import connection_limits_from
 from hami_dcu.common.kube import Kube, KubeError
-from hami_dcu.deviceplugin.discovery import discover
-from hami_dcu.deviceplugin.faketree import lay_out
-from hami_dcu.deviceplugin.health import SmiHealth
-from hami_dcu.deviceplugin.metrics import PluginMetrics, serve
+from hami_dcu.common.metricsserver import serve
+from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.deviceplugin.namingwatch import check_node_naming
 from hami_dcu.deviceplugin.plugin import Paths, PluginCore
 from hami_dcu.deviceplugin.server import DevicePluginServer
-from hami_dcu.deviceplugin.smi import (
-    FALLBACK_MODEL,
-    SAMPLE_MOCK_DEVICES,
-    MockBackend,
-    RsmiBackend,
-    SmiBackend,
-    SmiError,
-)
+from hami_dcu.node.flags import add_node_arguments, make_backend, served_cards
+from hami_dcu.node.health import SmiHealth
+from hami_dcu.node.smi import FALLBACK_MODEL, SmiError
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_FAILURE = 5.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
-                        help="this node's name (default: $NODE_NAME, from the downward API)")
-    parser.add_argument("--smi", choices=["rsmi", "mock"], default="rsmi",
-                        help="where cards come from: ROCm SMI, or a mock YAML file (default %(default)s)")
-    parser.add_argument("--mock-devices",
-                        help="YAML list of mock cards (with --smi mock; default: the packaged 2 x K100_AI sample)")
-    parser.add_argument("--mock-fake-tree", action="store_true",
-                        help="with --smi mock: lay out fake /sys and /dev trees for the mock cards under "
-                             "--sys-root/--dev-root (device files are /dev/null-like character devices)")
-    parser.add_argument("--rsmi-library", default="librocm_smi64.so", help="ROCm SMI shared library")
+    add_node_arguments(parser)
     parser.add_argument("--plugin-dir", default="/var/lib/kubelet/device-plugins", help="kubelet device plugin dir")
-    parser.add_argument("--vdev-dir", default="/usr/local/vgpu/dcu", help="host dir for per-container vDCU dirs")
-    parser.add_argument("--etc-vdev", default="/etc/vdev", help="host dir for vdev<N>.conf (read by the exporter)")
     parser.add_argument("--state-dir", default="/var/lib/hami-dcu/state",
                         help="host dir for the plugin's own record of its grants, mounted into no container")
-    parser.add_argument("--dev-root", default="/dev", help="root of device files (fake tree in tests)")
-    parser.add_argument("--sys-root", default="/sys", help="root of sysfs (fake tree in tests)")
-    parser.add_argument("--driver-dir", default=os.environ.get("HYGONPATH", "/opt/dtk"),
-                        help="DTK driver dir mounted at /opt/hygondriver (default: $HYGONPATH or /opt/dtk)")
-    parser.add_argument("--hyhal-dir", default="/opt/hyhal", help="hyhal dir mounted read-only at /opt/hyhal")
-    parser.add_argument("--slots-per-card", type=int, default=keys.DEFAULT_SLOTS_PER_CARD,
-                        help="vDCU slots advertised per card (default %(default)s)")
     parser.add_argument("--register-interval", type=float, default=30.0,
                         help="seconds between node registrations and reconciles (default %(default)s)")
     parser.add_argument("--resource-count", help="kubelet resource name (default: the naming set's count resource)")
     parser.add_argument("--lock-timeout", type=int, default=300, help="node lock expiry, seconds")
-    parser.add_argument("--metrics-bind", default="",
-                        help="serve Prometheus /metrics on HOST:PORT (default: off)")
     parser.add_argument("--volcano-scheduler-name", default="",
                         help="Volcano mode (off when empty): serve pods this scheduler (Volcano's Hygon deviceshare) "
                              "placed without a node lock, and advertise memory (MiB) and cores as node resources; "
                              "needs --naming hcu")
-    add_connection_arguments(parser)
-
-
-def make_backend(args: argparse.Namespace) -> SmiBackend:
-    if args.smi == "mock":
-        if not args.mock_devices:
-            log.info("--smi mock without --mock-devices: using the sample %s", SAMPLE_MOCK_DEVICES)
-        return MockBackend(args.mock_devices or SAMPLE_MOCK_DEVICES)
-    return RsmiBackend(args.rsmi_library)
 
 
 class NodeLoop:
@@ -111,12 +74,7 @@ class NodeLoop:
 
 def build(args: argparse.Namespace, kube: Kube) -> tuple[PluginCore, DevicePluginServer, NodeLoop]:
     backend = make_backend(args)
-    cards = backend.cards()
-    if args.smi == "mock" and args.mock_fake_tree:
-        lay_out(cards, args.sys_root, args.dev_root, char_devices=os.geteuid() == 0)
-    served = discover(cards, args.sys_root, args.dev_root)
-    if not served:
-        raise SmiError(f"no DCU could be served on node {args.node_name} ({len(cards)} reported by SMI)")
+    served = served_cards(args, backend)
     paths = Paths(vdev_dir=Path(args.vdev_dir), etc_vdev=Path(args.etc_vdev), state_dir=Path(args.state_dir),
                   dev_root=Path(args.dev_root),
                   driver_dir=Path(args.driver_dir), hyhal_dir=Path(args.hyhal_dir))

@@ -13,7 +13,7 @@ import logging
 import os
 from pathlib import Path
 
-from hami_dcu.deviceplugin.vdev import (
+from hami_dcu.node.vdev import (
     VDEV_CONF,
     VdevDir,
     VdevSpec,

@@ -1,23 +1,15 @@
 """Prometheus metrics of one device plugin process (one registry per plugin, so several
 plugins in one process, as in the local cluster, never share counters).
 
-Served on `--metrics-bind` when given (`GET /metrics`); tests read the registry directly.
+Served on `--metrics-bind` when given (`GET /metrics`, common/metricsserver.py); tests read the
+registry directly.
 """
 
 from __future__ import annotations
 
-import logging
-from typing import Protocol
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
-from hami_dcu.common.connlimits import DEFAULT_LIMITS, ConnectionLimits
-from hami_dcu.common.guardedsite import ThreadedServer
 from hami_dcu.common.podlatency import bound_to_allocated
-
-log = logging.getLogger(__name__)
 
 
 class PluginMetrics:
@@ -57,23 +49,3 @@ class PluginMetrics:
     def value(self, name: str, **labels: str) -> float:
         """A sample's current value (0 when absent): for tests and the demo."""
         return self.registry.get_sample_value(name, labels) or 0.0
-
-
-class HasRegistry(Protocol):
-    registry: CollectorRegistry
-
-
-def serve(metrics: HasRegistry, bind: str, limits: ConnectionLimits = DEFAULT_LIMITS) -> ThreadedServer:
-    """Serve `/metrics` on `host:port` (port 0: any free port) in a daemon thread, under the
-    same connection limits as every HTTP port of ours (prometheus_client's own server gave
-    each connection a thread for as long as the client kept it)."""
-    host, _, port = bind.rpartition(":")
-
-    async def handle(_request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    app = web.Application()
-    app.router.add_get("/metrics", handle)
-    server = ThreadedServer(app, host.strip("[]") or "0.0.0.0", int(port), limits)
-    log.info("metrics on http://%s:%s/metrics", host or "0.0.0.0", server.server_port)
-    return server

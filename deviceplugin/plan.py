@@ -15,15 +15,9 @@ from typing import Any
 from hami_dcu.common import keys
 from hami_dcu.common.codec import CodecError, ContainerDevice, PodDevices, decode_pod_devices, encode_pod_devices
 from hami_dcu.common.requests import pod_containers
-from hami_dcu.deviceplugin.discovery import DcuCard
+from hami_dcu.node.discovery import DcuCard
 
 JSON = dict[str, Any]
-
-KFD = "/dev/kfd"
-MKFD = "/dev/mkfd"
-VDEV_CONTAINER_DIR = "/etc/vdev/docker/"
-DRIVER_CONTAINER_DIR = "/opt/hygondriver"
-HYHAL_DIR = "/opt/hyhal"
 
 
 class AllocateRefused(RuntimeError):

@@ -34,12 +34,13 @@ from hami_dcu.common.podlatency import DEVICE_PLUGIN
 from hami_dcu.common.podtimes import bound_at, seconds_between
 from hami_dcu.deviceplugin import lockless
 from hami_dcu.deviceplugin import plan as planning
-from hami_dcu.deviceplugin.allocator import AllocationError, Grant, NodeState
-from hami_dcu.deviceplugin.discovery import DcuCard
 from hami_dcu.deviceplugin.grantstore import GrantStore
 from hami_dcu.deviceplugin.metrics import PluginMetrics
-from hami_dcu.deviceplugin.smi import FALLBACK_MODEL
-from hami_dcu.deviceplugin.vdev import (
+from hami_dcu.node import layout
+from hami_dcu.node.allocator import AllocationError, Grant, NodeState
+from hami_dcu.node.discovery import DcuCard
+from hami_dcu.node.smi import FALLBACK_MODEL
+from hami_dcu.node.vdev import (
     VDEV_CONF,
     VdevDir,
     VdevSpec,
@@ -76,7 +77,7 @@ class Paths:
     state_dir: Path = Path("/var/lib/hami-dcu/state")
     dev_root: Path = Path("/dev")
     driver_dir: Path = Path("/opt/dtk")
-    hyhal_dir: Path = Path(planning.HYHAL_DIR)
+    hyhal_dir: Path = Path(layout.HYHAL_DIR)
 
 
 @dataclass
@@ -439,7 +440,7 @@ class PluginCore:
         self, pod: dict, container_plan: planning.ContainerPlan, written: list[tuple[Grant, VdevSpec]]
     ) -> ContainerResponse:
         response = ContainerResponse()
-        for path in (planning.KFD, planning.MKFD):
+        for path in (layout.KFD, layout.MKFD):
             response.devices.append((path, str(self.paths.dev_root / path.removeprefix("/dev/")), "rwm"))
         for device in container_plan.devices:
             card = self.cards[device.uuid]
@@ -478,9 +479,9 @@ class PluginCore:
             write_atomic(self.paths.etc_vdev / f"vdev{grant.vdev}.conf", render_conf(spec, device_id=card.index),
                          durable=False)
             # Read-only, like the driver: nothing a container writes is read back or executed.
-            response.mounts.append((planning.VDEV_CONTAINER_DIR, str(host_dir), True))
-        response.mounts.append((planning.DRIVER_CONTAINER_DIR, str(self.paths.driver_dir), True))
-        response.mounts.append((planning.HYHAL_DIR, str(self.paths.hyhal_dir), True))
+            response.mounts.append((layout.VDEV_CONTAINER_DIR, str(host_dir), True))
+        response.mounts.append((layout.DRIVER_CONTAINER_DIR, str(self.paths.driver_dir), True))
+        response.mounts.append((layout.HYHAL_DIR, str(self.paths.hyhal_dir), True))
         return response
 
     def _patch_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> dict:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hami_dcu.deviceplugin import plan as dp
 from hami_dcu.dra import names
 from hami_dcu.dra.records import PreparedClaim
+from hami_dcu.node import layout
 
 JSON = dict[str, Any]
 READ_ONLY_BIND = ["ro", "nosuid", "nodev", "rbind"]
@@ -48,10 +48,12 @@ def claim_spec(record: PreparedClaim, paths: HostPaths) -> JSON:
             _node("/dev/dri/" + Path(host).name, host, "rw") for host in (device.dri_card, device.dri_render)]}
         vdev = device.vdev_spec(record.uid)
         if vdev is not None:
-            edits["mounts"] = [_mount(dp.VDEV_CONTAINER_DIR.rstrip("/"), str(paths.vdev_dir / vdev.dirname))]
+            edits["mounts"] = [_mount(layout.VDEV_CONTAINER_DIR.rstrip("/"), str(paths.vdev_dir / vdev.dirname))]
         devices.append({"name": device.cdi_name(record.uid), "containerEdits": edits})
     shared: JSON = {
-        "deviceNodes": [_node(p, str(paths.dev_root / p.removeprefix("/dev/")), "rwm") for p in (dp.KFD, dp.MKFD)],
-        "mounts": [_mount(dp.DRIVER_CONTAINER_DIR, str(paths.driver_dir)), _mount(dp.HYHAL_DIR, str(paths.hyhal_dir))],
+        "deviceNodes": [
+            _node(p, str(paths.dev_root / p.removeprefix("/dev/")), "rwm") for p in (layout.KFD, layout.MKFD)],
+        "mounts": [
+            _mount(layout.DRIVER_CONTAINER_DIR, str(paths.driver_dir)), _mount(layout.HYHAL_DIR, str(paths.hyhal_dir))],
     }
     return {"cdiVersion": names.CDI_VERSION, "kind": names.CDI_KIND, "devices": devices, "containerEdits": shared}

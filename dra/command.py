@@ -5,61 +5,38 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import threading
 import time
 from pathlib import Path
 
-from hami_dcu.common import keys
 from hami_dcu.common.cannotstart import CannotStart
-from hami_dcu.common.connlimits import add_connection_arguments, connection_limits_from
+from hami_dcu.common.connlimits import connection_limits_from
 from hami_dcu.common.kube import Kube, KubeError
-from hami_dcu.deviceplugin import plan as dp
-from hami_dcu.deviceplugin.command import make_backend
-from hami_dcu.deviceplugin.discovery import discover
-from hami_dcu.deviceplugin.faketree import lay_out
-from hami_dcu.deviceplugin.health import SmiHealth
-from hami_dcu.deviceplugin.metrics import serve
-from hami_dcu.deviceplugin.smi import SmiError
+from hami_dcu.common.metricsserver import serve
 from hami_dcu.dra.core import DraPaths, DriverCore
 from hami_dcu.dra.server import KubeletPluginServer
 from hami_dcu.dra.service import DriverService
+from hami_dcu.node.flags import add_node_arguments, make_backend, served_cards
+from hami_dcu.node.health import SmiHealth
+from hami_dcu.node.smi import SmiError
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_FAILURE = 5.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
-                        help="this node's name (default: $NODE_NAME, from the downward API)")
-    parser.add_argument("--smi", choices=["rsmi", "mock"], default="rsmi",
-                        help="where cards come from: ROCm SMI, or a mock YAML file")
-    parser.add_argument("--mock-devices", help="YAML list of mock cards (with --smi mock; default: the sample)")
-    parser.add_argument("--mock-fake-tree", action="store_true",
-                        help="with --smi mock: lay out fake /sys and /dev trees under --sys-root/--dev-root")
-    parser.add_argument("--rsmi-library", default="librocm_smi64.so", help="ROCm SMI shared library")
+    add_node_arguments(parser)
     parser.add_argument("--registry-dir", default="/var/lib/kubelet/plugins_registry",
                         help="the kubelet's plugin registration directory")
     parser.add_argument("--kubelet-plugins-dir", default="/var/lib/kubelet/plugins",
                         help="the kubelet's plugins directory (the DRA socket goes in <dir>/dra.hygon.com/)")
     parser.add_argument("--cdi-dir", default="/var/run/cdi", help="where the container runtime reads CDI specs")
-    parser.add_argument("--vdev-dir", default="/usr/local/vgpu/dcu", help="host dir for per-share vDCU dirs")
-    parser.add_argument("--etc-vdev", default="/etc/vdev", help="host dir for vdev<N>.conf (read by the exporter)")
     parser.add_argument("--state-dir", default="/var/lib/hami-dcu/dra",
                         help="the driver's own records of prepared claims, mounted into no container")
-    parser.add_argument("--dev-root", default="/dev", help="root of device files (fake tree in tests)")
-    parser.add_argument("--sys-root", default="/sys", help="root of sysfs (fake tree in tests)")
-    parser.add_argument("--driver-dir", default=os.environ.get("HYGONPATH", "/opt/dtk"),
-                        help=f"DTK driver dir, mounted read-only at {dp.DRIVER_CONTAINER_DIR}")
-    parser.add_argument("--hyhal-dir", default="/opt/hyhal", help=f"hyhal dir, mounted read-only at {dp.HYHAL_DIR}")
-    parser.add_argument("--slots-per-card", type=int, default=keys.DEFAULT_SLOTS_PER_CARD,
-                        help="vDCU slots per card: the `slices` capacity")
     parser.add_argument("--register-interval", type=float, default=30.0,
                         help="seconds between slice checks and claim reconciles")
     parser.add_argument("--health-interval", type=float, default=1.0, help="seconds between card health checks")
-    parser.add_argument("--metrics-bind", default="", help="serve Prometheus /metrics on HOST:PORT (default: off)")
-    add_connection_arguments(parser)
 
 
 class DriverLoop:
@@ -94,12 +71,7 @@ class DriverLoop:
 
 def build(args: argparse.Namespace, kube: Kube) -> tuple[DriverService, KubeletPluginServer]:
     backend = make_backend(args)
-    cards = backend.cards()
-    if args.smi == "mock" and args.mock_fake_tree:
-        lay_out(cards, args.sys_root, args.dev_root, char_devices=os.geteuid() == 0)
-    served = discover(cards, args.sys_root, args.dev_root)
-    if not served:
-        raise SmiError(f"no DCU could be served on node {args.node_name} ({len(cards)} reported by SMI)")
+    served = served_cards(args, backend)
     paths = DraPaths(vdev_dir=Path(args.vdev_dir), etc_vdev=Path(args.etc_vdev), cdi_dir=Path(args.cdi_dir),
                      state_dir=Path(args.state_dir), dev_root=Path(args.dev_root), driver_dir=Path(args.driver_dir),
                      hyhal_dir=Path(args.hyhal_dir))

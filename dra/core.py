@@ -1,7 +1,7 @@
 """The driver's node-side work: claims in, vDCUs and CDI specs out, and back. No Kubernetes
 and no gRPC here (the shell fetches claims and speaks to the kubelet).
 
-Prepare turns each share of a claim into a vDCU with the device plugin's allocator (CU bitset,
+Prepare turns each share of a claim into a vDCU with the node layer's allocator (CU bitset,
 pipe, vdev id) and vdev file, writes the claim's CDI spec, and answers with CDI ids. The order
 makes a crash harmless: grants are taken in memory, the record is written (the commit point),
 then the files a container sees; Unprepare removes the files, then the record. A restart takes
@@ -20,14 +20,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from hami_dcu.deviceplugin import plan as dp
-from hami_dcu.deviceplugin.allocator import AllocationError, NodeState
-from hami_dcu.deviceplugin.discovery import DcuCard
-from hami_dcu.deviceplugin.vdev import VDEV_CONF, render_conf, write_atomic
 from hami_dcu.dra import cdi
 from hami_dcu.dra.claims import ClaimRefused, Share, cards_by_device, plan_claim, who
 from hami_dcu.dra.holdings import conflict
 from hami_dcu.dra.records import PreparedClaim, PreparedDevice, RecordStore, VdevGrant
+from hami_dcu.node import layout
+from hami_dcu.node.allocator import AllocationError, NodeState
+from hami_dcu.node.discovery import DcuCard
+from hami_dcu.node.vdev import VDEV_CONF, render_conf, write_atomic
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -47,7 +47,7 @@ class DraPaths:
     state_dir: Path = Path("/var/lib/hami-dcu/dra")  # records: mounted into no container
     dev_root: Path = Path("/dev")
     driver_dir: Path = Path("/opt/dtk")
-    hyhal_dir: Path = Path(dp.HYHAL_DIR)
+    hyhal_dir: Path = Path(layout.HYHAL_DIR)
 
     @property
     def host(self) -> cdi.HostPaths:

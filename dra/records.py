@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hami_dcu.deviceplugin.vdev import VdevDir, VdevSpec, write_atomic
 from hami_dcu.dra import names
+from hami_dcu.node.vdev import VdevDir, VdevSpec, write_atomic
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hami_dcu.deviceplugin.discovery import DcuCard
 from hami_dcu.dra import names
 from hami_dcu.dra.quantity import canonical
+from hami_dcu.node.discovery import DcuCard
 
 JSON = dict[str, Any]
 

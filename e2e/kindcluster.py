@@ -109,8 +109,8 @@ def project_image(world: KindWorld, progress: Callable[[str], None]) -> str:
         path = ROOT / rel
         # What the image runs (the Dockerfile copies no test harness).
         if path.is_file() and rel.split("/")[0] in {
-                "common", "webhook", "scheduler", "deviceplugin", "dra", "cli", "Dockerfile", "constraints.txt",
-                "pyproject.toml"}:
+                "common", "webhook", "scheduler", "node", "deviceplugin", "dra", "cli", "Dockerfile",
+                "constraints.txt", "pyproject.toml"}:
             digest.update(rel.encode() + b"\0" + path.read_bytes())
     image = f"hami-dcu:e2e-{digest.hexdigest()[:12]}"
     if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:

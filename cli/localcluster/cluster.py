@@ -41,11 +41,11 @@ from hami_dcu.common.kube import AsyncKube, Kube
 from hami_dcu.common.tls import ReloadingTLS
 from hami_dcu.common.writers import NODE_NAME_EXTRA, Identities
 from hami_dcu.deviceplugin.command import NodeLoop
-from hami_dcu.deviceplugin.discovery import discover
-from hami_dcu.deviceplugin.faketree import lay_out
 from hami_dcu.deviceplugin.plugin import Paths, PluginCore
 from hami_dcu.deviceplugin.server import DevicePluginServer
-from hami_dcu.deviceplugin.smi import MockBackend
+from hami_dcu.node.discovery import discover
+from hami_dcu.node.faketree import lay_out
+from hami_dcu.node.smi import MockBackend
 from hami_dcu.scheduler.app import build_app as build_scheduler_app
 from hami_dcu.scheduler.bind import BindSettings
 from hami_dcu.scheduler.filtering import FilterSettings

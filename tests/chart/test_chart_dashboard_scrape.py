@@ -13,7 +13,8 @@ from chart_paths import CHART
 from hami_dcu.common import keys
 from hami_dcu.common.codec import NodeDevice, encode_node_devices, encode_reported
 from hami_dcu.common.kube import AsyncKube
-from hami_dcu.deviceplugin.metrics import PluginMetrics, serve
+from hami_dcu.common.metricsserver import serve
+from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.dra.metrics import DriverMetrics
 from hami_dcu.scheduler.app import build_app
 from hami_dcu.scheduler.service import SchedulerService

@@ -8,9 +8,9 @@ from hami_dcu.cli.cardusage import cluster_usage
 from hami_dcu.cli.drausage import dra_usage
 from hami_dcu.cli.pending import NO_EVENT, pending_pods
 from hami_dcu.cli.statusview import as_document, render
-from hami_dcu.deviceplugin.discovery import DcuCard, DrmNodes
-from hami_dcu.deviceplugin.smi import Card
 from hami_dcu.dra import names, slices
+from hami_dcu.node.discovery import DcuCard, DrmNodes
+from hami_dcu.node.smi import Card
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 CARDS = [DcuCard(Card(index=i, serial=f"S{i}", model="K100_AI", memory_mib=65520, compute_units=120,

@@ -13,10 +13,10 @@ from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
 from hami_dcu.common.kube import Kube
 from hami_dcu.common.nodelock import NodeLock
-from hami_dcu.deviceplugin.discovery import discover
-from hami_dcu.deviceplugin.faketree import lay_out
 from hami_dcu.deviceplugin.plugin import Paths, PluginCore
-from hami_dcu.deviceplugin.smi import MockBackend
+from hami_dcu.node.discovery import discover
+from hami_dcu.node.faketree import lay_out
+from hami_dcu.node.smi import MockBackend
 
 NODE = "n1"
 

@@ -11,9 +11,9 @@ from dp_helpers import CARDS
 
 from hami_dcu.cli.localcluster.kubelet import LocalKubelet, short_socket_dir
 from hami_dcu.common import keys
+from hami_dcu.common.metricsserver import serve
 from hami_dcu.deviceplugin import command
-from hami_dcu.deviceplugin.metrics import serve
-from hami_dcu.deviceplugin.smi import FALLBACK_MODEL
+from hami_dcu.node.smi import FALLBACK_MODEL
 
 
 def test_mock_mode_command_registers_and_publishes(api_server, kube, tmp_path):

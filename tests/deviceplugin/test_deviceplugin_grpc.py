@@ -11,7 +11,7 @@ from hami_dcu.cli.localcluster.kubelet import LocalKubelet
 from hami_dcu.common import keys
 from hami_dcu.deviceplugin.api.v1beta1 import api_pb2, api_pb2_grpc
 from hami_dcu.deviceplugin.server import DevicePluginServer
-from hami_dcu.deviceplugin.smi import MockBackend
+from hami_dcu.node.smi import MockBackend
 
 
 def until(check, timeout=10.0):

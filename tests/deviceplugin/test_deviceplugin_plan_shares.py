@@ -4,9 +4,9 @@ HAMi's ParseInt does; a vDCU of -1 MiB must never be created)."""
 import pytest
 
 from hami_dcu.common import keys
-from hami_dcu.deviceplugin.discovery import DcuCard, DrmNodes
 from hami_dcu.deviceplugin.plan import AllocateRefused, plan_container
-from hami_dcu.deviceplugin.smi import Card
+from hami_dcu.node.discovery import DcuCard, DrmNodes
+from hami_dcu.node.smi import Card
 
 CARD = DcuCard(Card(index=0, serial="S0", model="K100_AI", memory_mib=65520, compute_units=120,
                     pci_bus_id="0000:3d:00.0"), DrmNodes("/dev/dri/card1", "/dev/dri/renderD129"))

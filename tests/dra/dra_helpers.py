@@ -2,11 +2,11 @@
 
 from pathlib import Path
 
-from hami_dcu.deviceplugin.discovery import DcuCard, discover
-from hami_dcu.deviceplugin.faketree import lay_out
-from hami_dcu.deviceplugin.smi import Card
 from hami_dcu.dra import names
 from hami_dcu.dra.core import DraPaths
+from hami_dcu.node.discovery import DcuCard, discover
+from hami_dcu.node.faketree import lay_out
+from hami_dcu.node.smi import Card
 
 NODE = "n1"
 CARDS = [

@@ -6,12 +6,12 @@ import json
 import pytest
 from dra_helpers import CARDS, DEV0, DEV1, NODE, claim, node_cards, paths, result
 
-from hami_dcu.deviceplugin.discovery import discover
-from hami_dcu.deviceplugin.faketree import lay_out
-from hami_dcu.deviceplugin.vdev import parse_dirname
 from hami_dcu.dra.cdi import spec_file_name
 from hami_dcu.dra.core import DriverCore, PrepareFailed
 from hami_dcu.dra.records import RecordStore
+from hami_dcu.node.discovery import discover
+from hami_dcu.node.faketree import lay_out
+from hami_dcu.node.vdev import parse_dirname
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from hami_dcu.deviceplugin import libpath
-from hami_dcu.deviceplugin.smi import RsmiBackend, SmiError
+from hami_dcu.node import libpath
+from hami_dcu.node.smi import RsmiBackend, SmiError
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="ownership checks need files owned by root")
 

@@ -4,10 +4,10 @@ from dataclasses import replace
 
 import pytest
 
-from hami_dcu.deviceplugin.discovery import discover
-from hami_dcu.deviceplugin.faketree import lay_out
-from hami_dcu.deviceplugin.health import SmiHealth, card_health
-from hami_dcu.deviceplugin.smi import Card, SmiError
+from hami_dcu.node.discovery import discover
+from hami_dcu.node.faketree import lay_out
+from hami_dcu.node.health import SmiHealth, card_health
+from hami_dcu.node.smi import Card, SmiError
 
 CARDS = [
     Card(0, "S1", "K100_AI", 65520, 120, "0000:3D:00.0"),

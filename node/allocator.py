@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hami_dcu.deviceplugin.vdev import VdevDir
+from hami_dcu.node.vdev import VdevDir
 
 PIPES_PER_CARD = 20
 VDEVS_PER_NODE = 200

@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 
 from hami_dcu.common import keys
-from hami_dcu.deviceplugin.smi import Card
+from hami_dcu.node.smi import Card
 
 OTHER_VENDOR = "0x1002"
 

@@ -2,10 +2,10 @@
 always registered 0); -1 (no NUMA information) reads as 0."""
 
 from hami_dcu.common.codec import NodeDevice, decode_node_devices, encode_node_devices
-from hami_dcu.deviceplugin.discovery import discover
-from hami_dcu.deviceplugin.faketree import lay_out
-from hami_dcu.deviceplugin.numa import numa_node_path, read_numa_node
-from hami_dcu.deviceplugin.smi import Card
+from hami_dcu.node.discovery import discover
+from hami_dcu.node.faketree import lay_out
+from hami_dcu.node.numa import numa_node_path, read_numa_node
+from hami_dcu.node.smi import Card
 
 
 def test_discovery_takes_the_numa_node_from_sysfs(tmp_path):

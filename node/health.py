@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from hami_dcu.deviceplugin.discovery import DcuCard
-from hami_dcu.deviceplugin.smi import Card, SmiBackend, SmiError
+from hami_dcu.node.discovery import DcuCard
+from hami_dcu.node.smi import Card, SmiBackend, SmiError
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hami_dcu.common import keys
-from hami_dcu.deviceplugin.numa import read_numa_node
-from hami_dcu.deviceplugin.smi import Card
+from hami_dcu.node.numa import read_numa_node
+from hami_dcu.node.smi import Card
 
 log = logging.getLogger(__name__)
 _DRM_NAME = re.compile(r"(card|renderD)(\d+)")

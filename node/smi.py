@@ -19,7 +19,7 @@ from typing import Protocol
 
 import yaml
 
-from hami_dcu.deviceplugin import libpath
+from hami_dcu.node import libpath
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ class RsmiBackend:
         found = libpath.find(library, os.environ.get("LD_LIBRARY_PATH"))
         if found is not None and (why := libpath.unsafe(found)):
             raise SmiError(f"refusing to load {found}: {why} (a library anyone but root can replace would run "
-                           "as the device plugin)")
+                           "as the kubelet plugin, as root)")
         try:
             self.lib = ctypes.CDLL(str(found) if found is not None else library)
         except OSError as exc:
