@@ -79,12 +79,6 @@ def parse(*argv):
     return parser.parse_args(list(argv))
 
 
-def test_sample_mock_file_is_two_k100_ai_and_the_default_in_mock_mode():
-    cards = command.make_backend(parse("--smi", "mock")).cards()
-    assert [(c.model, c.memory_mib, c.compute_units) for c in cards] == [("K100_AI", 65520, 120)] * 2
-    assert len({c.serial for c in cards}) == 2 and len({c.pci_bus_id for c in cards}) == 2
-
-
 def test_health_change_republishes_the_node_at_once(kube, tmp_path):
     kube.create_node({"metadata": {"name": "w3"}})
     mock = tmp_path / "w3.yaml"
