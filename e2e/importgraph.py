@@ -2,13 +2,15 @@
 
     python e2e/importgraph.py [REPO_ROOT]
 
-Each top-level folder of the repository that holds an `__init__.py` is the package
-`hami_dcu.<folder>` (pyproject's package-dir maps them so; this script reads no pyproject, so
-it runs with nothing installed). Every `import` and `from ... import` in a package's modules,
-at any depth (imports inside functions count: they are dependencies all the same), that names
-another package is one edge; the output is one line per pair, "a -> b (n imports)", sorted.
+Each top-level folder of the repository that holds an `__init__.py` is a package: a product
+folder is `hami_dcu.<folder>` (pyproject's package-dir maps them so), the test harness (e2e/,
+not installed) is imported by its folder name alone; an import spelt either way counts for the
+folder. This script reads no pyproject, so it runs with nothing installed. Every `import` and
+`from ... import` in a package's modules, at any depth (imports inside functions count: they are
+dependencies all the same), that names another package is one edge; the output is one line per
+pair, "a -> b (n imports)", sorted.
 
-Module names in string literals (`"hami_dcu.e2e.demo"`, loaded with importlib at run time)
+Module names in string literals (`"hami_dcu.cli.demo"`, loaded with importlib at run time)
 are dependencies no static import shows: they follow, as "a -> b (n by name)".
 
 Self-contained on purpose: it imports nothing from the project, so a broken import anywhere
@@ -74,9 +76,12 @@ def named(tree: ast.AST) -> Iterator[str]:
 
 
 def top_level(name: str, known: set[str]) -> str | None:
+    """The folder a module name is in: `hami_dcu.<folder>...`, or `<folder>...` (the harness)."""
     parts = name.split(".")
     if len(parts) >= 2 and parts[0] == ROOT_PACKAGE and parts[1] in known:
         return parts[1]
+    if parts[0] in known:
+        return parts[0]
     return None
 
 

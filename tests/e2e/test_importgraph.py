@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hami_dcu.e2e import importgraph
+from e2e import importgraph
 
 SCRIPT = Path(importgraph.__file__)
 
@@ -31,6 +31,17 @@ def test_counts_imports_between_packages_only(tmp_path):
     static, by_name = importgraph.graph(root)
     assert static == {("alpha", "beta"): 2, ("alpha", "gamma"): 1, ("beta", "alpha"): 1}
     assert not by_name
+
+
+def test_a_folder_imported_by_its_own_name_counts_for_it(tmp_path):
+    root = tree(tmp_path, {
+        "alpha/__init__.py": "",
+        "harness/__init__.py": "from harness.tools import x\nfrom hami_dcu.alpha import y\n",
+        "harness/tools.py": "",
+        "beta/__init__.py": "import harness.tools\nimport os.path\n",
+    })
+    static, _ = importgraph.graph(root)
+    assert static == {("harness", "alpha"): 1, ("beta", "harness"): 1}
 
 
 def test_resolves_relative_imports(tmp_path):
