@@ -249,7 +249,7 @@ class SchedulerService:
         not_ours = volcano_owned(pod, self.settings.filter.volcano_scheduler)
         if not_ours:
             log.warning("preempt %s: no victims anywhere: %s", who, not_ours)
-            return preemption_result({})
+            return "volcano", preemption_result({})
         refused = self.refusal(pod)
         if refused is not None:
             log.info("preempt %s: refused (%s), no victims anywhere: %s", who, refused.check, refused.message)

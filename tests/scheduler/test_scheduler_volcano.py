@@ -58,11 +58,15 @@ async def test_bind_refuses_a_volcano_pod_and_writes_nothing(kube, volcano_clien
 
 
 async def test_preemption_offers_no_victims_for_a_volcano_pod(kube, volcano_client):
-    _, client = volcano_client
+    service, client = volcano_client
     pod = dcu_pod("v", scheduler=VOLCANO)
     body = {"Pod": pod, "NodeNameToVictims": None,
             "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "x"}], "NumPDBViolations": 0}}}
     assert await (await client.post("/preempt", json=body)).json() == {"NodeNameToMetaVictims": {}}
+    # A decision, not a failure: counted under its own result, not as an error.
+    samples = service.metrics.registry.get_sample_value
+    assert samples("hami_dcu_scheduler_preempt_seconds_count", {"result": "volcano"}) == 1
+    assert not samples("hami_dcu_scheduler_preempt_seconds_count", {"result": "error"})
 
 
 def test_the_flag_reaches_the_extenders_guard():
