@@ -127,6 +127,9 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
     dra = None
     if getattr(args, "mode", "devicePlugin") == "dra":
         from hami_dcu.webhook.draclaims import DraClaims
+
+        if service.kube is None:  # the webhook lists the published card sizes through it
+            raise ValueError("--mode dra: the webhook needs the API server, and this extender has no client")
         settings, dra = replace(settings, mode="dra"), DraClaims(service.kube)
     add_webhook_routes(app, settings, service.metrics.registry, body_deadline=limits.body_timeout, dra=dra)
 

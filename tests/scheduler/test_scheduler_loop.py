@@ -4,6 +4,7 @@ own endpoints (readyz, metrics, --serve-webhook) behave."""
 import argparse
 import asyncio
 
+import pytest
 from scheduler_helpers import create_nodes, dcu_pod, until
 
 from hami_dcu.cli.localcluster.scheduler_loop import SchedulerLoop
@@ -56,6 +57,19 @@ async def test_readyz_metrics_and_webhook_mount(service, aiohttp_client):
     assert "hami_dcu_scheduler_node_lock_contention" in metrics
     review = await client.post("/webhook", data=b"{}")
     assert review.status == 400  # the webhook's own answer to a bad review: the route is mounted
+
+
+def test_dra_webhook_mount_needs_the_api():
+    # DRA mode's webhook lists the published card sizes: an extender without a client cannot serve it.
+    from aiohttp import web
+
+    from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
+
+    app = web.Application()
+    args = argparse.Namespace(scheduler_name="hami-scheduler", mode="dra")
+    with pytest.raises(ValueError, match="needs the API server"):
+        command._mount_webhook(app, args, SchedulerService(None, ServiceSettings(mode="dra")))
+    assert not any(route.resource and route.resource.canonical == "/webhook" for route in app.router.routes())
 
 
 def test_settings_from_flags():
