@@ -38,7 +38,7 @@ def setup_logging(level: str = "info") -> None:
     # The format names no thread, process or source line: skip collecting them per record
     # (findCaller walks the stack on every call).
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-    logging._srcfile = None  # type: ignore[attr-defined]  # the documented way to skip findCaller
+    logging._srcfile = None  # the documented way to skip findCaller
     handler = logging.StreamHandler()
     handler.setFormatter(UtcFormatter())
     root = logging.getLogger()

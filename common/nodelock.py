@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from hami_dcu.common import keys
 from hami_dcu.common import lockpurpose as purpose
 from hami_dcu.common.codec import CodecError, LockValue, decode_lock, encode_lock
-from hami_dcu.common.kube import ConflictError, Kube, KubeError, NotFoundError, UnreachableError
+from hami_dcu.common.kube import JSON, ConflictError, Kube, KubeError, NotFoundError, UnreachableError
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def _ambiguous(exc: KubeError) -> bool:
     return isinstance(exc, UnreachableError) or exc.status >= 500
 
 
-def lock_annotation(node_obj: dict) -> str | None:
+def lock_annotation(node_obj: JSON) -> str | None:
     return ((node_obj.get("metadata") or {}).get("annotations") or {}).get(keys.NODE_LOCK)
 
 
@@ -201,7 +201,7 @@ class NodeLock:
         assert lock is not None
         raise LockContention(node, lock, same_pod=lock.held_by(namespace, name))
 
-    def _pod(self, namespace: str, name: str) -> dict | None:
+    def _pod(self, namespace: str, name: str) -> JSON | None:
         try:
             return self.kube.get_pod(namespace, name)
         except NotFoundError:
@@ -209,12 +209,12 @@ class NodeLock:
 
     # --- releasing -----------------------------------------------------------------------
 
-    def release_value(self, node: str, value: str, known: dict | None = None) -> bool:
+    def release_value(self, node: str, value: str, known: JSON | None = None) -> bool:
         """Remove the lock if its value is exactly `value` (the one an attempt wrote, or the
         one a caller judged obsolete). True when it is gone because of this call."""
         return self._remove_if(node, lambda current: current == value, f"lock {value!r}", known)
 
-    def release(self, node: str, namespace: str, name: str, known: dict | None = None) -> bool:
+    def release(self, node: str, namespace: str, name: str, known: JSON | None = None) -> bool:
         """Remove the lock if (and only if) pod namespace/name holds it, whichever attempt
         wrote it (the device plugin, done with that pod's Allocate). True when removed; False
         also when the node is gone (its lock went with it; HAMi calls that an error).
@@ -231,7 +231,7 @@ class NodeLock:
 
         return self._remove_if(node, held_by_pod, f"lock of {namespace}/{name}", known)
 
-    def _remove_if(self, node: str, ours: Callable[[str], bool], what: str, known: dict | None) -> bool:
+    def _remove_if(self, node: str, ours: Callable[[str], bool], what: str, known: JSON | None) -> bool:
         removed_maybe = False  # a delete of ours may have landed without us hearing so
         for _ in range(_CAS_ATTEMPTS):
             try:

@@ -90,7 +90,9 @@ def unknown_card_words(value: str) -> list[str]:
 def names_no_type(use_type: str | None) -> bool:
     """A `use-<set>type` value of only empty entries (",,", " , "): HAMi matches no card with
     it. An empty or blank value is no constraint."""
-    return bool(use_type and use_type.strip()) and not any(t.strip() for t in use_type.split(","))
+    if not use_type or not use_type.strip():
+        return False
+    return not any(t.strip() for t in use_type.split(","))
 
 
 def parse_node_policy(value: str | None) -> str | None:

@@ -22,7 +22,6 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from numbers import Real
 from typing import Any, Protocol
 
 from kubernetes.utils.quantity import parse_quantity
@@ -118,7 +117,7 @@ class Amounts(Protocol):
     def memory(self) -> int: ...
 
     @property
-    def cores(self) -> Real: ...
+    def cores(self) -> int | Fraction: ...
 
 
 def exceeded(limits: QuotaLimits, used: Amounts, asked: Amounts, names: ResourceNames) -> str | None:
@@ -134,7 +133,7 @@ def exceeded(limits: QuotaLimits, used: Amounts, asked: Amounts, names: Resource
     return None
 
 
-def figure(value: Real) -> str:
+def figure(value: int | Fraction) -> str:
     """A whole number as is; a fraction (DRA mode's cores) to two decimals, never shown below
     what it is, so `used + requested` as shown is never under the limit it broke."""
     whole = int(value)

@@ -95,9 +95,10 @@ class Caller:
         extra = info.get("extra") if isinstance(info.get("extra"), Mapping) else {}
         nodes = extra.get(NODE_NAME_EXTRA) if isinstance(extra, Mapping) else None
         node = nodes[0] if isinstance(nodes, list) and len(nodes) == 1 and isinstance(nodes[0], str) else None
-        username = info.get("username") if isinstance(info.get("username"), str) else ""
-        groups = info.get("groups") if isinstance(info.get("groups"), list) else []
-        return cls(username=username, node=node or None, groups=frozenset(g for g in groups if isinstance(g, str)))
+        username, groups = info.get("username"), info.get("groups")
+        return cls(username=username if isinstance(username, str) else "", node=node or None,
+                   groups=frozenset(g for g in groups if isinstance(g, str)) if isinstance(groups, list)
+                   else frozenset())
 
 
 def annotations_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
