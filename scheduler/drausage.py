@@ -168,10 +168,10 @@ class DraUsage:
 
     def _compute(self) -> dict[str, float]:
         capacity: dict[str, list[int]] = {}
-        for device in self.devices.values():
-            total = capacity.setdefault(device.node, [0, 0, 0, 0])
-            total[0] += device.capacity.cores
-            total[1] += device.capacity.memory
+        for published in self.devices.values():
+            total = capacity.setdefault(published.node, [0, 0, 0, 0])
+            total[0] += published.capacity.cores
+            total[1] += published.capacity.memory
         for held in self._claims.values():
             for consumed in held:
                 device = self.devices.get(consumed.key)

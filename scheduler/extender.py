@@ -47,11 +47,15 @@ class FilterArgs:
         return [str((n.get("metadata") or {}).get("name", "")) for n in self.nodes or []]
 
 
-def _checked_pod(body: object, kind: str, what: str) -> JSON:
-    """The request's Pod, checked before any decision reads it: a wrongly typed field gets its
-    name in Error instead of surfacing as an exception deep in the filter ("internal error")."""
+def _wire_object(body: object, kind: str) -> JSON:
     if not isinstance(body, dict):
         raise WireError(f"{kind} must be a JSON object")
+    return body
+
+
+def _checked_pod(body: JSON, what: str) -> JSON:
+    """The request's Pod, checked before any decision reads it: a wrongly typed field gets its
+    name in Error instead of surfacing as an exception deep in the filter ("internal error")."""
     pod = get_field(body, "Pod")
     if not isinstance(pod, dict):
         raise WireError(f"{what} missing pod")
@@ -62,9 +66,10 @@ def _checked_pod(body: object, kind: str, what: str) -> JSON:
 
 
 def parse_filter_args(body: object) -> FilterArgs:
-    pod = _checked_pod(body, "ExtenderArgs", "extender args")
-    names = get_field(body, "NodeNames")
-    nodes = get_field(body, "Nodes")
+    args = _wire_object(body, "ExtenderArgs")
+    pod = _checked_pod(args, "extender args")
+    names = get_field(args, "NodeNames")
+    nodes = get_field(args, "Nodes")
     if names is not None and (not isinstance(names, list) or not _all_strings(names)):
         raise WireError("NodeNames must be a list of strings")
     items: list[JSON] | None = None
@@ -172,9 +177,10 @@ class PreemptionArgs:
 def parse_preemption_args(body: object) -> PreemptionArgs:
     """ExtenderPreemptionArgs: victims as UIDs (`NodeNameToMetaVictims`, nodeCacheCapable) or
     as whole pods (`NodeNameToVictims`); either way only their UIDs are kept."""
-    pod = _checked_pod(body, "ExtenderPreemptionArgs", "preemption args")
-    meta = get_field(body, "NodeNameToMetaVictims")
-    full = get_field(body, "NodeNameToVictims")
+    args = _wire_object(body, "ExtenderPreemptionArgs")
+    pod = _checked_pod(args, "preemption args")
+    meta = get_field(args, "NodeNameToMetaVictims")
+    full = get_field(args, "NodeNameToVictims")
     source, whole = (meta, False) if meta is not None else (full, True)
     if source is None:
         return PreemptionArgs(pod, {})

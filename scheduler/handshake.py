@@ -53,7 +53,7 @@ def allocates_dcu(node: dict[str, Any], count_resource: str) -> bool:
     if not isinstance(value, str | int) or isinstance(value, bool) or len(str(value)) > 64:
         return False
     try:
-        return parse_quantity(value) > 0
+        return bool(parse_quantity(value) > 0)  # a Decimal, untyped in kubernetes
     except (ValueError, ArithmeticError):
         return False
 

@@ -45,17 +45,19 @@ from dataclasses import dataclass
 from hami_dcu.common import keys
 from hami_dcu.common.preferences import (
     BINPACK,
-    DEFAULT_WEIGHTS,
     MUTEX,
     NODE_WORDS,
     NUMA,
-    SPREAD,
-    CardPolicy,
-    Weights,
     numa_bind,
-    parse_card_policy,
     parse_node_policy,
 )
+
+# Re-exported: the scheduler names the card-policy vocabulary through this module.
+from hami_dcu.common.preferences import DEFAULT_WEIGHTS as DEFAULT_WEIGHTS
+from hami_dcu.common.preferences import SPREAD as SPREAD
+from hami_dcu.common.preferences import CardPolicy as CardPolicy
+from hami_dcu.common.preferences import Weights as Weights
+from hami_dcu.common.preferences import parse_card_policy as parse_card_policy
 
 POLICIES = NODE_WORDS  # node policies
 DEFAULT_NODE_POLICY = BINPACK
