@@ -39,7 +39,7 @@ def render(usage: ClusterUsage, output: str, pending: Sequence[PendingPod] = (),
 
 def as_document(usage: ClusterUsage, pending: Sequence[PendingPod] = (), dra: DraUsage | None = None) -> dict[str, Any]:
     """The whole picture as JSON-compatible data (datetimes as RFC3339 strings)."""
-    document = _plain(dataclasses.asdict(usage))
+    document: dict[str, Any] = _plain(dataclasses.asdict(usage))
     document["pending"] = [dataclasses.asdict(p) for p in pending]
     if dra is not None:
         document["dra"] = _plain(dataclasses.asdict(dra))
@@ -91,11 +91,10 @@ def _card_rows(nodes: Sequence[NodeUsage], wide: bool) -> list[list[str]]:
             if not wide:
                 rows.append([*cells, ", ".join(f"{s.owner} {_share(s)}" for s in card.shares) or "-"])
                 continue
-            first, *rest = card.shares or [None]
             card_cells = [*cells, str(card.index), str(card.numa)]
-            rows.append([*card_cells, *_share_cells(first)])
+            rows.append([*card_cells, *_share_cells(card.shares[0] if card.shares else None)])
             # Further shares of the same card: the card's cells left blank, as kubectl groups rows.
-            rows.extend([*([""] * len(card_cells)), *_share_cells(share)] for share in rest)
+            rows.extend([*([""] * len(card_cells)), *_share_cells(share)] for share in card.shares[1:])
     return rows
 
 
@@ -110,10 +109,9 @@ def _dra_rows(dra: DraUsage, wide: bool) -> list[list[str]]:
             rows.append([*cells, ", ".join(f"{s.owner} {_claim_share(s, card.cores_total)}"
                                            for s in card.shares) or "-"])
             continue
-        first, *rest = card.shares or [None]
         card_cells = [*cells, card.serial or "-"]
-        rows.append([*card_cells, *_claim_cells(first, card.cores_total)])
-        rows.extend([*([""] * len(card_cells)), *_claim_cells(share, card.cores_total)] for share in rest)
+        rows.append([*card_cells, *_claim_cells(card.shares[0] if card.shares else None, card.cores_total)])
+        rows.extend([*([""] * len(card_cells)), *_claim_cells(share, card.cores_total)] for share in card.shares[1:])
     return rows
 
 

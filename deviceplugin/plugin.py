@@ -226,10 +226,10 @@ class PluginCore:
             namespace, name = self._lock_holder(node_obj)
             pending = self._pending_pods(namespace, name, listing)
             holder = (namespace, name)
-            pod = next((p for p in pending if (p["metadata"].get("namespace"), p["metadata"].get("name")) == holder),
-                       None)
-            if pod is None:  # not Pending on this node: read it to say exactly why (the slow path)
-                pod = self._read_holder(namespace, name)
+            found = next((p for p in pending if (p["metadata"].get("namespace"), p["metadata"].get("name")) == holder),
+                         None)
+            # Not Pending on this node: read it to say exactly why (the slow path).
+            pod = found if found is not None else self._read_holder(namespace, name)
             self._refuse_if_not_for_holder(pod, node_obj)
             self._refuse_if_ambiguous(pod, pending)
         entry_containers = self._entry_containers(pod)
@@ -264,7 +264,8 @@ class PluginCore:
                         namespace, name, container_plan.container, self.node, ",".join(ids),
                         ",".join(d.uuid for d in container_plan.devices),
                     )
-                update = {keys.POD_DEVICES_TO_ALLOCATE: planning.erased_annotation(container_plan)}
+                update: dict[str, str | None] = {
+                    keys.POD_DEVICES_TO_ALLOCATE: planning.erased_annotation(container_plan)}
                 if container_plan.done:
                     # The last container: its pod write ("erased" and "success" in one) goes
                     # out while its files are written. The lock release follows it, after the

@@ -43,8 +43,10 @@ def reserved_pods(claim: JSON) -> list[PodRef]:
     namespace = meta.get("namespace")
     status = claim.get("status")
     reserved = status.get("reservedFor") if isinstance(status, dict) else None
+    if not isinstance(reserved, list) or not isinstance(namespace, str):
+        return []
     pods: list[PodRef] = []
-    for entry in reserved if isinstance(reserved, list) and isinstance(namespace, str) else []:
+    for entry in reserved:
         if not isinstance(entry, dict) or entry.get("resource") != "pods" or entry.get("apiGroup"):
             continue
         name, uid = entry.get("name"), entry.get("uid")

@@ -89,6 +89,6 @@ def same_devices(published: JSON | None, spec: JSON) -> bool:
     if published is None:
         return False
     old = published.get("spec") or {}
-    return (old.get("nodeName") == spec["nodeName"] and old.get("driver") == spec["driver"]
-            and canonical(old.get("devices") or []) == canonical(spec["devices"]))
+    return bool(old.get("nodeName") == spec["nodeName"] and old.get("driver") == spec["driver"]
+                and canonical(old.get("devices") or []) == canonical(spec["devices"]))
 

@@ -41,6 +41,7 @@ MAX_SUBREQUESTS = 8  # the API's limit on firstAvailable
 REQUEST = "dcu"
 TEMPLATE_PREFIX = "hami-dcu-"
 LABEL_MAX = 63
+EVERY_NAMING = tuple(n.resources for n in keys.NAMINGS.values())  # both sets: the webhook reads pods of either
 
 
 class TranslateError(ValueError):
@@ -132,7 +133,7 @@ def _naming_of(container: JSON, namings: tuple[ResourceNames, ...]) -> ResourceN
 
 
 def translate(pod: JSON, unit_counts: tuple[int, ...],
-              namings: tuple[ResourceNames, ...] = tuple(n.resources for n in keys.NAMINGS.values())) -> Translation:
+              namings: tuple[ResourceNames, ...] = EVERY_NAMING) -> Translation:
     """The patch and templates that make `pod` ask through claims; empty when it asks no DCU
     or already uses resourceClaims. Raises TranslateError or RequestError for a request that
     cannot be honoured."""

@@ -72,7 +72,7 @@ def _mentions(pod: JSON, resource_map: dict[str, str], annotation_map: dict[str,
                 if values and not resource_map.keys().isdisjoint(values):
                     return True
     annotations = (pod.get("metadata") or {}).get("annotations")
-    return bool(annotations) and not annotation_map.keys().isdisjoint(annotations)
+    return bool(annotations and not annotation_map.keys().isdisjoint(annotations))
 
 
 def _rename(values: dict[str, Any] | None, mapping: dict[str, str], found: list[tuple[str, str]],
