@@ -139,6 +139,12 @@ def parse_path(path: str) -> Target:
     return Target(resource, namespace, name, subresource)
 
 
+def _object_at(obj: JSON, key: str) -> JSON:
+    """obj[key] when it is an object; else an empty one."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _is_true(value: str | None) -> bool:
     return (value or "").lower() in ("true", "1")
 
@@ -341,7 +347,7 @@ class ApiApp:
                              if k in ("name", "namespace", "uid", "creationTimestamp")})
             admitted = await self._admit(hook, request, UPDATE, t, proposed, current)
             try:
-                return self.store.update(t.resource, ns, name, lambda _latest, a=admitted: a,
+                return self.store.update(t.resource, ns, name, _replacing_with(admitted),
                                          precondition_rv=version, copy=False)
             except StoreError as exc:
                 if exc.code != 409 or precondition is not None:
@@ -447,8 +453,8 @@ class ApiApp:
 
     async def _bind(self, request: web.Request, t: Target) -> web.Response:
         body = await _json_object(request)
-        meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
-        target = body.get("target") if isinstance(body.get("target"), dict) else {}
+        meta = _object_at(body, "metadata")
+        target = _object_at(body, "target")
         if meta.get("name") != t.name:
             raise StoreError(400, "BadRequest", "name in URL does not match name in Binding object")
         if not target.get("name"):
@@ -460,7 +466,7 @@ class ApiApp:
             # The Binding is admitted as kube-apiserver admits it: CREATE of pods/binding.
             binding = {**body, "metadata": {**meta, "namespace": t.namespace or ""}}
             admitted = await self._admit(self.admission, request, CREATE, t, binding)
-            meta = admitted.get("metadata") if isinstance(admitted.get("metadata"), dict) else {}
+            meta = _object_at(admitted, "metadata")
         node = target["name"]
         annotations = meta.get("annotations") or {}
 
@@ -595,6 +601,11 @@ class ApiApp:
                 await response.write(b"".join(lines))
             if stop:
                 return
+
+
+def _replacing_with(obj: JSON) -> Callable[[JSON], JSON]:
+    """A store.update change that writes `obj` whatever is stored."""
+    return lambda _latest: obj
 
 
 def _event_for(change: Change, t: Target, predicate: Predicate | None) -> JSON | None:

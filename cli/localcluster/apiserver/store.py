@@ -10,6 +10,7 @@ private copies by default.
 
 from __future__ import annotations
 
+import builtins
 import threading
 import time
 import uuid
@@ -237,7 +238,7 @@ class Store:
 
         return unsubscribe
 
-    def changes_since(self, rv: int) -> list[Change]:
+    def changes_since(self, rv: int) -> builtins.list[Change]:  # `list` in this class is the method
         """Changes strictly after `rv`; StoreError 410 Expired when some left the history."""
         with self._lock:
             if rv < self._oldest_rv - 1:
