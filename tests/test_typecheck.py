@@ -35,3 +35,19 @@ def test_a_pyproject_without_a_package_list_is_refused(tmp_path):
     pyproject.write_text('[tool.setuptools.packages.find]\nwhere = ["."]\n')
     with pytest.raises(typecheck.NotInstalled, match=r"no \[tool\.setuptools\] packages list"):
         typecheck.installed_packages(pyproject)
+
+
+def test_every_module_the_mypy_overrides_name_is_checked():
+    # A module renamed or moved (deviceplugin/ to node/) would silently lose its strictness.
+    import tomllib
+
+    checked = {s.module for s in typecheck.all_sources(typecheck.installed_packages(ROOT / "pyproject.toml"))}
+    with (ROOT / "pyproject.toml").open("rb") as stream:
+        overrides = tomllib.load(stream)["tool"]["mypy"]["overrides"]
+    ours = [name for o in overrides for name in o["module"] if name.startswith("hami_dcu.")]
+    assert ours
+    for name in ours:
+        if name.endswith(".*"):
+            assert any(m.startswith(name[:-1]) for m in checked), name
+        else:
+            assert name in checked, name
