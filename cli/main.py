@@ -22,6 +22,7 @@ from types import ModuleType
 from hami_dcu.cli.errors import EXIT_USAGE, run_reporting, say
 from hami_dcu.cli.startup import startup_problems
 from hami_dcu.common import keys
+from hami_dcu.common.errors import CliError
 from hami_dcu.common.logs import setup_logging
 
 # gRPC's C core logs connection teardown at INFO on stderr; our own logs say what matters.
@@ -85,7 +86,7 @@ class OneLineParser(argparse.ArgumentParser):
         return parsed
 
 
-class MissingSubcommand(ValueError):
+class MissingSubcommand(CliError, ValueError):
     """Common flags with no subcommand after them."""
 
 

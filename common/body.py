@@ -18,18 +18,18 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
+from hami_dcu.common.errors import HamiDcuError
+
 # kube-apiserver gives a webhook at most 30 s, kube-scheduler an extender 30 s by default.
 BODY_DEADLINE = 30.0
 
 
-class BodyError(ValueError):
-    """The body cannot be read; `status` is the HTTP status that says why."""
-
-    status = 400
+class BodyError(HamiDcuError, ValueError):
+    """The body cannot be read; `http_status` is the HTTP status that says why."""
 
 
 class BodyTooLarge(BodyError):
-    status = 413
+    http_status = 413
 
     def __init__(self, limit: int) -> None:
         super().__init__(f"body larger than {limit} bytes")
@@ -37,7 +37,7 @@ class BodyTooLarge(BodyError):
 
 
 class BodyTimeout(BodyError):
-    status = 408
+    http_status = 408
 
 
 async def read_body(request: web.Request, limit: int, deadline: float = BODY_DEADLINE) -> bytes:

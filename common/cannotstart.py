@@ -4,6 +4,8 @@ log line with a timestamp would read as something that happened while running.""
 
 from __future__ import annotations
 
+from hami_dcu.common.errors import HamiDcuError
 
-class CannotStart(RuntimeError):
+
+class CannotStart(HamiDcuError, RuntimeError):
     pass

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from hami_dcu.common import keys, untrusted
+from hami_dcu.common.errors import HamiDcuError
 
 INT32_MAX = 2**31 - 1
 
@@ -43,7 +44,7 @@ INT32_MAX = 2**31 - 1
 PART_SHOWN = 120  # characters of an undecodable value quoted in a CodecError
 
 
-class CodecError(ValueError):
+class CodecError(HamiDcuError, ValueError):
     """A wire value that cannot be decoded. The message names the annotation and the part."""
 
     def __init__(self, annotation: str, part: str, problem: str) -> None:

@@ -31,6 +31,8 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from hami_dcu.common.errors import HamiDcuError
+
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
@@ -39,12 +41,16 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
 
-class KubeConfigError(RuntimeError):
+class KubeConfigError(HamiDcuError, RuntimeError):
     """No usable cluster configuration (kubeconfig missing or broken, not in a cluster)."""
 
 
-class KubeError(RuntimeError):
-    """The API server answered with an error status."""
+class KubeError(HamiDcuError, RuntimeError):
+    """The API server answered with an error status. To our own callers that is a service
+    unavailable for now (`status` is the API server's, `http_status` ours)."""
+
+    http_status = 503
+    grpc_code = "UNAVAILABLE"
 
     def __init__(self, status: int, reason: str, message: str) -> None:
         self.status = status
@@ -59,6 +65,9 @@ class NotFoundError(KubeError):
 
 class ConflictError(KubeError):
     """409: a stale resourceVersion, an existing name, or a pod already bound."""
+
+    http_status = 409
+    grpc_code = "ABORTED"
 
 
 class GoneError(KubeError):

@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from hami_dcu.common import keys
 from hami_dcu.common import lockpurpose as purpose
 from hami_dcu.common.codec import CodecError, LockValue, decode_lock, encode_lock
+from hami_dcu.common.errors import HamiDcuError
 from hami_dcu.common.kube import JSON, ConflictError, Kube, KubeError, NotFoundError, UnreachableError
 
 log = logging.getLogger(__name__)
@@ -44,9 +45,12 @@ _CAS_ATTEMPTS = 8
 _READ_BACK_ATTEMPTS = 3
 
 
-class LockContention(RuntimeError):
+class LockContention(HamiDcuError, RuntimeError):
     """The node is locked by a live holder. `same_pod`: the lock names the pod we want to
     lock for, written by another attempt (a duplicate /bind), which owns it."""
+
+    http_status = 409
+    grpc_code = "ABORTED"
 
     def __init__(self, node: str, lock: LockValue, same_pod: bool = False) -> None:
         self.node = node
@@ -56,8 +60,11 @@ class LockContention(RuntimeError):
         super().__init__(f"node {node} is locked by {owner} since {lock.since.isoformat()}")
 
 
-class LockError(RuntimeError):
+class LockError(HamiDcuError, RuntimeError):
     """The lock could not be written (the node kept changing, or is gone)."""
+
+    http_status = 409
+    grpc_code = "ABORTED"
 
 
 class LockStale(LockError):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from hami_dcu.common.errors import HamiDcuError
 from hami_dcu.common.untrusted import shown
 
 BINPACK = "binpack"
@@ -115,7 +116,7 @@ class Weights:
 DEFAULT_WEIGHTS = Weights()
 
 
-class WeightsError(ValueError):
+class WeightsError(HamiDcuError, ValueError):
     """A scoring-weights value HAMi refuses; the message says what to write."""
 
 

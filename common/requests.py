@@ -28,6 +28,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from hami_dcu.common import keys
 from hami_dcu.common.counting import start_order
+from hami_dcu.common.errors import HamiDcuError
 from hami_dcu.common.keys import ResourceNames
 
 INT32_MAX = 2**31 - 1
@@ -37,7 +38,7 @@ _SHOWN_CHARS = 40
 _QUANTITY_MAX_CHARS = 64  # far more than any quantity of these resources needs
 
 
-class RequestError(ValueError):
+class RequestError(HamiDcuError, ValueError):
     """A DCU request that cannot be honoured as written."""
 
 

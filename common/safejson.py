@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 
+from hami_dcu.common.errors import HamiDcuError
+
 MAX_DEPTH = 64
 _CONTAINERS = frozenset((dict, list))
 
 
-class JsonError(ValueError):
+class JsonError(HamiDcuError, ValueError):
     """The body is not JSON we accept; the message says why."""
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import CodecError, decode_pod_devices
+from hami_dcu.common.errors import DevicePluginError
 from hami_dcu.common.keys import ResourceNames
 from hami_dcu.common.requests import pod_containers
 from hami_dcu.deviceplugin.plan import card_of_fake_id, who
@@ -36,7 +37,7 @@ from hami_dcu.deviceplugin.plan import card_of_fake_id, who
 JSON = dict[str, Any]
 
 
-class LocklessRefused(RuntimeError):
+class LocklessRefused(DevicePluginError, RuntimeError):
     """No pod, or more than one, can be the one this lockless Allocate call is for."""
 
     def __init__(self, message: str, ambiguous: bool = False) -> None:

@@ -14,13 +14,14 @@ from typing import Any
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import CodecError, ContainerDevice, PodDevices, decode_pod_devices, encode_pod_devices
+from hami_dcu.common.errors import DevicePluginError
 from hami_dcu.common.requests import pod_containers
 from hami_dcu.node.discovery import DcuCard
 
 JSON = dict[str, Any]
 
 
-class AllocateRefused(RuntimeError):
+class AllocateRefused(DevicePluginError, RuntimeError):
     """The request cannot be tied to a pod that proves it is the one being admitted."""
 
 

@@ -27,6 +27,7 @@ from hami_dcu.common.codec import (
     encode_node_devices,
     encode_reported,
 )
+from hami_dcu.common.errors import DevicePluginError
 from hami_dcu.common.kube import ConflictError, Kube, KubeError, NotFoundError, UnreachableError
 from hami_dcu.common.nodelock import LockError, NodeLock, lock_annotation
 from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
@@ -60,7 +61,7 @@ def _transient(exc: KubeError) -> bool:
     return isinstance(exc, ConflictError | UnreachableError) or exc.status == 429 or exc.status >= 500
 
 
-class AllocateFailed(RuntimeError):
+class AllocateFailed(DevicePluginError, RuntimeError):
     """Allocate could not be served; the message goes back to the kubelet and the pod."""
 
 

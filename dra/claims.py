@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hami_dcu.common.errors import DraError
 from hami_dcu.dra import names
 from hami_dcu.dra.quantity import QuantityError, to_int
 from hami_dcu.node.discovery import DcuCard
@@ -19,7 +20,7 @@ from hami_dcu.node.discovery import DcuCard
 JSON = dict[str, Any]
 
 
-class ClaimRefused(ValueError):
+class ClaimRefused(DraError, ValueError):
     """The claim cannot be prepared here; the message goes back to the kubelet and the pod."""
 
 

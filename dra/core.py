@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from hami_dcu.common.errors import DraError
 from hami_dcu.dra import cdi
 from hami_dcu.dra.claims import ClaimRefused, Share, cards_by_device, plan_claim, who
 from hami_dcu.dra.holdings import conflict
@@ -35,7 +36,7 @@ UNSERVED_CARD = -1  # card index of a restored grant whose card is no longer ser
 _UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}")  # a claim UID also names files: nothing else passes
 
 
-class PrepareFailed(RuntimeError):
+class PrepareFailed(DraError, RuntimeError):
     """The claim was not prepared; nothing of it is left in memory or on disk."""
 
 

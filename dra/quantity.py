@@ -9,10 +9,12 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
+from hami_dcu.common.errors import DraError
+
 _MAX_CHARS = 64  # a quantity longer than this is not one the API server would write
 
 
-class QuantityError(ValueError):
+class QuantityError(DraError, ValueError):
     pass
 
 

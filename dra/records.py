@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hami_dcu.common.errors import DraError
 from hami_dcu.dra import names
 from hami_dcu.node.vdev import VdevDir, VdevSpec, write_atomic
 
@@ -80,7 +81,7 @@ class PreparedClaim:
         return [f"{names.CDI_KIND}={device.cdi_name(self.uid)}"]
 
 
-class RecordError(ValueError):
+class RecordError(DraError, ValueError):
     pass
 
 

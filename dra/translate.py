@@ -32,6 +32,7 @@ from typing import Any
 import jsonpatch
 
 from hami_dcu.common import keys
+from hami_dcu.common.errors import DraError
 from hami_dcu.common.keys import ResourceNames
 from hami_dcu.common.requests import DcuRequest, RequestError, names_dcu, parse_container_request
 from hami_dcu.dra import names
@@ -44,7 +45,7 @@ LABEL_MAX = 63
 EVERY_NAMING = tuple(n.resources for n in keys.NAMINGS.values())  # both sets: the webhook reads pods of either
 
 
-class TranslateError(ValueError):
+class TranslateError(DraError, ValueError):
     """The request cannot be written as a claim; the message says what to change."""
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hami_dcu.common.errors import NodeError
 from hami_dcu.node.vdev import VdevDir
 
 PIPES_PER_CARD = 20
 VDEVS_PER_NODE = 200
 
 
-class AllocationError(RuntimeError):
+class AllocationError(NodeError, RuntimeError):
     pass
 
 

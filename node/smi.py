@@ -19,6 +19,7 @@ from typing import Protocol
 
 import yaml
 
+from hami_dcu.common.errors import NodeError
 from hami_dcu.node import libpath
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,11 @@ class SmiBackend(Protocol):
         ...
 
 
-class SmiError(RuntimeError):
-    pass
+class SmiError(NodeError, RuntimeError):
+    """The SMI layer failed: the node cannot say what its cards are now."""
+
+    http_status = 503
+    grpc_code = "UNAVAILABLE"
 
 
 def model_for_device_id(device_id: str, unknown: list[str] | None = None) -> str:

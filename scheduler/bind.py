@@ -57,6 +57,7 @@ from typing import Any
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import encode_pod_devices, encode_unix_seconds
+from hami_dcu.common.errors import SchedulerError
 from hami_dcu.common.kube import AsyncKube, ConflictError, KubeError, NotFoundError, UnreachableError
 from hami_dcu.common.nodelock import (
     DEFAULT_BIND_WINDOW,
@@ -98,7 +99,7 @@ _STALE_WAIT = 0.5
 _WAKE_AT_LEAST = 0.1
 
 
-class BindError(RuntimeError):
+class BindError(SchedulerError, RuntimeError):
     """Why a bind failed, in words for the pod's event and the extender's Error."""
 
 
@@ -113,7 +114,7 @@ class BindSettings:
     sweep_interval: float = 5.0  # how often locks older than the bind window are judged
 
 
-class _AlreadyBound(Exception):
+class _AlreadyBound(SchedulerError):
     """The pod turned out bound by another attempt: answer from the pod itself."""
 
     def __init__(self, pod: JSON) -> None:

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from hami_dcu.common.errors import SchedulerError
 from hami_dcu.common.names import is_label, is_subdomain
 from hami_dcu.common.podshape import pod_shape_problem
 
@@ -20,7 +21,7 @@ _UID_MAX = 128
 _UID = re.compile(rf"[\x21-\x7e]{{0,{_UID_MAX}}}")
 
 
-class WireError(ValueError):
+class WireError(SchedulerError, ValueError):
     """A request body that is not what the extender protocol says."""
 
 

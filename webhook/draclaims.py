@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from hami_dcu.common.errors import WebhookError
 from hami_dcu.common.kube import AsyncKube, ConflictError, KubeError, NotFoundError
 from hami_dcu.dra import names
 from hami_dcu.webhook.draquota import PublishedCards, published_cards
@@ -26,8 +27,12 @@ from hami_dcu.webhook.templatetrust import foreign_template
 log = logging.getLogger(__name__)
 
 
-class ForeignTemplate(Exception):
+class ForeignTemplate(WebhookError):
     """A template under the name we would use is not ours; the message says what to do."""
+
+    http_status = 409
+    grpc_code = "ALREADY_EXISTS"
+
 
 JSON = dict[str, Any]
 SLICES = f"{names.RESOURCE_API}/resourceslices"

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from hami_dcu.common.errors import WebhookError
 from hami_dcu.common.keys import ResourceNames
 from hami_dcu.common.quota import Amount, QuotaLimits, exceeded
 from hami_dcu.dra import names
@@ -41,7 +42,7 @@ WHOLE = Fraction(100)
 MAX_DEVICES = 32  # the API's cap on one claim's allocation results
 
 
-class ClaimShapeError(ValueError):
+class ClaimShapeError(WebhookError, ValueError):
     """A claim (or template) whose fields are not what the API accepts; the message says which."""
 
 

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from hami_dcu.common import safejson
+from hami_dcu.common.errors import WebhookError
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
@@ -27,7 +28,7 @@ _NOT_BOOLEAN = "Not a valid boolean."
 JSON = dict[str, Any]
 
 
-class BadReview(ValueError):
+class BadReview(WebhookError, ValueError):
     """The body is not an AdmissionReview we can answer: a 400 with this message."""
 
 

@@ -201,7 +201,7 @@ def add_webhook_routes(app: web.Application, settings: Settings, registry: Colle
         except BodyError as exc:
             log.warning("unreadable admission review body from %s: %s", request.remote, exc)
             metrics.reviews.labels("rejected", "bad-body").inc()
-            return web.json_response({"error": str(exc)}, status=exc.status)
+            return web.json_response({"error": str(exc)}, status=exc.http_status)
         try:
             return web.json_response(await review_body(body))
         except BadReview as exc:
