@@ -12,13 +12,15 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from hami_dcu.common.body import BODY_DEADLINE, BodyError, read_body
+from hami_dcu.common.errors import Failure
+from hami_dcu.common.failures import WEBHOOK, FailureReporter
 from hami_dcu.common.kube import KubeError
 from hami_dcu.common.podshape import pod_shape_problem
 from hami_dcu.common.untrusted import shown
 from hami_dcu.webhook import guard
 from hami_dcu.webhook.decision import DRA, Decision, Settings, claim_kind, review, review_claim
 from hami_dcu.webhook.draclaims import DraClaims, ForeignTemplate
-from hami_dcu.webhook.draquota import ClaimShapeError, PublishedCards, refusal
+from hami_dcu.webhook.draquota import PublishedCards, refusal
 from hami_dcu.webhook.schemas import BadReview, build_response, load_review
 
 log = logging.getLogger(__name__)
@@ -38,7 +40,24 @@ class WebhookMetrics:
 
 def answer(body: bytes, settings: Settings, metrics: WebhookMetrics) -> dict[str, Any]:
     """One review: parse, decide, build the response. Raises BadReview for a bad body."""
-    return respond(decide(body, settings), metrics)
+    return respond(decide(load(body), settings), metrics)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A review parsed, its pod's shape checked: ready to be decided."""
+
+    data: dict[str, Any]
+    who: str  # namespace/name, for the log
+    started: float
+
+    @property
+    def request(self) -> dict[str, Any]:
+        return self.data["request"]
+
+    @property
+    def kind(self) -> str:
+        return self.request["kind"]["kind"]
 
 
 @dataclass
@@ -58,8 +77,9 @@ class Reviewed:
         return self.request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
 
 
-def decide(body: bytes, settings: Settings) -> Reviewed:
-    """Parse and decide (pure): what `answer` does before the response. Raises BadReview."""
+def load(body: bytes) -> Loaded:
+    """Parse the review and check the shape of its pod (pure), so that the decision reads only
+    fields of the types it expects. Raises BadReview."""
     started = time.perf_counter()
     data = load_review(body)
     request = data["request"]
@@ -67,8 +87,15 @@ def decide(body: bytes, settings: Settings) -> Reviewed:
     is_pod = request["kind"]["kind"] == "Pod"
     if is_pod and (problem := pod_shape_problem(pod)):
         raise BadReview(f"pod object is malformed: {problem}")
-    who = _who(request, pod) if is_pod else _who_else(request)
-    return Reviewed(data, who, _decide(request, pod, is_pod, settings), started)
+    return Loaded(data, _who(request, pod) if is_pod else _who_else(request), started)
+
+
+def decide(loaded: Loaded, settings: Settings) -> Reviewed:
+    """Decide a loaded review (pure): what `answer` does before the response."""
+    request = loaded.request
+    pod = request.get("object") or {}
+    decision = _decide(request, pod, loaded.kind == "Pod", settings)
+    return Reviewed(loaded.data, loaded.who, decision, loaded.started)
 
 
 def respond(reviewed: Reviewed, metrics: WebhookMetrics) -> dict[str, Any]:
@@ -145,22 +172,16 @@ def _decide(request: dict[str, Any], pod: dict[str, Any], is_pod: bool, settings
     if (why := guard.refusal(request, settings.identities)) is not None:
         return Decision(allowed=False, reason="not-an-allocation-writer", message=why)
     if settings.mode == DRA and (kind := claim_kind(request)) is not None:
-        try:
-            return review_claim(kind, request.get("object") or {})
-        except ClaimShapeError as exc:
-            raise BadReview(str(exc)) from exc
+        return review_claim(kind, request.get("object") or {})  # a ClaimShapeError is answered 400
     if not is_pod or request["operation"] != "CREATE" or not pod:
         return Decision(allowed=True, reason="not-a-pod-create")
     meta = pod.get("metadata") or {}
     if not meta.get("namespace") and isinstance(request.get("namespace"), str) and request["namespace"]:
         # A pod being created need not name its namespace yet; the request does (the quota is per namespace).
         pod = {**pod, "metadata": {**meta, "namespace": request["namespace"]}}
-    try:
-        return review(pod, settings)
-    except (AttributeError, TypeError, KeyError) as exc:
-        # The schema checks the review envelope; a pod whose fields have the wrong JSON
-        # types (spec as a list, containers as strings) is caught here, as a bad request.
-        raise BadReview(f"pod object is malformed: {exc}") from exc
+    # The pod's shape was checked in `load` (common/podshape.py): whatever else `review` raises
+    # is a bug of ours, answered 500 by the shell, never passed off as the caller's mistake.
+    return review(pod, settings)
 
 
 def _who_else(request: dict[str, Any]) -> str:
@@ -186,12 +207,13 @@ def add_webhook_routes(app: web.Application, settings: Settings, registry: Colle
     if settings.mode == DRA and dra is None:
         raise ValueError("the webhook in DRA mode needs API access to create ResourceClaimTemplates")
     metrics = WebhookMetrics(registry)
+    failures = FailureReporter(WEBHOOK, registry, log)
 
-    async def review_body(body: bytes) -> dict[str, Any]:
+    async def review_body(loaded: Loaded) -> dict[str, Any]:
         if dra is None:
-            return answer(body, settings, metrics)
+            return respond(decide(loaded, settings), metrics)
         cards = await dra.cards()
-        reviewed = decide(body, replace(settings, card_units=cards.units))
+        reviewed = decide(loaded, replace(settings, card_units=cards.units))
         reviewed = await _check_claim_quota(reviewed, settings, dra, cards)
         return respond(await _create_templates(reviewed, dra), metrics)
 
@@ -202,14 +224,24 @@ def add_webhook_routes(app: web.Application, settings: Settings, registry: Colle
             log.warning("unreadable admission review body from %s: %s", request.remote, exc)
             metrics.reviews.labels("rejected", "bad-body").inc()
             return web.json_response({"error": str(exc)}, status=exc.http_status)
+        subject = f"admission review from {request.remote}"
         try:
-            return web.json_response(await review_body(body))
-        except BadReview as exc:
-            log.warning("bad admission review from %s: %s", request.remote, exc)
-            metrics.reviews.labels("rejected", "bad-request").inc()
-            return web.json_response({"error": str(exc)}, status=400)
+            loaded = load(body)
+            subject = f"admission review of {loaded.kind} {loaded.who} from {request.remote}"
+            return web.json_response(await review_body(loaded))
+        except Exception as exc:  # expected or a bug: common/errors.py's rule tells them apart
+            failure = failures.failed(exc, subject)
+            metrics.reviews.labels("rejected", _rejection(failure)).inc()
+            return web.json_response({"error": failure.message}, status=failure.http_status)
 
     app.router.add_post("/webhook", handle)
+
+
+def _rejection(failure: Failure) -> str:
+    """The `reason` label of a review answered with an HTTP error."""
+    if not failure.expected:
+        return "internal-error"
+    return "bad-request" if failure.http_status == 400 else "failed"
 
 
 def build_app(settings: Settings, registry: CollectorRegistry | None = None,
