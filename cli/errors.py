@@ -7,7 +7,8 @@ Exit codes, the same for every subcommand:
   130  interrupted (Ctrl-C) before finishing
   141  output closed early (`hami-dcu demo | head -1`), as a shell reports SIGPIPE
 
-An unexpected exception is also one line, naming its type; `--log-level debug` shows the
+Any other failure hami-dcu expects (a HamiDcuError) is its message and exit 1. An unexpected
+exception, a bug, is also one line, naming its type; `--log-level debug` shows the
 traceback for a bug report.
 """
 
@@ -20,6 +21,7 @@ import sys
 from collections.abc import Callable
 
 from hami_dcu.common.cannotstart import CannotStart
+from hami_dcu.common.errors import HamiDcuError
 from hami_dcu.common.kube import KubeConfigError, KubeError
 
 EXIT_FAILED = 1
@@ -92,6 +94,9 @@ def run_reporting(prog: str, run: Callable[[], int], debug: bool = False) -> int
     except OSError as exc:
         say(prog, os_error_message(exc))
         return EXIT_USAGE
+    except HamiDcuError as exc:  # any other failure we expect (common/errors.py): said as it is
+        say(prog, str(exc))
+        return EXIT_FAILED
     except Exception as exc:
         if debug:
             raise

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from ctrl_c import interruptible
 
+from hami_dcu.cli.errors import EXIT_FAILED, run_reporting
+from hami_dcu.common.codec import CodecError
 from hami_dcu.webhook import certs
 
 HAMI_DCU = str(Path(sys.executable).parent / "hami-dcu")
@@ -234,3 +236,19 @@ def test_the_cli_refuses_what_the_chart_refuses(command, flags, message):
     assert result.returncode == 2
     assert message in result.stderr.splitlines()[0]
     assert "Traceback" not in result.stderr
+
+
+def _raises(exc: BaseException):
+    def failing() -> int:
+        raise exc
+    return failing
+
+
+def test_an_expected_failure_is_its_message_and_a_bug_is_named_as_one(capsys):
+    # common/errors.py's rule: a HamiDcuError is something the world did, said as it is...
+    assert run_reporting("hami-dcu status", _raises(CodecError("hami.io/x", "a,b", "not a number"))) == EXIT_FAILED
+    said = capsys.readouterr().err
+    assert said.startswith("hami-dcu status: ") and "unexpected" not in said and "not a number" in said
+    # ...anything else is a bug, named as one.
+    assert run_reporting("hami-dcu status", _raises(ZeroDivisionError("division by zero"))) == EXIT_FAILED
+    assert "unexpected ZeroDivisionError: division by zero" in capsys.readouterr().err
