@@ -13,13 +13,22 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
+from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, Counter
 
 from hami_dcu.common.errors import Failure, judge
 
-# The `component` label's values.
-WEBHOOK, SCHEDULER, DEVICE_PLUGIN, DRA_DRIVER = "webhook", "scheduler", "device-plugin", "dra-driver"
+
+class Component(StrEnum):
+    """The `component` label's values, and the name a bug's message gives."""
+
+    WEBHOOK = "webhook"
+    SCHEDULER = "scheduler"
+    DEVICE_PLUGIN = "device-plugin"
+    DRA_DRIVER = "dra-driver"
+
+
 INTERNAL_ERRORS = "hami_dcu_internal_errors"  # served as hami_dcu_internal_errors_total
 
 _counters: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
@@ -40,7 +49,7 @@ def internal_errors(registry: CollectorRegistry) -> Counter:
 class FailureReporter:
     """One component's shell's way to answer what it caught."""
 
-    def __init__(self, component: str, registry: CollectorRegistry, log: logging.Logger) -> None:
+    def __init__(self, component: Component, registry: CollectorRegistry, log: logging.Logger) -> None:
         self.component = component
         self.log = log  # the server's own logger: its lines read as the server's
         self.counter = internal_errors(registry)

@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from hami_dcu.common import safejson
 from hami_dcu.common.body import BODY_DEADLINE, BodyError, read_body
-from hami_dcu.common.failures import SCHEDULER, FailureReporter
+from hami_dcu.common.failures import Component, FailureReporter
 from hami_dcu.scheduler.extender import WireError, parse_bind_args, parse_filter_args, parse_preemption_args
 from hami_dcu.scheduler.service import SchedulerService
 
@@ -166,7 +166,7 @@ def build_app(service: SchedulerService, manage_lifecycle: bool = True, max_body
     app[SERVICE] = service
     app[BODY_CAP] = max_body
     app[BODY_DEADLINE_KEY] = body_deadline
-    app[FAILURES] = FailureReporter(SCHEDULER, service.metrics.registry, log)
+    app[FAILURES] = FailureReporter(Component.SCHEDULER, service.metrics.registry, log)
     app.router.add_post("/filter", handle_filter)
     app.router.add_post("/bind", handle_bind)
     app.router.add_post("/preempt", handle_preempt)

@@ -13,7 +13,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from hami_dcu.common.body import BODY_DEADLINE, BodyError, read_body
 from hami_dcu.common.errors import Failure
-from hami_dcu.common.failures import WEBHOOK, FailureReporter
+from hami_dcu.common.failures import Component, FailureReporter
 from hami_dcu.common.kube import KubeError
 from hami_dcu.common.podshape import pod_shape_problem
 from hami_dcu.common.untrusted import shown
@@ -207,7 +207,7 @@ def add_webhook_routes(app: web.Application, settings: Settings, registry: Colle
     if settings.mode == DRA and dra is None:
         raise ValueError("the webhook in DRA mode needs API access to create ResourceClaimTemplates")
     metrics = WebhookMetrics(registry)
-    failures = FailureReporter(WEBHOOK, registry, log)
+    failures = FailureReporter(Component.WEBHOOK, registry, log)
 
     async def review_body(loaded: Loaded) -> dict[str, Any]:
         if dra is None:

@@ -24,7 +24,7 @@ from hami_dcu.common.errors import (
     is_expected,
     judge,
 )
-from hami_dcu.common.failures import FailureReporter, internal_errors
+from hami_dcu.common.failures import Component, FailureReporter, internal_errors
 from hami_dcu.common.kube import ConflictError, KubeError, UnreachableError
 
 # The node-side mechanisms live in deviceplugin/ until the node/ layer holds them.
@@ -86,7 +86,7 @@ def divide(a: int, b: int) -> float:
 
 def test_the_reporter_logs_a_bug_with_its_traceback_and_counts_it(caplog):
     registry = CollectorRegistry()
-    reporter = FailureReporter("device-plugin", registry, logging.getLogger("t"))
+    reporter = FailureReporter(Component.DEVICE_PLUGIN, registry, logging.getLogger("t"))
     assert registry.get_sample_value("hami_dcu_internal_errors_total", {"component": "device-plugin"}) == 0
     try:
         divide(1, 0)
@@ -105,8 +105,8 @@ def test_the_reporter_logs_a_bug_with_its_traceback_and_counts_it(caplog):
 
 def test_components_sharing_a_registry_share_one_counter():
     registry = CollectorRegistry()
-    FailureReporter("scheduler", registry, logging.getLogger("t"))
-    FailureReporter("webhook", registry, logging.getLogger("t"))  # --serve-webhook: one process
+    FailureReporter(Component.SCHEDULER, registry, logging.getLogger("t"))
+    FailureReporter(Component.WEBHOOK, registry, logging.getLogger("t"))  # --serve-webhook: one process
     assert internal_errors(registry) is internal_errors(registry)
     assert registry.get_sample_value("hami_dcu_internal_errors_total", {"component": "webhook"}) == 0
     assert registry.get_sample_value("hami_dcu_internal_errors_total", {"component": "scheduler"}) == 0
