@@ -27,7 +27,8 @@ from hami_dcu.common.codec import (
     encode_node_devices,
     encode_reported,
 )
-from hami_dcu.common.errors import DevicePluginError
+from hami_dcu.common.errors import DevicePluginError, judge
+from hami_dcu.common.failures import Component
 from hami_dcu.common.kube import ConflictError, Kube, KubeError, NotFoundError, UnreachableError
 from hami_dcu.common.nodelock import LockError, NodeLock, lock_annotation
 from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
@@ -186,14 +187,15 @@ class PluginCore:
 
     def allocate(self, requests: list[list[str]]) -> list[ContainerResponse]:
         """Serve one kubelet Allocate call (one entry per container request). Raises
-        AllocateFailed with a message for the kubelet; on failure the pod is marked failed,
-        the lock released and nothing of this call is left on disk or in the state."""
+        AllocateFailed with a message for the kubelet, or a bug as it was raised; either way
+        the pod is marked failed, the lock released and nothing of this call is left on disk
+        or in the state."""
         started = time.perf_counter()
         self.lock.acquire()
         releasing: Future[None] | None = None
         try:
             responses, releasing = self._allocate_locked(requests)
-        except AllocateFailed:
+        except Exception:
             self.metrics.allocations.labels(self.node, "failed").inc()
             raise
         finally:
@@ -291,14 +293,16 @@ class PluginCore:
                 )
         except Exception as exc:  # any failure, expected or a bug: undo, mark failed, release
             self._undo(written)
-            known = planning.AllocateRefused | AllocationError | KubeError | CodecError | OSError
-            why = str(exc) if isinstance(exc, known) else f"internal error: {exc!r}"
+            failure = judge(exc, Component.DEVICE_PLUGIN)  # the one rule (common/errors.py)
             for pending_write in (release, last_write):  # "failed" must land after them
                 if pending_write is not None:
                     with contextlib.suppress(Exception):
                         pending_write.result()
-            self._mark_failed(namespace, name, why)
-            raise AllocateFailed(why) from exc
+            self._mark_failed(namespace, name, failure.message)
+            if not failure.expected:
+                exc.add_note(f"while serving Allocate for pod {namespace}/{name} on node {self.node}")
+                raise  # the server logs its traceback, counts it and answers INTERNAL
+            raise AllocateFailed(failure.message) from exc
         self.metrics.vdevs.labels(self.node).set(len(self.state.vdevs_used))
         waited = seconds_between(bound, self.wall_clock()) if finished else None
         if waited is not None:  # the pod's last container: its DCUs are all handed out now

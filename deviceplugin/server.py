@@ -12,12 +12,14 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
+from typing import NoReturn
 
 import grpc
 
+from hami_dcu.common.failures import Component, FailureReporter
 from hami_dcu.deviceplugin.api.v1beta1 import api_pb2, api_pb2_grpc
 from hami_dcu.deviceplugin.plan import fake_device_id
-from hami_dcu.deviceplugin.plugin import AllocateFailed, ContainerResponse, PluginCore
+from hami_dcu.deviceplugin.plugin import ContainerResponse, PluginCore
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,7 @@ class Servicer(api_pb2_grpc.DevicePluginServicer):
         self.stopping = stopping
         self.generation = 0
         self.streams = StreamSlots(MAX_STREAMS)
+        self.failures = FailureReporter(Component.DEVICE_PLUGIN, core.metrics.registry, log)
 
     def devices(self) -> list[api_pb2.Device]:
         health = self.health()
@@ -132,25 +135,32 @@ class Servicer(api_pb2_grpc.DevicePluginServicer):
     def GetPreferredAllocation(
         self, request: api_pb2.PreferredAllocationRequest, context: grpc.ServicerContext
     ) -> api_pb2.PreferredAllocationResponse:
-        responses = [
-            api_pb2.ContainerPreferredAllocationResponse(
-                deviceIDs=self.core.preferred(
-                    list(r.available_deviceIDs), list(r.must_include_deviceIDs), r.allocation_size
+        try:
+            responses = [
+                api_pb2.ContainerPreferredAllocationResponse(
+                    deviceIDs=self.core.preferred(
+                        list(r.available_deviceIDs), list(r.must_include_deviceIDs), r.allocation_size
+                    )
                 )
-            )
-            for r in request.container_requests
-        ]
+                for r in request.container_requests
+            ]
+        except Exception as exc:
+            self._abort(context, exc, f"GetPreferredAllocation on node {self.core.node}")
         return api_pb2.PreferredAllocationResponse(container_responses=responses)
 
     def Allocate(self, request: api_pb2.AllocateRequest, context: grpc.ServicerContext) -> api_pb2.AllocateResponse:
         try:
             responses = self.core.allocate([list(r.devices_ids) for r in request.container_requests])
-        except AllocateFailed as exc:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except Exception as exc:  # a bug must fail this one admission, never the server
-            log.exception("Allocate failed unexpectedly")
-            context.abort(grpc.StatusCode.INTERNAL, f"device plugin internal error: {exc!r}")
+            self._abort(context, exc, f"Allocate on node {self.core.node}")
         return api_pb2.AllocateResponse(container_responses=[to_proto(r) for r in responses])
+
+    def _abort(self, context: grpc.ServicerContext, exc: Exception, subject: str) -> NoReturn:
+        """End the call as common/errors.py's rule answers `exc`: an expected failure with its
+        own code (an AllocateFailed: FAILED_PRECONDITION) and message, a bug with INTERNAL."""
+        failure = self.failures.failed(exc, subject)
+        context.abort(grpc.StatusCode[failure.grpc_code], failure.message)
+        raise AssertionError("context.abort raises")  # for the type checker: abort never returns
 
     def PreStartContainer(
         self, request: api_pb2.PreStartContainerRequest, context: grpc.ServicerContext
