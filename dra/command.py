@@ -79,7 +79,7 @@ def build(args: argparse.Namespace, kube: Kube) -> tuple[DriverService, KubeletP
     core.rebuild()
     service = DriverService(kube, core, args.slots_per_card, SmiHealth(backend, served, args.dev_root))
     server = KubeletPluginServer(service.prepare, service.unprepare, Path(args.registry_dir),
-                                 Path(args.kubelet_plugins_dir))
+                                 Path(args.kubelet_plugins_dir), metrics_registry=service.metrics.registry)
     return service, server
 
 

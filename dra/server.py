@@ -3,8 +3,10 @@ the registration service (pluginregistration.v1) on a socket in the kubelet's
 plugins_registry directory, where the kubelet's plugin watcher finds it.
 
 This module only translates between gRPC and the driver (`Prepare`/`Unprepare` callables);
-it makes no decision. Each claim of a call gets its own answer: one failing claim never
-fails the others.
+it makes no decision. Each claim of a call gets its own answer: one claim refused never
+fails the others. A bug (common/errors.py's rule) is no refusal: it ends the whole call with
+INTERNAL, its traceback logged naming the claim and counted; the kubelet retries the call, and
+the claims prepared in it are answered again from their records.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from types import ModuleType
 from typing import Any
 
 import grpc
+from prometheus_client import CollectorRegistry
 
+from hami_dcu.common.failures import Component, FailureReporter
 from hami_dcu.dra import names
 from hami_dcu.dra.api.pluginregistration import api_pb2 as reg_pb2
 from hami_dcu.dra.api.pluginregistration import api_pb2_grpc as reg_grpc
@@ -50,16 +54,16 @@ Prepare = Callable[[ClaimRef], PreparedClaim]  # raises with a message for the k
 Unprepare = Callable[[ClaimRef], None]
 
 
-def _prepare(pb2: ModuleType, request: Any, prepare: Prepare, share_ids: bool) -> Any:
+def _prepare(pb2: ModuleType, request: Any, prepare: Prepare, share_ids: bool, failures: FailureReporter,
+             context: grpc.ServicerContext) -> Any:
     response = pb2.NodePrepareResourcesResponse()
     for claim in request.claims:
         answer = response.claims[claim.uid]
+        ref = ClaimRef(claim.namespace, claim.name, claim.uid)
         try:
-            record = prepare(ClaimRef(claim.namespace, claim.name, claim.uid))
-        except Exception as exc:  # an expected refusal or a bug: this claim fails, not the call
-            if not isinstance(exc, RuntimeError | ValueError | OSError):
-                log.exception("NodePrepareResources %s/%s failed unexpectedly", claim.namespace, claim.name)
-            answer.error = str(exc) or repr(exc)
+            record = prepare(ref)
+        except Exception as exc:
+            answer.error = _refusal(failures, exc, f"NodePrepareResources of claim {ref}", context)
             continue
         for device in record.devices:
             entry = answer.devices.add(request_names=[device.request], pool_name=device.pool,
@@ -69,43 +73,51 @@ def _prepare(pb2: ModuleType, request: Any, prepare: Prepare, share_ids: bool) -
     return response
 
 
-def _unprepare(pb2: ModuleType, request: Any, unprepare: Unprepare) -> Any:
+def _unprepare(pb2: ModuleType, request: Any, unprepare: Unprepare, failures: FailureReporter,
+               context: grpc.ServicerContext) -> Any:
     response = pb2.NodeUnprepareResourcesResponse()
     for claim in request.claims:
         answer = response.claims[claim.uid]
+        ref = ClaimRef(claim.namespace, claim.name, claim.uid)
         try:
-            unprepare(ClaimRef(claim.namespace, claim.name, claim.uid))
+            unprepare(ref)
         except Exception as exc:
-            if not isinstance(exc, RuntimeError | ValueError | OSError):
-                log.exception("NodeUnprepareResources %s/%s failed unexpectedly", claim.namespace, claim.name)
-            answer.error = str(exc) or repr(exc)
+            answer.error = _refusal(failures, exc, f"NodeUnprepareResources of claim {ref}", context)
     return response
 
 
+def _refusal(failures: FailureReporter, exc: Exception, subject: str, context: grpc.ServicerContext) -> str:
+    """The claim's error for an expected failure; a bug ends the call with INTERNAL."""
+    failure = failures.failed(exc, subject)
+    if not failure.expected:
+        context.abort(grpc.StatusCode[failure.grpc_code], failure.message)
+    return failure.message
+
+
 class DraServicerV1(v1_grpc.DRAPluginServicer):
-    def __init__(self, prepare: Prepare, unprepare: Unprepare) -> None:
-        self.prepare, self.unprepare = prepare, unprepare
+    def __init__(self, prepare: Prepare, unprepare: Unprepare, failures: FailureReporter) -> None:
+        self.prepare, self.unprepare, self.failures = prepare, unprepare, failures
 
     def NodePrepareResources(self, request: v1_pb2.NodePrepareResourcesRequest,
                              context: grpc.ServicerContext) -> v1_pb2.NodePrepareResourcesResponse:
-        return _prepare(v1_pb2, request, self.prepare, share_ids=True)
+        return _prepare(v1_pb2, request, self.prepare, True, self.failures, context)
 
     def NodeUnprepareResources(self, request: v1_pb2.NodeUnprepareResourcesRequest,
                                context: grpc.ServicerContext) -> v1_pb2.NodeUnprepareResourcesResponse:
-        return _unprepare(v1_pb2, request, self.unprepare)
+        return _unprepare(v1_pb2, request, self.unprepare, self.failures, context)
 
 
 class DraServicerV1beta1(v1beta1_grpc.DRAPluginServicer):
-    def __init__(self, prepare: Prepare, unprepare: Unprepare) -> None:
-        self.prepare, self.unprepare = prepare, unprepare
+    def __init__(self, prepare: Prepare, unprepare: Unprepare, failures: FailureReporter) -> None:
+        self.prepare, self.unprepare, self.failures = prepare, unprepare, failures
 
     def NodePrepareResources(self, request: v1beta1_pb2.NodePrepareResourcesRequest,
                              context: grpc.ServicerContext) -> v1beta1_pb2.NodePrepareResourcesResponse:
-        return _prepare(v1beta1_pb2, request, self.prepare, share_ids=False)
+        return _prepare(v1beta1_pb2, request, self.prepare, False, self.failures, context)
 
     def NodeUnprepareResources(self, request: v1beta1_pb2.NodeUnprepareResourcesRequest,
                                context: grpc.ServicerContext) -> v1beta1_pb2.NodeUnprepareResourcesResponse:
-        return _unprepare(v1beta1_pb2, request, self.unprepare)
+        return _unprepare(v1beta1_pb2, request, self.unprepare, self.failures, context)
 
 
 class RegistrationServicer(reg_grpc.RegistrationServicer):
@@ -137,10 +149,12 @@ class KubeletPluginServer:
     socket disappears (a kubelet or an operator cleaning the directories)."""
 
     def __init__(self, prepare: Prepare, unprepare: Unprepare, registry_dir: Path, plugins_dir: Path,
-                 poll_interval: float = 1.0) -> None:
+                 poll_interval: float = 1.0, metrics_registry: CollectorRegistry | None = None) -> None:
         self.registry_socket = registry_dir / names.REGISTRATION_SOCKET
         self.plugin_socket = plugins_dir / names.DRIVER / names.PLUGIN_SOCKET
         self.prepare, self.unprepare = prepare, unprepare
+        # Bugs are counted in the driver's registry (served on --metrics-bind) when given.
+        self.failures = FailureReporter(Component.DRA_DRIVER, metrics_registry or CollectorRegistry(), log)
         self.registration = RegistrationServicer(str(self.plugin_socket))
         self.poll_interval = poll_interval
         self.stopping = threading.Event()
@@ -160,8 +174,9 @@ class KubeletPluginServer:
         self.registry_socket.parent.mkdir(parents=True, exist_ok=True)
         plugin = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="dra-grpc"),
                              maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
-        v1_grpc.add_DRAPluginServicer_to_server(DraServicerV1(self.prepare, self.unprepare), plugin)
-        v1beta1_grpc.add_DRAPluginServicer_to_server(DraServicerV1beta1(self.prepare, self.unprepare), plugin)
+        v1_grpc.add_DRAPluginServicer_to_server(DraServicerV1(self.prepare, self.unprepare, self.failures), plugin)
+        v1beta1_grpc.add_DRAPluginServicer_to_server(DraServicerV1beta1(self.prepare, self.unprepare, self.failures),
+                                                     plugin)
         plugin.add_insecure_port(f"unix://{self.plugin_socket}")
         plugin.start()
         registration = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="dra-reg"))
