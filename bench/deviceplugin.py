@@ -17,7 +17,7 @@ runs, where overlapping calls are served in parallel. `--api local`: the project
 server in its own process (one Python thread: it serves overlapping calls one after the other,
 so the plugin's concurrent calls show no gain; `--api-latency-ms` adds a round trip to every
 answer without holding the server, as a real API server over a network).
-Prints p50/p90/p99 of both and the ratio; target (DESIGN.md): Allocate p50 <= 4x the no-op.
+Prints p50/p90/p99 of both and the ratio; target: Allocate p50 <= 4x the no-op.
 Also timed after each round, as a second baseline: one GET of the node, then one PATCH of the
 pod's annotations, sequential on the same client: what an Allocate that proves its pod from
 fresh state and records its outcome cannot go below, whatever it does in parallel.

@@ -21,7 +21,7 @@ baseline of 40 plain pods placed on that node directly (no scheduling, no DCU: w
 kubelet stand-in alone costs), and the extender's API calls per bind from its /metrics.
 Then 10 pods one after the other (no contention): API calls per bind.
 
-Targets (DESIGN.md): filter p50 <= 3x and p99 <= 5x the baseline; RSS <= 300 MB at 5,000
+Targets: filter p50 <= 3x and p99 <= 5x the baseline; RSS <= 300 MB at 5,000
 nodes; the 40-pod Job Running in <= 5 s; binds <= 2 API calls uncontended, <= 2.5 contended.
 """
 

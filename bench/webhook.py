@@ -11,7 +11,7 @@ the same review on a fixed schedule, so latency includes queueing when a server 
 behind. Per server: the CPU time it used during the measured load divided by the reviews
 (from /proc), and p50/p99 latency; then ours against the baseline's.
 
-Targets (DESIGN.md, issue 14): CPU per review <= 1.5x the baseline's; p99 <= 1.3x in a quiet run.
+Targets (issue 14): CPU per review <= 1.5x the baseline's; p99 <= 1.3x in a quiet run.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The wire formats of the HAMi DCU protocol: one encoder and one decoder per format.
 
-Formats (reference: hami-wire-protocol.md §2):
+Formats (HAMi's, byte for byte; docs/architecture.md, Wire formats):
 
 * node device list (`hami.io/node-dcu-register`): each card a comma record terminated by `:`.
   HAMi has no version marker, so the record's field count tells the forms apart:

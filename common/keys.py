@@ -1,9 +1,9 @@
 """Every annotation key, label, resource name and fixed wire string of the HAMi DCU protocol.
 
 This is the one place a reader finds a key. The values are HAMi's, byte for byte
-(reference: hami-wire-protocol.md §1-§2), so our components run beside HAMi's.
+(docs/architecture.md, Wire formats), so our components run beside HAMi's.
 
-Two naming sets exist (hami-since-v2.10.md §1): `dcu` (HAMi v2.10) and `hcu` (HAMi master,
+Two naming sets exist (docs/architecture.md, Naming sets): `dcu` (HAMi v2.10) and `hcu` (HAMi master,
 Hygon's own plugin v3). They differ in the resource names, the node registration and
 handshake keys, the pod allocation keys, the type-selection keys and the device id prefix;
 the node lock, the bind keys and the uuid selection keys are shared. Each component process
@@ -81,7 +81,7 @@ BIND_PHASE_FAILED = "failed"
 
 # Annotations only hami-scheduler may write: SCHEDULER_OWNED_POD_ANNOTATIONS, with the naming
 # sets below. A pod that carries any of them at CREATE is forging allocation state
-# (user-pain-points row 19), so the webhook refuses it.
+# (HAMi let such pods through, Project-HAMi/HAMi#3042), so the webhook refuses it.
 
 # --- pod annotations written by users -----------------------------------------------------
 

@@ -1,8 +1,9 @@
 """The node lock `hami.io/mutex.lock`: which pod is between /bind and the plugin's Allocate.
 
 The kubelet's Allocate call names no pod, so the scheduler locks the node for the pod it
-binds and the device plugin serves the pod the lock names. Value and key are HAMi's
-(reference §4.8), byte for byte: `<RFC3339>,<namespace>,<name>`. What we do differently:
+binds and the device plugin serves the pod the lock names (docs/architecture.md, The node
+lock). Value and key are HAMi's, byte for byte: `<RFC3339>,<namespace>,<name>`. What we do
+differently:
 
 * every write is a compare-and-swap on the node's resourceVersion, and the lock is read
   again before every retry, so a lock another replica just took is never overwritten;

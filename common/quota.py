@@ -1,4 +1,4 @@
-"""Namespace quotas on DCU totals, as HAMi reads them (pure). Reference: hami-since-v2.10.md §3.
+"""Namespace quotas on DCU totals, as HAMi (since v2.10) reads them (pure).
 
 A ResourceQuota caps a namespace's DCU use with `spec.hard` keys `limits.<memory resource>`
 (MiB) and `limits.<cores resource>` (percent of one card), e.g. `limits.hygon.com/dcumem`.

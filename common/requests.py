@@ -1,4 +1,4 @@
-"""What a pod asks for, per container, in DCU terms (reference: hami-wire-protocol.md §1.3).
+"""What a pod asks for, per container, in DCU terms, as HAMi reads it, with stricter errors.
 
 Rules, per container and per resource: the value in `limits`, else in `requests`.
 * `dcunum` (count): absent or 0 means the container asks for no DCU (as in HAMi);

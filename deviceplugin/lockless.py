@@ -2,8 +2,8 @@
 
 Volcano's Hygon deviceshare (HYGON-AI/volcano, `deviceshare.VHCUEnable`) writes a pod's
 allocation itself and binds it; its node lock is off by default, and when on it is deleted
-right after the pod patch, before the Binding (volcano-hcu-fork.md §4). So the kubelet's
-Allocate finds no lock. Hygon's own plugin then takes the first Pending pod with
+right after the pod patch, before the Binding (docs/architecture.md, Volcano mode). So the
+kubelet's Allocate finds no lock. Hygon's own plugin then takes the first Pending pod with
 `bind-phase: allocating`, which confuses two pods allocating on one node at once.
 
 Here the pod must prove it is the one: among the pods bound to this node that still await an

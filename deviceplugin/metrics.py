@@ -23,8 +23,8 @@ class PluginMetrics:
             "hami_dcu_plugin_allocate_seconds", "Time to serve one Allocate call, API round trips included",
             ["node"], buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 5.0), registry=self.registry,
         )
-        # The kubelet picked slots on other cards than hami-scheduler chose (user-pain-points
-        # row 30): the scheduler's record wins, and the mismatch is counted here.
+        # The kubelet picked slots on other cards than hami-scheduler chose (as in
+        # Project-HAMi/HAMi#1741): the scheduler's record wins, and the mismatch is counted here.
         self.device_id_mismatches = Counter(
             "hami_dcu_plugin_device_id_mismatches",
             "Allocate calls whose kubelet device ids are on other cards than the scheduler chose",

@@ -162,7 +162,7 @@ def rival_pods(pods: list[JSON], holder_uid: str, node: str, resource: str) -> l
     Pending, not being deleted, asking the kubelet for `resource`, and still expecting an
     Allocate: never bound by hami-scheduler (no bind-phase), or `allocating` without holding
     the lock (it expired and passed on). The kubelet names no pod, so while such a pod exists
-    the holder's allocation could go to the wrong pod (user-pain-points rows 1, 11, 28)."""
+    the holder's allocation could go to the wrong pod (as in Project-HAMi/HAMi#920, #3096, #338)."""
     rivals = []
     for pod in pods:
         meta = pod.get("metadata") or {}

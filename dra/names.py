@@ -1,5 +1,5 @@
 """Every name DRA mode puts on the wire, defined once: the driver and DeviceClass, device,
-attribute and capacity names (Hygon's `dra.hygon.com` driver shape, reference §5, so a
+attribute and capacity names (Hygon's `dra.hygon.com` driver shape, so a
 ResourceClaim written for either driver works with the other), the CDI kind, the sockets.
 """
 

@@ -1,4 +1,6 @@
-"""The reliability invariants of DESIGN.md, as pure checks over snapshots of the cluster.
+"""The reliability invariants (no card over capacity, no overlapping CU masks, no lock left behind,
+no pod Pending that a card could hold, no pod failed without an event), as pure checks over
+snapshots of the cluster.
 
 Each check takes plain API objects (and the vdev files of each node) and returns the
 violations in words, empty when the invariant holds. No I/O here: the fault test and

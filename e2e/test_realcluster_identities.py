@@ -44,7 +44,7 @@ EXTENDER_SA, PLUGIN_SA, KUBE_SCHEDULER_SA = f"{RELEASE}-scheduler", f"{RELEASE}-
 RENEWAL_SA, CERTS_HOOK_SA = f"{RELEASE}-certs-renewal", f"{RELEASE}-certs"
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
-# The rights HAMi's chart gives its scheduler (hami-wire-protocol.md, chart): what it can do
+# The rights HAMi's Helm chart gives its scheduler: what it can do
 # beside hami-dcu is what RBAC lets it do minus what our policies refuse.
 HAMI_SCHEDULER_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},

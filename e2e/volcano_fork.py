@@ -1,7 +1,7 @@
 """What Volcano's Hygon deviceshare decides (HYGON-AI/volcano, `deviceshare.VHCUEnable`):
 pure, no I/O. The stand-in (volcano_standin.py) does the reads and writes around it.
 
-Written from the fork's protocol as ../shared/reference/volcano-hcu-fork.md states it (§1-§4),
+Written from the fork's protocol (docs/architecture.md, Volcano mode, and the points below),
 quirks included, because a stand-in that is kinder than the fork would prove nothing:
 
 * a node counts only with both `hami.io/node-hcu-register` and `hami.io/node-handshake-hcu`;

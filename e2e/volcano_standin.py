@@ -8,8 +8,7 @@
 
 It acts as Volcano's scheduler (the chart's `volcano.identity`) with a ServiceAccount token,
 so the API server's admission judges its writes exactly as it would judge Volcano's. Its
-decisions are volcano_fork.py's; here are the reads and writes, in the fork's order
-(volcano-hcu-fork.md §3-§4):
+decisions are volcano_fork.py's; here are the reads and writes, in the fork's order:
 
 * session open, per node: GET the node; with both the register and the handshake, the
   handshake step (a strategic-merge patch of `Requesting_`/`Deleted_` in the fork's layout);

@@ -2,7 +2,7 @@
 
 Pure state, no I/O. CUs are taken lowest free bits first and never overlap another live
 vDCU; a shortfall is an error, not a silently smaller mask (HAMi's byteAlloc could do
-both, reference §5.7). State is rebuilt from the vdev directory names after a restart.
+both). State is rebuilt from the vdev directory names after a restart.
 """
 
 from __future__ import annotations

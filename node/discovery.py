@@ -1,7 +1,7 @@
 """Which /dev nodes belong to which card: sysfs DRM entries matched by PCI bus id.
 
 A card is never mapped by list position (a VM with another vendor's GPU shifts the
-numbering, user-pain-points row 2): every `card*` / `renderD*` entry of
+numbering: Project-HAMi/dcu-vgpu-device-plugin#9): every `card*` / `renderD*` entry of
 `<sys>/class/drm` names its PCI device, whose `vendor` must be Hygon's.
 """
 
@@ -20,7 +20,7 @@ from hami_dcu.node.smi import Card
 log = logging.getLogger(__name__)
 _DRM_NAME = re.compile(r"(card|renderD)(\d+)")
 # What SMI tools print when a serial cannot be read: HAMi turned these into "DCU-N/A" on every
-# card, i.e. duplicate ids across the cluster (reference §5.10 #3).
+# card, i.e. duplicate ids across the cluster.
 UNUSABLE_SERIALS = frozenset({"", "N/A", "NA", "UNKNOWN"})
 
 

@@ -1,8 +1,8 @@
 """Card health from the driver, for the kubelet (ListAndWatch) and the node registration.
 
 A card is healthy while the SMI layer still reports it (same serial, same PCI bus id) as
-healthy and its device nodes and `/dev/kfd` exist. HAMi's plugin always said Healthy
-(reference §5.10 #11); a card that vanished from SMI stayed schedulable.
+healthy and its device nodes and `/dev/kfd` exist. HAMi's plugin always said Healthy:
+a card that vanished from SMI stayed schedulable.
 """
 
 from __future__ import annotations

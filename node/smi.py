@@ -4,8 +4,8 @@
 * `MockBackend` reads a YAML list of cards, for tests, the demo and kind.
 
 Model names come from the PCI device id table and compute-unit counts from the model
-table of the reference (§5.2). An unknown model is reported and gets a fallback name
-and CU count: never an empty type (user-pain-points row 3).
+table below. An unknown model is reported and gets a fallback name and CU count: never an
+empty type (HAMi's plugin registered `DCU-` for one, Project-HAMi/dcu-vgpu-device-plugin#25).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The vDCU config file and its directory name: one encoder, one parser, no I/O here
 except the atomic file writer at the bottom.
 
-Directory: `<pod uid>_<container>_<card index>_<pipe>_<vdev>_<mask1>_<mask2>` (reference
-§5.6); splitting on `_` is safe because pod UIDs and DNS-1123 container names have none.
+Directory: `<pod uid>_<container>_<card index>_<pipe>_<vdev>_<mask1>_<mask2>` (HAMi's
+layout); splitting on `_` is safe because pod UIDs and DNS-1123 container names have none.
 File (`vdev0.conf` in that directory with device_id 0; `/etc/vdev/vdev<N>.conf` with the
 card index, for the exporter):
 

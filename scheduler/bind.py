@@ -8,7 +8,7 @@ Common case, two API round trips:
 2. the Binding, whose `metadata.annotations` carry `dcu-devices-to-allocate`,
    `dcu-devices-allocated`, `vgpu-node`, `vgpu-time`, `bind-phase: allocating` and
    `bind-time`: the API server merges them into the pod atomically with `spec.nodeName`
-   (k8s-protocols.md §4.1), so the device plugin never sees a half-written pod.
+   (docs/architecture.md, Wire formats), so the device plugin never sees a half-written pod.
 HAMi also sets a `hami.io/vgpu-node` *label*; nothing in hami-dcu or in HAMi's DCU plugin
 selects on it, and a Binding cannot carry labels, so we leave it out rather than pay a third
 round trip on every bind.

@@ -1,4 +1,4 @@
-"""`hami-dcu scheduler`: the kube-scheduler extender server (DESIGN.md, public interface).
+"""`hami-dcu scheduler`: the kube-scheduler extender server (docs/architecture.md, Components).
 
 Three listeners, one per audience:
 * `--bind` (default loopback): /filter and /bind, for kube-scheduler, its neighbour container

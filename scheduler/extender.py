@@ -2,7 +2,7 @@
 
 kube-scheduler sends and expects CapitalCase keys (the Go types have no JSON tags) and Go
 decodes case-insensitively, so we accept any case and always emit CapitalCase
-(reference: k8s-protocols.md §2.2). Nested Kubernetes objects keep their camelCase.
+(docs/architecture.md, Wire formats). Nested Kubernetes objects keep their camelCase.
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ def parse_preemption_args(body: object) -> PreemptionArgs:
 
 
 def preemption_result(nodes: dict[str, NodeVictims]) -> JSON:
-    """ExtenderPreemptionResult: always UIDs, whatever the mode (k8s-protocols.md §2.7)."""
+    """ExtenderPreemptionResult: always UIDs, whatever the mode (kube-scheduler reads either)."""
     return {"NodeNameToMetaVictims": {
         node: {"Pods": [{"UID": uid} for uid in victims.uids], "NumPDBViolations": victims.pdb_violations}
         for node, victims in nodes.items()}}

@@ -1,4 +1,4 @@
-"""Exact per-card fit of one pod on one node (pure). Reference: hami-wire-protocol.md §4.4.
+"""Exact per-card fit of one pod on one node (pure), as HAMi's scheduler fits DCUs.
 
 For each container that asks for DCUs, the node's cards are tried in policy order and a
 card is taken when every check passes (in this order, each failure a reason code):

@@ -1,4 +1,4 @@
-"""Is the device plugin on a node alive? (pure). Reference: hami-wire-protocol.md §4.9.
+"""Is the device plugin on a node alive? (pure), judged from HAMi's handshake annotation.
 
 The plugin writes `hami.io/node-handshake-dcu: Reported <time>` every 30 s. HAMi's scheduler
 answers by overwriting it with `Requesting_<time>` about every 15 s and declares the plugin

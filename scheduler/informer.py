@@ -1,10 +1,9 @@
-"""List + watch of nodes and pods into the cache, and of ResourceQuotas into the quota book
-(reference: k8s-protocols.md §6.5).
+"""List + watch of nodes and pods into the cache, and of ResourceQuotas into the quota book.
 
 Per resource: list (fill the cache, diffing out what vanished), watch from the list's
 resourceVersion, re-watch from the last seen version when a stream ends, list again on
 410 Gone, and list again every `resync` seconds anyway so a missed event cannot leave a
-stale holding behind for long (user-pain-points row 20). Other errors back off 1 s
+stale holding behind for long (HAMi's did: Project-HAMi/HAMi#2923). Other errors back off 1 s
 doubling to 30 s. `synced` is set once every first list is in. Nodes and pods are listed in
 pages (`limit`/`continue`) and kept only in the fields the cache reads (slim.py).
 

@@ -1,4 +1,4 @@
-"""Scoring and ordering policies (pure). Reference: hami-wire-protocol.md §4.6.
+"""Scoring and ordering policies (pure), HAMi's for DCUs.
 
 Card score (utilisation of one card):
     score = 10 * (w_slot * used_slots / slots + w_core * used_cores / cores + w_mem * used_memory / memory)

@@ -3,7 +3,7 @@
 kube-scheduler's preemption judges a node with its own filters only: for DCUs it sees the
 slot count (`dcunum`), never card memory or cores, so the victims it proposes may free
 nothing the preemptor needs, and HAMi then evicts pods for nothing (HAMi#1494). The
-extender's preempt verb (k8s-protocols.md §2.7) gets kube-scheduler's candidates and
+extender's preempt verb gets kube-scheduler's candidates and
 answers, per node:
 
 * the proposed victims, when removing what they hold lets the preemptor fit (fit.py, the

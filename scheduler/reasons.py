@@ -1,6 +1,6 @@
 """Why a card or a node cannot take a pod: stable reason codes, the numbers, readable text.
 
-Codes are part of our interface (users grep events for them, user-pain-points row 25), so
+Codes are part of our interface (users grep events for them), so
 they never change meaning. Every rejection carries the figures that decided it.
 """
 

@@ -1,4 +1,4 @@
-"""The wire codecs against the reference's examples, round trips and arbitrary input."""
+"""The wire codecs against annotations as HAMi writes them, round trips and arbitrary input."""
 
 from datetime import UTC, datetime, timedelta, timezone
 

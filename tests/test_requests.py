@@ -1,4 +1,4 @@
-"""Per-container DCU request parsing by the reference's rules (§1.3) and our stricter errors."""
+"""Per-container DCU request parsing by HAMi's rules and our stricter errors."""
 
 import pytest
 

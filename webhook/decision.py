@@ -42,7 +42,8 @@ class Settings:
     identities: Identities = field(default_factory=Identities)
     # Namespace DCU quotas and use (webhook/quotacheck.py); none when the webhook runs alone.
     quota: QuotaLookup | None = None
-    # devicePlugin: route DCU pods to the extender; dra: rewrite them into claims (DESIGN.md, Modes).
+    # devicePlugin: route DCU pods to the extender; dra: rewrite them into claims (docs/architecture.md,
+    # DRA mode).
     mode: str = DEVICE_PLUGIN
     # DRA mode: compute units per card size published in ResourceSlices (the shell reads them),
     # which a cores percentage needs to become a compute-unit count.

@@ -1,7 +1,7 @@
 """Pods written for the other naming set, renamed to the set this cluster speaks (pure).
 
-HAMi renamed every Hygon name from `dcu` to `hcu` with no alias (hami-since-v2.10.md §1), so
-a manifest written for one set is Pending for ever on a cluster that speaks the other. A
+HAMi renamed every Hygon name from `dcu` to `hcu` with no alias (docs/architecture.md, Naming
+sets), so a manifest written for one set is Pending for ever on a cluster that speaks the other. A
 mutating webhook may change a pod's resources at CREATE: the other set's resource names
 (limits and requests of every container and init container) and type-selection
 annotations become this set's, and admission warns about each rename. A container that

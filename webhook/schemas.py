@@ -1,6 +1,6 @@
 """AdmissionReview (admission.k8s.io/v1 and v1beta1): what we read from the API server is
 checked field by field before any decision is made; what we answer is built to the wire
-contract (k8s-protocols.md §3).
+contract (docs/architecture.md, Wire formats).
 
 The checks are written out rather than declared with a schema library: on the webhook's
 hot path a declarative loader (marshmallow) cost more than the whole admission decision

@@ -25,7 +25,7 @@ from hami_dcu.webhook.schemas import BadReview, build_response, load_review
 
 log = logging.getLogger(__name__)
 
-# An UPDATE review carries two pods; HAMi caps at 1 MiB and so do we (k8s-protocols §3.9).
+# An UPDATE review carries two pods; HAMi caps the body at 1 MiB and so do we.
 MAX_BODY = 1024 * 1024
 
 

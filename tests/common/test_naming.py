@@ -1,4 +1,4 @@
-"""The two naming sets (hami-since-v2.10.md §1) and the one switch between them."""
+"""The two naming sets (docs/architecture.md, Naming sets) and the one switch between them."""
 
 from collections.abc import Iterator
 

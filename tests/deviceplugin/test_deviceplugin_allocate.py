@@ -105,7 +105,8 @@ enable: 1
 
 def test_memory_only_and_cores_only(dcu_node):
     """dcumem alone (cores default to 100) and dcucores alone (all memory): both are vDCUs, so
-    the limit that was asked for is enforced (user-pain-points row 4)."""
+    the limit that was asked for is enforced (HAMi's plugin wrote no vdev file for dcucores
+    alone: Project-HAMi/dcu-vgpu-device-plugin#19)."""
     core = dcu_node.core()
     mem_only = dcu_node.bind("m", [("c", [dev("S1", 1024, 100)])])
     core.allocate([["DCU-S1-fake-0"]])
@@ -275,7 +276,7 @@ def test_shortfall_caused_by_a_deleted_pod_is_cleaned_up_at_once(dcu_node):
 
 
 def test_vdcu_is_decided_by_the_chosen_cards_memory_not_card_zeros(dcu_node):
-    """HAMi compared with device 0's memory (reference §5.10 #5)."""
+    """HAMi's plugin compared with device 0's memory, whichever card was chosen."""
     import yaml
 
     cards = yaml.safe_load(dcu_node.mock_file.read_text())
@@ -292,7 +293,7 @@ def test_vdcu_is_decided_by_the_chosen_cards_memory_not_card_zeros(dcu_node):
 
 
 def test_kubelet_slots_on_another_card_serve_the_scheduled_card_and_are_counted(dcu_node):
-    """The scheduler's record is what was accounted, so it wins (user-pain-points row 30)."""
+    """The scheduler's record is what was accounted, so it wins (Project-HAMi/HAMi#1741)."""
     core = dcu_node.core()
     pod = dcu_node.bind("p", [("c", [dev("S2", 1000, 10)])])
     (response,) = core.allocate([["DCU-S1-fake-3"]])
@@ -368,7 +369,7 @@ def rogue_pod(node, name="rogue"):
 
 
 def test_a_pod_that_bypassed_the_scheduler_makes_the_call_ambiguous_and_the_holder_is_untouched(dcu_node):
-    """User-pain-points row 1: never hand the lock holder's vDCU to whichever pod is admitted."""
+    """As in Project-HAMi/dcu-vgpu-device-plugin#11: never hand the lock holder's vDCU to whichever pod is admitted."""
     core = dcu_node.core()
     dcu_node.bind("a", [("c", [dev("S1", 1000, 10)])])
     before = dcu_node.kube.get_pod("default", "a")["metadata"]["annotations"]
@@ -386,7 +387,7 @@ def test_a_pod_that_bypassed_the_scheduler_makes_the_call_ambiguous_and_the_hold
 
 
 def test_a_pod_still_allocating_without_the_lock_is_a_rival(dcu_node):
-    """User-pain-points row 11: an expired lock must not swap two pods' allocations."""
+    """As in Project-HAMi/HAMi#3096: an expired lock must not swap two pods' allocations."""
     core = dcu_node.core()
     dcu_node.bind("old", [("c", [dev("S1", 1000, 10)])], lock=False)
     dcu_node.bind("new", [("c", [dev("S2", 2000, 20)])])

@@ -131,7 +131,7 @@ def test_ids_are_freed_when_the_pod_goes(running):
 
 
 def test_several_container_requests_in_one_call_over_the_wire(dcu_node):
-    """Each ContainerRequest gets its own response (HAMi reused one variable for all, §5.10 #6)."""
+    """Each ContainerRequest gets its own response (HAMi's plugin reused one variable for all)."""
     server = DevicePluginServer(dcu_node.core(), dcu_node.plugin_dir, keys.DEFAULT_COUNT_RESOURCE).start()
     try:
         with grpc.insecure_channel(f"unix://{server.socket}") as channel:

@@ -1,4 +1,4 @@
-"""The Volcano stand-in: the fork's decisions as the reference states them, and its writes in
+"""The Volcano stand-in: the fork's decisions as e2e/volcano_fork.py states them, and its writes in
 the fork's order, against the local API server (issue 24)."""
 
 from datetime import UTC, datetime, timedelta

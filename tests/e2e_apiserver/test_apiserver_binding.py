@@ -1,4 +1,5 @@
-"""The pods/binding subresource, through the real client (k8s-protocols.md §4.1)."""
+"""The pods/binding subresource, through the real client: the Binding's annotations land on the pod with
+spec.nodeName, and the answer is a Status (docs/architecture.md, Wire formats)."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""HAMi's exact card order (hami-wire-protocol.md §4.6, §8): HAMi sorts ascending and tries the
+"""HAMi's exact card order (scheduler/policy.py): HAMi sorts ascending and tries the
 card that sorts last first, so among equal cards it takes the highest NUMA node, then the
 highest index, and a multi-card container lists its cards in that walk order."""
 
@@ -33,7 +33,8 @@ def chosen(cards: list[CardSpec], used: list[Usage], request: DcuRequest, value:
 
 
 def test_reference_worked_example_lands_on_the_second_card_with_the_same_annotation():
-    """§8: two idle K100_AI cards S1 (index 0) and S2 (index 1); the 2000 MiB / 60 % pod gets S2."""
+    """HAMi's worked example: two idle K100_AI cards S1 (index 0) and S2 (index 1); the 2000 MiB /
+    60 % pod gets S2."""
     register = encode_node_devices([
         NodeDevice(id="DCU-S1", count=4, devmem=65520, devcore=100, type="DCU-K100_AI", index=0),
         NodeDevice(id="DCU-S2", count=4, devmem=65520, devcore=100, type="DCU-K100_AI", index=1),

@@ -374,7 +374,7 @@ class ApiApp:
         content_type = request.headers.get("Content-Type", "")
         precondition = None
         if isinstance(body, dict) and isinstance(body.get("metadata"), dict):
-            # A merge patch carrying a resourceVersion is a compare-and-swap (k8s-protocols §4.3).
+            # A merge patch carrying a resourceVersion is a compare-and-swap, as in kube-apiserver.
             precondition = body["metadata"].get("resourceVersion")
         json_patch = content_type.split(";")[0].strip().lower() == JSON_PATCH
 
@@ -495,7 +495,7 @@ class ApiApp:
             return pod
 
         self.store.update("pods", t.namespace or "", t.name or "", bind, copy=False)
-        # kube answers a Binding with a Status, not the Binding (k8s-protocols §4.1).
+        # kube answers a Binding with a Status, not the Binding.
         return web.json_response(status_body(201, "", ""), status=201, dumps=_dumps)
 
     # --- watch ---------------------------------------------------------------------------
@@ -610,7 +610,7 @@ def _replacing_with(obj: JSON) -> Callable[[JSON], JSON]:
 
 def _event_for(change: Change, t: Target, predicate: Predicate | None) -> JSON | None:
     """A change as this watcher sees it: objects leaving its selector are DELETED for it,
-    objects entering it are ADDED (k8s-protocols §6.3)."""
+    objects entering it are ADDED, as kube-apiserver's filtered watches do."""
     if change.resource != t.resource:
         return None
     obj = change.object

@@ -1,4 +1,4 @@
-"""The three patch flavours the API server accepts (k8s-protocols.md §4.2).
+"""The three patch flavours the API server accepts: JSON patch, merge patch, strategic merge patch.
 
 `apply_patch` may reuse parts of the target in its result and, for JSON patch, changes the
 target in place: the store always hands it a private copy.

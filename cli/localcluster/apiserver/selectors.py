@@ -1,4 +1,4 @@
-"""Field and label selectors as the API server understands them (k8s-protocols.md §6.4).
+"""Field and label selectors as the API server understands them.
 
 Both compile once per request into a predicate over the raw object, so a watch pays for
 parsing once, not per event.
