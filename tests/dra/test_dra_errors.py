@@ -15,6 +15,7 @@ import pytest
 from dra_helpers import NODE, claim, node_cards, paths, result
 from fake_kube import FakeKube
 
+from hami_dcu.cli.localcluster.kubelet import short_socket_dir
 from hami_dcu.common.kube import UnreachableError
 from hami_dcu.dra import core as core_module
 from hami_dcu.dra.api.v1 import api_pb2 as v1_pb2
@@ -22,7 +23,6 @@ from hami_dcu.dra.api.v1 import api_pb2_grpc as v1_grpc
 from hami_dcu.dra.core import DriverCore
 from hami_dcu.dra.server import KubeletPluginServer
 from hami_dcu.dra.service import DriverService
-from hami_dcu.e2e.kubelet import short_socket_dir
 
 BUG = "internal error in the dra-driver (ZeroDivisionError); its log has the details"
 
