@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 
 from hami_dcu.common import keys
+from hami_dcu.common.errors import CliError
 from hami_dcu.common.kube import Kube, KubeError, NotFoundError
 from hami_dcu.common.requests import pod_containers
 from hami_dcu.deviceplugin.api.v1beta1 import api_pb2, api_pb2_grpc
@@ -306,7 +307,7 @@ class LocalKubelet:
         log.warning("kubelet %s: gave up writing the status of %s/%s", self.node, meta["namespace"], meta["name"])
 
 
-class AdmissionFailed(RuntimeError):
+class AdmissionFailed(CliError, RuntimeError):
     pass
 
 

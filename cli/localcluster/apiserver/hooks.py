@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from hami_dcu.cli.localcluster.apiserver.resources import JSON
+from hami_dcu.common.errors import CliError
 
 CREATE, UPDATE = "CREATE", "UPDATE"
 
@@ -54,7 +55,7 @@ _REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotF
             504: "Timeout"}
 
 
-class AdmissionDenied(Exception):
+class AdmissionDenied(CliError):
     """Raised by the admission hook: the write fails with this HTTP code and message."""
 
     def __init__(self, message: str, code: int = 400, reason: str | None = None) -> None:

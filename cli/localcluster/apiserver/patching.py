@@ -11,6 +11,7 @@ from typing import Any
 import jsonpatch
 
 from hami_dcu.cli.localcluster.apiserver.resources import JSON, clone
+from hami_dcu.common.errors import CliError
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -33,7 +34,7 @@ MERGE_KEYS = {
 }
 
 
-class PatchError(ValueError):
+class PatchError(CliError, ValueError):
     """The patch cannot be applied: 422 Invalid, or 415 for an unknown content type."""
 
     def __init__(self, message: str, code: int = 422, reason: str = "Invalid") -> None:

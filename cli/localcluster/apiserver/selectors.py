@@ -10,11 +10,12 @@ from collections.abc import Callable
 from typing import Any
 
 from hami_dcu.cli.localcluster.apiserver.resources import JSON
+from hami_dcu.common.errors import CliError
 
 Predicate = Callable[[JSON], bool]
 
 
-class SelectorError(ValueError):
+class SelectorError(CliError, ValueError):
     """A selector the server does not support: answered 400 BadRequest."""
 
 

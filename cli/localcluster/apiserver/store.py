@@ -22,9 +22,10 @@ from typing import Any
 
 from hami_dcu.cli.localcluster.apiserver.patching import STRATEGIC, PatchError, apply_patch
 from hami_dcu.cli.localcluster.apiserver.resources import CLUSTER_SCOPED, JSON, KINDS, clone, now_rfc3339
+from hami_dcu.common.errors import CliError
 
 
-class StoreError(Exception):
+class StoreError(CliError):
     """Answered as a v1 Status with this code, reason and (optional) details."""
 
     def __init__(self, code: int, reason: str, message: str, details: JSON | None = None) -> None:
