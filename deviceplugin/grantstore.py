@@ -96,7 +96,7 @@ class GrantStore:
         adopted by name, whose record holds no configuration)."""
         try:
             text = (self.directory / (dirname + SUFFIX)).read_text()
-        except OSError:
+        except (OSError, UnicodeDecodeError):
             return None
         return None if text.startswith(ADOPTED) else text
 

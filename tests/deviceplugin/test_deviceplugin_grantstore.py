@@ -49,6 +49,7 @@ def test_the_store_takes_back_every_grant_it_can_and_says_which_it_cannot(tmp_pa
         records = store.records()
     assert [(name, bus) for name, _, bus in records] == [
         (SPEC.dirname, "0000:3D:00.0"), (unreadable.dirname, None), (other.dirname, "0000:3D:00.0")]
+    assert store.conf_text(unreadable.dirname) is None and store.conf_text(SPEC.dirname) == render_conf(SPEC, 0)
     assert [r.getMessage() for r in caplog.records if "ignoring" in r.getMessage()] == [
         f"grant store {tmp_path}: ignoring bad_main_1_99_9_{LOW}_{HIGH}.conf: not a grant of this plugin: "
         "pipe: Must be greater than or equal to 0 and less than or equal to 19."]
