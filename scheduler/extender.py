@@ -129,7 +129,8 @@ class GoStruct(Strict):
 
 
 class PodObject(JsonObject):
-    """The pod to place: an object whose fields we read have their JSON types."""
+    """The pod to place: an object whose fields we read have their JSON types (a wrongly typed
+    one is named here, not met deep in the filter as an "internal error")."""
 
     def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> Any:
         pod = super()._deserialize(value, attr, data, **kwargs)
@@ -150,18 +151,26 @@ class NodeItems(fields.Field):
             raise self.make_error("invalid")
         problems: dict[int, object] = {}
         for index, node in enumerate(value):
-            meta = node.get("metadata") if isinstance(node, dict) else None
-            if not isinstance(node, dict):
-                problems[index] = [NOT_AN_OBJECT]
-            elif not isinstance(meta, dict):
-                problems[index] = {"metadata": [NOT_AN_OBJECT]}
-            elif not isinstance(meta.get("name"), str):
-                problems[index] = {"metadata": {"name": ["Not a valid string."]}}
-            if len(problems) >= MAX_PROBLEMS:
-                break
+            problem = _node_problem(node)
+            if problem is not None:
+                problems[index] = problem
+                if len(problems) == MAX_PROBLEMS:
+                    break
         if problems:
             raise ValidationError(problems)
         return value
+
+
+def _node_problem(node: object) -> object:
+    """marshmallow's message for a Node whose metadata.name is not a string, or None."""
+    if not isinstance(node, dict):
+        return [NOT_AN_OBJECT]
+    meta = node.get("metadata")
+    if not isinstance(meta, dict):
+        return {"metadata": [NOT_AN_OBJECT]}
+    if not isinstance(meta.get("name"), str):
+        return {"metadata": {"name": ["Not a valid string."]}}
+    return None
 
 
 class NameList(fields.Field):
