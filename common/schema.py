@@ -15,7 +15,7 @@ come from the request (node names in a victims map) and end up in logs and repli
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from marshmallow import EXCLUDE, Schema, fields
 
@@ -38,12 +38,13 @@ class Strict(Schema):
     error_messages = {"type": NOT_AN_OBJECT}
 
 
-class JsonObject(fields.Field):
+class JsonObject(fields.Field[dict[str, Any]]):
     """A JSON object passed on as it came: checked to be an object, never copied or walked."""
 
     default_error_messages = {"invalid": NOT_AN_OBJECT}
 
-    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> Any:
+    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None,
+                     **kwargs: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise self.make_error("invalid")
         return value
@@ -56,6 +57,12 @@ class JsonBoolean(fields.Boolean):
         if not isinstance(value, bool):
             raise self.make_error("invalid")
         return value
+
+
+def load(schema: Schema, data: object) -> Any:
+    """`schema.load` of decoded JSON, whatever its type: the schema itself refuses a value
+    that is not an object ("Not a JSON object."), so no caller checks that by hand first."""
+    return schema.load(cast("Mapping[str, Any]", data))
 
 
 def one_line(messages: object, root: str = "") -> str:

@@ -19,7 +19,7 @@ from typing import Any
 from marshmallow import ValidationError, fields, post_dump, post_load, pre_load, validate
 
 from hami_dcu.common import safejson
-from hami_dcu.common.schema import JsonBoolean, Strict, one_line
+from hami_dcu.common.schema import JsonBoolean, Strict, load, one_line
 from hami_dcu.common.untrusted import shown
 from hami_dcu.dra import names
 from hami_dcu.node.vdev import VdevDir, VdevSpec, write_atomic
@@ -92,7 +92,7 @@ class RecordError(ValueError):
     pass
 
 
-class HexMask(fields.Field):
+class HexMask(fields.Field[int]):
     """A CU mask as the record writes it: "0x..." (up to 128 bits: JSON numbers lose them)."""
 
     default_error_messages = {"invalid": "Not a CU mask (a hexadecimal string such as 0x3f)."}
@@ -190,7 +190,7 @@ def decode(text: str | bytes) -> PreparedClaim:
     except safejson.JsonError as exc:
         raise RecordError(str(exc)) from exc
     try:
-        record: PreparedClaim = _RECORD.load(data)
+        record: PreparedClaim = load(_RECORD, data)
     except ValidationError as exc:
         raise RecordError(f"malformed record: {one_line(exc.messages)}") from exc
     return record

@@ -20,7 +20,7 @@ from marshmallow import ValidationError, fields, post_load, pre_load, validates_
 
 from hami_dcu.common.names import is_label, is_subdomain
 from hami_dcu.common.podshape import pod_shape_problem
-from hami_dcu.common.schema import MAX_PROBLEMS, NOT_AN_OBJECT, JsonObject, Strict, one_line
+from hami_dcu.common.schema import MAX_PROBLEMS, NOT_AN_OBJECT, JsonObject, Strict, load, one_line
 from hami_dcu.common.untrusted import shown
 
 JSON = dict[str, Any]
@@ -132,7 +132,8 @@ class PodObject(JsonObject):
     """The pod to place: an object whose fields we read have their JSON types (a wrongly typed
     one is named here, not met deep in the filter as an "internal error")."""
 
-    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> Any:
+    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None,
+                     **kwargs: Any) -> JSON:
         pod = super()._deserialize(value, attr, data, **kwargs)
         problem = pod_shape_problem(pod)
         if problem:
@@ -140,13 +141,14 @@ class PodObject(JsonObject):
         return pod
 
 
-class NodeItems(fields.Field):
+class NodeItems(fields.Field[list[JSON]]):
     """The Node objects of a NodeList, each checked in the one field we read (metadata.name)
     in one pass: a field per node costs ~1 µs each, 5 ms for 5,000 nodes."""
 
     default_error_messages = {"invalid": "Not a valid list."}
 
-    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> Any:
+    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None,
+                     **kwargs: Any) -> list[JSON]:
         if not isinstance(value, list):
             raise self.make_error("invalid")
         problems: dict[int, object] = {}
@@ -173,13 +175,14 @@ def _node_problem(node: object) -> object:
     return None
 
 
-class NameList(fields.Field):
+class NameList(fields.Field[list[str]]):
     """A list of strings, checked in one pass: str.join checks each item's type in C, for
     5,000 node names ~20x faster than a field per item."""
 
     default_error_messages = {"invalid": "Not a list of strings."}
 
-    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> Any:
+    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None,
+                     **kwargs: Any) -> list[str]:
         if not isinstance(value, list):
             raise self.make_error("invalid")
         try:
@@ -297,7 +300,7 @@ _PREEMPT = ExtenderPreemptionArgsSchema()
 
 def _load(schema: GoStruct, body: object, kind: str) -> Any:
     try:
-        return schema.load(body)
+        return load(schema, body)
     except ValidationError as exc:
         raise WireError(one_line(exc.messages, root=kind)) from exc
 

@@ -19,7 +19,7 @@ from typing import Any
 from marshmallow import ValidationError, fields, validate
 
 from hami_dcu.common import safejson
-from hami_dcu.common.schema import JsonBoolean, JsonObject, Strict, one_line
+from hami_dcu.common.schema import JsonBoolean, JsonObject, Strict, load, one_line
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
@@ -70,9 +70,10 @@ def load_review(body: bytes) -> dict[str, Any]:
     except safejson.JsonError as exc:
         raise BadReview(str(exc)) from exc
     try:
-        return _REVIEW.load(data)
+        review: dict[str, Any] = load(_REVIEW, data)
     except ValidationError as exc:
         raise BadReview(f"not an AdmissionReview: {one_line(exc.messages)}") from exc
+    return review
 
 
 def build_response(

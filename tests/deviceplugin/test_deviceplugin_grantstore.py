@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from hami_dcu.deviceplugin.grantstore import ADOPTED, GrantRecordError, GrantStore, load_record
-from hami_dcu.deviceplugin.vdev import VdevDir, VdevSpec, render_conf
+from hami_dcu.node.vdev import VdevDir, VdevSpec, render_conf
 
 SPEC = VdevSpec(pod_uid="6d1b7c4e-pod", container="main", card_index=1, pipe=3, vdev=7, cu_mask=(1 << 70) - 1,
                 cu_count=70, memory_mib=2000, pci_bus_id="0000:3d:00.0")
