@@ -11,7 +11,8 @@ the same review on a fixed schedule, so latency includes queueing when a server 
 behind. Per server: the CPU time it used during the measured load divided by the reviews
 (from /proc), and p50/p99 latency; then ours against the baseline's.
 
-Targets (issue 14): CPU per review <= 1.5x the baseline's; p99 <= 1.3x in a quiet run.
+Target (issue 23): p99 <= 1.3x the baseline's in a quiet run. CPU per review is shown, not a
+target (issue 14's 1.5x was withdrawn when the envelope became a marshmallow schema again).
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def main() -> int:
         ours, ours_errors, ours_cpu = measure(OURS, work, args, "ours")
         base, base_errors, base_cpu = measure(BASELINE, work, args, "baseline")
         print(f"round {round_}: errors ours {ours_errors}, baseline {base_errors}")
-        print(ratio_line("CPU per review", ours_cpu * 1e6, base_cpu * 1e6, unit="us", target=1.5))
+        print(ratio_line("CPU per review", ours_cpu * 1e6, base_cpu * 1e6, unit="us"))
         print(ratio_line("latency p50", percentile(ours, 50), percentile(base, 50)))
         print(ratio_line("latency p99", percentile(ours, 99), percentile(base, 99), target=1.3))
         print(f"  max latency: ours {max(ours):.1f} ms, baseline {max(base):.1f} ms")

@@ -5,14 +5,26 @@ it holds is not evidence of anything: a restart rebuilds from this store instead
 grant, `<vdev dirname>.conf`, holding the vDCU's configuration exactly as rendered for the
 container (vdev.render_conf: one encoder); the name records the grant (vdev.parse_dirname), the
 `PciBusId` line the card it was made on. Files are written atomically, readable by root only.
+
+Both parts are HAMi's formats and stay in their codec (`vdev.py`); what a record must say is
+declared once, as a marshmallow schema (`GrantRecordSchema`), so a record that is not one of
+ours (a negative index, a mask wider than a card's 128 bits, a vdev id past the node's) is
+refused naming the field, and the others are still taken back.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
+from marshmallow import ValidationError, fields, post_load, validate
+
+from hami_dcu.common.errors import DevicePluginError
+from hami_dcu.common.schema import Strict, one_line
+from hami_dcu.node.allocator import PIPES_PER_CARD, VDEVS_PER_NODE
 from hami_dcu.node.vdev import (
     VDEV_CONF,
     VdevDir,
@@ -29,6 +41,49 @@ ADOPTED = "# adopted from "  # how a record adopted by directory name begins
 RECORD_MODE = 0o600
 
 
+class GrantRecordError(DevicePluginError, ValueError):
+    """A file in the store that is not a grant record of ours; the message says why."""
+
+
+def _index(most: int | None = None) -> fields.Integer:
+    return fields.Integer(required=True, strict=True, validate=validate.Range(min=0, max=most))
+
+
+class GrantRecordSchema(Strict):
+    """What one record says: the grant (from its name) and its card's PCI bus id (from its
+    configuration; None for a grant adopted by name)."""
+
+    pod_uid = fields.String(required=True, validate=validate.Length(min=1))
+    container = fields.String(required=True, validate=validate.Length(min=1))
+    card_index = _index()
+    pipe = _index(PIPES_PER_CARD - 1)
+    vdev = _index(VDEVS_PER_NODE - 1)
+    cu_mask = fields.Integer(required=True, strict=True, validate=validate.Range(min=0, max=(1 << 128) - 1))
+    pci_bus_id = fields.String(load_default=None)
+
+    @post_load
+    def _record(self, data: dict[str, Any], **_kwargs: Any) -> tuple[VdevDir, str | None]:
+        bus_id = data.pop("pci_bus_id")
+        return VdevDir(**data), bus_id
+
+
+_RECORD = GrantRecordSchema()
+
+
+def load_record(dirname: str, conf: str | None) -> tuple[VdevDir, str | None]:
+    """The grant a record named `dirname` with configuration `conf` (None: unreadable) holds,
+    and its card's PCI bus id. Raises GrantRecordError. Pure."""
+    grant = parse_dirname(dirname)
+    if grant is None:
+        raise GrantRecordError("not a grant record (its name is not a vdev directory name)")
+    try:
+        record: tuple[VdevDir, str | None] = _RECORD.load(
+            {**dataclasses.asdict(grant), "pci_bus_id": None if conf is None else conf_bus_id(conf)})
+    except ValidationError as exc:
+        raise GrantRecordError(f"not a grant of this plugin: {one_line(exc.messages)}") from exc
+    return record
+
+
 class GrantStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -42,7 +97,7 @@ class GrantStore:
         adopted by name, whose record holds no configuration)."""
         try:
             text = (self.directory / (dirname + SUFFIX)).read_text()
-        except OSError:
+        except (OSError, UnicodeDecodeError):
             return None
         return None if text.startswith(ADOPTED) else text
 
@@ -58,14 +113,15 @@ class GrantStore:
         found = []
         for name in names:
             dirname = name.removesuffix(SUFFIX)
-            record = parse_dirname(dirname)
-            if record is None:
-                log.warning("grant store %s: ignoring %s, not a grant record", self.directory, name)
-                continue
             try:
-                bus_id = conf_bus_id((self.directory / name).read_text())
-            except OSError:
-                bus_id = None
+                conf: str | None = (self.directory / name).read_text()
+            except (OSError, UnicodeDecodeError):
+                conf = None  # unreadable: kept on the card its name says, as an adopted grant is
+            try:
+                record, bus_id = load_record(dirname, conf)
+            except GrantRecordError as exc:
+                log.warning("grant store %s: ignoring %s: %s", self.directory, name, exc)
+                continue
             found.append((dirname, record, bus_id))
         return found
 

@@ -2,7 +2,10 @@
 
 One JSON file per claim UID in the driver's state directory (mounted into no container).
 It is written before any file a container sees and removed after them, so it is the truth:
-after a crash the vdev files and CDI specs are rewritten from it. `encode`/`decode` are pure.
+after a crash the vdev files and CDI specs are rewritten from it. The record's format is
+declared once, as marshmallow schemas (`ClaimRecordSchema`), for writing and for reading
+back: a record that does not match says which field, and is left for a person. `encode` and
+`decode` are pure.
 """
 
 from __future__ import annotations
@@ -13,7 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from marshmallow import ValidationError, fields, post_dump, post_load, pre_load, validate
+
+from hami_dcu.common import safejson
 from hami_dcu.common.errors import DraError
+from hami_dcu.common.schema import JsonBoolean, Strict, load, one_line
+from hami_dcu.common.untrusted import shown
 from hami_dcu.dra import names
 from hami_dcu.node.vdev import VdevDir, VdevSpec, write_atomic
 
@@ -85,44 +93,108 @@ class RecordError(DraError, ValueError):
     pass
 
 
+class HexMask(fields.Field[int]):
+    """A CU mask as the record writes it: "0x..." (up to 128 bits: JSON numbers lose them)."""
+
+    default_error_messages = {"invalid": "Not a CU mask (a hexadecimal string such as 0x3f)."}
+
+    def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> str:
+        return hex(value)
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> int:
+        if not isinstance(value, str):
+            raise self.make_error("invalid")
+        try:
+            mask = int(value, 16)
+        except ValueError:
+            raise self.make_error("invalid") from None
+        if not 0 <= mask < 1 << 128:
+            raise self.make_error("invalid")
+        return mask
+
+
+def _count(key: str) -> fields.Integer:
+    return fields.Integer(required=True, strict=True, data_key=key, validate=validate.Range(min=0))
+
+
+def _text(key: str) -> fields.String:
+    return fields.String(required=True, data_key=key)
+
+
+class VdevGrantSchema(Strict):
+    card_index = _count("cardIndex")
+    cu_mask = HexMask(required=True, data_key="cuMask")
+    pipe = _count("pipe")
+    vdev = _count("vdev")
+    cu_count = _count("cuCount")
+    memory_mib = _count("memoryMiB")
+
+    @post_load
+    def _grant(self, data: JSON, **_kwargs: Any) -> VdevGrant:
+        return VdevGrant(**data)
+
+
+class PreparedDeviceSchema(Strict):
+    request = _text("request")
+    pool = _text("pool")
+    device = _text("device")
+    share_id = fields.String(load_default=None, data_key="shareID")
+    pci_bus_id = _text("pciBusID")
+    dri_card = _text("driCard")
+    dri_render = _text("driRender")
+    vdev = fields.Nested(VdevGrantSchema, load_default=None)  # null: the whole card
+    # Written only when true; records from before adminAccess have none.
+    admin = JsonBoolean(load_default=False, data_key="adminAccess")
+
+    @post_dump
+    def _admin_only_when_true(self, data: JSON, **_kwargs: Any) -> JSON:
+        if not data["adminAccess"]:
+            del data["adminAccess"]
+        return data
+
+    @post_load
+    def _device(self, data: JSON, **_kwargs: Any) -> PreparedDevice:
+        return PreparedDevice(**data)
+
+
+class ClaimRecordSchema(Strict):
+    version = fields.Integer(required=True, strict=True, dump_default=RECORD_VERSION)
+    uid = _text("uid")
+    namespace = _text("namespace")
+    name = _text("name")
+    devices = fields.List(fields.Nested(PreparedDeviceSchema), required=True)
+
+    @pre_load
+    def _same_format(self, data: object, **_kwargs: Any) -> object:
+        """A record of another format is refused as such, before its fields are compared to ours."""
+        if isinstance(data, dict) and data.get("version") != RECORD_VERSION:
+            found = f"format {shown(data['version'])}" if "version" in data else "no format version"
+            raise ValidationError(f"Record has {found}; this driver reads format {RECORD_VERSION}.", "version")
+        return data
+
+    @post_load
+    def _claim(self, data: JSON, **_kwargs: Any) -> PreparedClaim:
+        return PreparedClaim(uid=data["uid"], namespace=data["namespace"], name=data["name"],
+                             devices=tuple(data["devices"]))
+
+
+_RECORD = ClaimRecordSchema()
+
+
 def encode(record: PreparedClaim) -> str:
-    def grant(g: VdevGrant | None) -> JSON | None:
-        if g is None:
-            return None
-        return {"cardIndex": g.card_index, "cuMask": hex(g.cu_mask), "pipe": g.pipe, "vdev": g.vdev,
-                "cuCount": g.cu_count, "memoryMiB": g.memory_mib}
-
-    return json.dumps({
-        "version": RECORD_VERSION, "uid": record.uid, "namespace": record.namespace, "name": record.name,
-        "devices": [{"request": d.request, "pool": d.pool, "device": d.device, "shareID": d.share_id,
-                     "pciBusID": d.pci_bus_id, "driCard": d.dri_card, "driRender": d.dri_render,
-                     "vdev": grant(d.vdev), **({"adminAccess": True} if d.admin else {})}
-                    for d in record.devices],
-    }, indent=1, sort_keys=True) + "\n"
+    return json.dumps(_RECORD.dump(record), indent=1, sort_keys=True) + "\n"
 
 
-def decode(text: str) -> PreparedClaim:
+def decode(text: str | bytes) -> PreparedClaim:
     try:
-        data = json.loads(text)
-        if data.get("version") != RECORD_VERSION:
-            raise RecordError(f"record version {data.get('version')!r}, expected {RECORD_VERSION}")
-        devices = []
-        for d in data["devices"]:
-            g = d.get("vdev")
-            grant = None if g is None else VdevGrant(
-                card_index=int(g["cardIndex"]), cu_mask=int(g["cuMask"], 16), pipe=int(g["pipe"]),
-                vdev=int(g["vdev"]), cu_count=int(g["cuCount"]), memory_mib=int(g["memoryMiB"]))
-            devices.append(PreparedDevice(
-                request=str(d["request"]), pool=str(d["pool"]), device=str(d["device"]),
-                share_id=None if d.get("shareID") is None else str(d["shareID"]), pci_bus_id=str(d["pciBusID"]),
-                dri_card=str(d["driCard"]), dri_render=str(d["driRender"]), vdev=grant,
-                admin=d.get("adminAccess") is True))
-        return PreparedClaim(uid=str(data["uid"]), namespace=str(data["namespace"]), name=str(data["name"]),
-                             devices=tuple(devices))
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        if isinstance(exc, RecordError):
-            raise
-        raise RecordError(f"malformed record: {exc!r}") from exc
+        data = safejson.loads(text)  # bounded: a corrupt file must not take the driver down
+    except safejson.JsonError as exc:
+        raise RecordError(str(exc)) from exc
+    try:
+        record: PreparedClaim = load(_RECORD, data)
+    except ValidationError as exc:
+        raise RecordError(f"malformed record: {one_line(exc.messages)}") from exc
+    return record
 
 
 class RecordStore:
@@ -149,7 +221,7 @@ class RecordStore:
         records = []
         for path in files:
             try:
-                record = decode(path.read_text())
+                record = decode(path.read_bytes())
             except (OSError, RecordError) as exc:
                 log.error("DRA record %s cannot be read, ignored: %s", path, exc)
                 continue

@@ -100,5 +100,5 @@ async def test_a_malformed_pod_is_still_answered_200_with_its_reason(alone, clie
     pod["spec"]["containers"] = "abc"
     response = await client.post("/filter", json=filter_args(pod, ["n1"]))
     assert response.status == 200
-    assert (await response.json())["Error"] == "pod is malformed: spec.containers must be a list, got a string"
+    assert (await response.json())["Error"] == "ExtenderArgs.Pod: spec.containers must be a list, got a string"
     assert not tracebacks(caplog) and bugs(alone) == 0

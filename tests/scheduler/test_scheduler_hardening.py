@@ -40,9 +40,9 @@ FILTER_ATTACKS = {
     "container-int": (filter_body(spec={"containers": [3]}), "spec.containers[0] must be an object"),
     "limits-list": (container_body(resources={"limits": ["x"]}), "spec.containers[0].resources.limits must be"),
     "node-item-metadata-string": (json.dumps({"Pod": dcu_pod("p"), "Nodes": {"items": [{"metadata": "x"}]}}).encode(),
-                                  "Nodes.items[0].metadata.name must be a string"),
+                                  "ExtenderArgs.Nodes.items[0].metadata: Not a JSON object."),
     "node-item-int": (json.dumps({"Pod": dcu_pod("p"), "Nodes": {"items": [5]}}).encode(),
-                      "Nodes.items[0] must be an object"),
+                      "ExtenderArgs.Nodes.items[0]: Not a JSON object."),
 }
 
 
