@@ -73,24 +73,30 @@ class NodeDevice:
     mode: str = keys.DEVICE_MODE
 
 
-def encode_node_devices(devices: list[NodeDevice]) -> str:
-    """Encode in the 9-field string form, each card terminated by `:`."""
+# What an error names when the caller does not say which annotation the value is (the key is
+# the naming set's, which only the caller knows).
+NODE_DEVICES = "node device list"
+POD_DEVICES = "pod device list"
+
+
+def encode_node_devices(devices: list[NodeDevice], annotation: str = NODE_DEVICES) -> str:
+    """Encode in the 9-field string form, each card terminated by `:`; `annotation` only
+    names the value in errors."""
     out = []
     for d in devices:
-        dev_id = _check_field(keys.NODE_REGISTER, "device id", d.id)
-        dev_type = _check_field(keys.NODE_REGISTER, "device type", d.type)
-        mode = _check_field(keys.NODE_REGISTER, "mode", d.mode)
+        dev_id = _check_field(annotation, "device id", d.id)
+        dev_type = _check_field(annotation, "device type", d.type)
+        mode = _check_field(annotation, "mode", d.mode)
         out.append(
             f"{dev_id},{d.count},{d.devmem},{d.devcore},{dev_type},{d.numa},{_go_bool(d.health)},{d.index},{mode}:"
         )
     return "".join(out)
 
 
-def decode_node_devices(value: str, annotation: str | None = None) -> list[NodeDevice]:
+def decode_node_devices(value: str, annotation: str = NODE_DEVICES) -> list[NodeDevice]:
     """Decode the string form (7 or 9 fields a card) or a JSON array of DeviceInfo. Both
     naming sets write the same form (Hygon's v3 plugin: `HCU-<serial>,4,...,HCU-<model>,
     <numa>,true,<index>,hami:`); `annotation` only names the value in errors."""
-    annotation = annotation or keys.NODE_REGISTER
     stripped = value.strip()
     # A string-form value always ends with the record terminator ':'; a JSON array with ']'.
     if stripped.startswith("[") and stripped.endswith("]"):
@@ -179,8 +185,8 @@ class ContainerDevice:
 PodDevices = list[list[ContainerDevice]]
 
 
-def encode_pod_devices(pod_devices: PodDevices, annotation: str | None = None) -> str:
-    annotation = annotation or keys.POD_DEVICES_ALLOCATED
+def encode_pod_devices(pod_devices: PodDevices, annotation: str = POD_DEVICES) -> str:
+    """`annotation` only names the value in errors."""
     out = []
     for container in pod_devices:
         for d in container:
@@ -191,15 +197,15 @@ def encode_pod_devices(pod_devices: PodDevices, annotation: str | None = None) -
     return "".join(out)
 
 
-def decode_pod_devices(value: str, annotation: str | None = None) -> PodDevices:
+def decode_pod_devices(value: str, annotation: str = POD_DEVICES) -> PodDevices:
     """Decode a pod device list, keeping empty entries so index i is container i.
 
     Every entry is terminated by `;`, so the text after the last `;` is not an entry (HAMi
     HEAD keeps it as one more empty entry; dropping it makes decode(encode(x)) == x and
     changes no container's index). Text without a final `;` is read as one last entry.
-    HAMi v2.5's placeholder record `,,0,0` (no uuid) decodes as "no device".
+    HAMi v2.5's placeholder record `,,0,0` (no uuid) decodes as "no device". `annotation`
+    only names the value in errors.
     """
-    annotation = annotation or keys.POD_DEVICES_ALLOCATED
     if value == "":
         return []
     entries = value.split(";")

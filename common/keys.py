@@ -7,47 +7,41 @@ Two naming sets exist (docs/architecture.md, Naming sets): `dcu` (HAMi v2.10) an
 Hygon's own plugin v3). They differ in the resource names, the node registration and
 handshake keys, the pod allocation keys, the type-selection keys and the device id prefix;
 the node lock, the bind keys and the uuid selection keys are shared. Each component process
-speaks one set, chosen once at start-up (`hami-dcu --naming dcu|hcu`, chart value `naming`)
-with `select_naming`: the module constants below then hold that set's values, so code that
-reads `keys.NODE_REGISTER` at run time speaks the chosen set. Both sets stay available as
-`DCU_NAMING` and `HCU_NAMING` for what must see both (the webhook's renaming, the start-up
-mismatch check, the one-writer rule).
+speaks one set, chosen once at start-up (`hami-dcu --naming dcu|hcu`, chart value `naming`,
+looked up with `naming_by_name`) and handed to whatever reads or writes a key of it, as a
+`Naming` value: nothing here changes after import, so no reader depends on when it ran.
+Both sets stay available as `DCU_NAMING` and `HCU_NAMING` for what must see both (the
+webhook's renaming, the start-up mismatch check, the one-writer rule).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 # --- extended resources -------------------------------------------------------------------
-
-DEFAULT_COUNT_RESOURCE = "hygon.com/dcunum"
-DEFAULT_MEMORY_RESOURCE = "hygon.com/dcumem"
-DEFAULT_CORES_RESOURCE = "hygon.com/dcucores"
 
 
 @dataclass(frozen=True)
 class ResourceNames:
-    """The three DCU resource names. Only `count` is a kubelet resource (the plugin advertises
-    it); `memory` (MiB) and `cores` (% of one card) exist only in pod specs and are ignored by
-    kube-scheduler through the extender's managedResources."""
+    """The three DCU resource names of a naming set (`Naming.resources`). Only `count` is a
+    kubelet resource (the plugin advertises it); `memory` (MiB) and `cores` (% of one card)
+    exist only in pod specs and are ignored by kube-scheduler through the extender's
+    managedResources."""
 
-    count: str = DEFAULT_COUNT_RESOURCE
-    memory: str = DEFAULT_MEMORY_RESOURCE
-    cores: str = DEFAULT_CORES_RESOURCE
+    count: str
+    memory: str
+    cores: str
 
     def all(self) -> tuple[str, str, str]:
         return (self.count, self.memory, self.cores)
 
 
-DEFAULT_RESOURCES = ResourceNames()
-
 # --- device identity ----------------------------------------------------------------------
 
-# Request type written in the pod device list, and the key HAMi files DCU devices under.
-DEVICE_TYPE = "DCU"
-# Card ids are "DCU-<serial>"; card models are "DCU-<model>", e.g. "DCU-K100_AI".
-DEVICE_ID_PREFIX = "DCU-"
-DEVICE_MODEL_PREFIX = "DCU-"
+# The request type, the card id prefix and the card model prefix are the naming set's
+# (`Naming.device_type`, `id_prefix`, `model_prefix`): "DCU", "DCU-<serial>", "DCU-K100_AI".
 # Mode the DCU plugin writes in the 9-field node record; the 7-field legacy record means hami-core.
 DEVICE_MODE = "hami"
 LEGACY_DEVICE_MODE = "hami-core"
@@ -58,8 +52,8 @@ HYGON_PCI_VENDOR = "0x1d94"
 
 # --- node annotations ---------------------------------------------------------------------
 
-NODE_REGISTER = "hami.io/node-dcu-register"
-NODE_HANDSHAKE = "hami.io/node-handshake-dcu"
+# The registration and handshake keys are the naming set's (`Naming.node_register`,
+# `node_handshake`): "hami.io/node-dcu-register", "hami.io/node-handshake-dcu".
 NODE_LOCK = "hami.io/mutex.lock"
 
 HANDSHAKE_REPORTED = "Reported"
@@ -70,8 +64,8 @@ HANDSHAKE_DELETED = "Deleted"
 
 POD_NODE = "hami.io/vgpu-node"  # annotation, and a label of the same name
 POD_TIME = "hami.io/vgpu-time"
-POD_DEVICES_TO_ALLOCATE = "hami.io/dcu-devices-to-allocate"
-POD_DEVICES_ALLOCATED = "hami.io/dcu-devices-allocated"
+# The device lists are the naming set's (`Naming.pod_devices_to_allocate`,
+# `pod_devices_allocated`): "hami.io/dcu-devices-to-allocate", "hami.io/dcu-devices-allocated".
 POD_BIND_PHASE = "hami.io/bind-phase"
 POD_BIND_TIME = "hami.io/bind-time"
 
@@ -85,8 +79,8 @@ BIND_PHASE_FAILED = "failed"
 
 # --- pod annotations written by users -----------------------------------------------------
 
-USE_DCU_TYPE = "hygon.com/use-dcutype"
-NOUSE_DCU_TYPE = "hygon.com/nouse-dcutype"
+# The type selection keys are the naming set's (`Naming.use_type`, `nouse_type`):
+# "hygon.com/use-dcutype", "hygon.com/nouse-dcutype". The uuid selection keys are shared.
 USE_DCU_UUID = "hygon.com/use-gpuuuid"
 NOUSE_DCU_UUID = "hygon.com/nouse-gpuuuid"
 NODE_SCHEDULER_POLICY = "hami.io/node-scheduler-policy"
@@ -141,41 +135,22 @@ def _naming(word: str) -> Naming:
     )
 
 
-DCU_NAMING = _naming("dcu")  # HAMi v2.10.0
+DCU_NAMING = _naming("dcu")  # HAMi v2.10.0, and what a component speaks unless told otherwise
 HCU_NAMING = _naming("hcu")  # HAMi master (PR #2969), Hygon's k8s-hcu-device-plugin v3
-NAMINGS: dict[str, Naming] = {n.name: n for n in (DCU_NAMING, HCU_NAMING)}
-DEFAULT_NAMING = DCU_NAMING
-_active = DEFAULT_NAMING
+NAMINGS: Mapping[str, Naming] = MappingProxyType({n.name: n for n in (DCU_NAMING, HCU_NAMING)})
 
 
-def active_naming() -> Naming:
-    return _active
+def naming_by_name(name: str) -> Naming:
+    """The naming set called `name` ("dcu" or "hcu"), e.g. the value of `--naming`."""
+    try:
+        return NAMINGS[name]
+    except KeyError:
+        raise ValueError(f"unknown naming set {name!r}: expected one of {', '.join(sorted(NAMINGS))}") from None
 
 
-def other_naming(naming: Naming | None = None) -> Naming:
-    """The set a component does not speak (there are exactly two)."""
-    current = naming or _active
-    return HCU_NAMING if current.name == DCU_NAMING.name else DCU_NAMING
-
-
-def select_naming(name: str) -> Naming:
-    """Make this process speak naming set `name` ("dcu" or "hcu"): the module constants
-    take that set's values. Called once at start-up, before any component is built; tests
-    call it to run a component in the other set (and again to restore the default)."""
-    global _active, DEFAULT_RESOURCES, DEFAULT_COUNT_RESOURCE, DEFAULT_MEMORY_RESOURCE, DEFAULT_CORES_RESOURCE
-    global DEVICE_TYPE, DEVICE_ID_PREFIX, DEVICE_MODEL_PREFIX, NODE_REGISTER, NODE_HANDSHAKE
-    global POD_DEVICES_TO_ALLOCATE, POD_DEVICES_ALLOCATED, USE_DCU_TYPE, NOUSE_DCU_TYPE
-    if name not in NAMINGS:
-        raise ValueError(f"unknown naming set {name!r}: expected one of {', '.join(sorted(NAMINGS))}")
-    chosen = NAMINGS[name]
-    _active = chosen
-    DEFAULT_RESOURCES = chosen.resources
-    DEFAULT_COUNT_RESOURCE, DEFAULT_MEMORY_RESOURCE, DEFAULT_CORES_RESOURCE = chosen.resources.all()
-    DEVICE_TYPE, DEVICE_ID_PREFIX, DEVICE_MODEL_PREFIX = chosen.device_type, chosen.id_prefix, chosen.model_prefix
-    NODE_REGISTER, NODE_HANDSHAKE = chosen.node_register, chosen.node_handshake
-    POD_DEVICES_TO_ALLOCATE, POD_DEVICES_ALLOCATED = chosen.pod_devices_to_allocate, chosen.pod_devices_allocated
-    USE_DCU_TYPE, NOUSE_DCU_TYPE = chosen.use_type, chosen.nouse_type
-    return chosen
+def other_naming(naming: Naming) -> Naming:
+    """The set a component speaking `naming` does not speak (there are exactly two)."""
+    return HCU_NAMING if naming.name == DCU_NAMING.name else DCU_NAMING
 
 
 # Annotations only hami-dcu may write, in both naming sets: a tenant must not forge an

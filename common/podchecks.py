@@ -15,7 +15,7 @@ what the containers ask for is checked everywhere. Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -38,7 +38,7 @@ ALL_STAGES = frozenset(Stage)
 
 @dataclass(frozen=True)
 class CheckSettings:
-    resources: ResourceNames = field(default_factory=lambda: keys.DEFAULT_RESOURCES)
+    resources: ResourceNames  # the naming set's (keys.Naming.resources)
     # Named in the messages: the scheduler that alone may place DCU pods and write their state.
     scheduler_name: str = keys.DEFAULT_SCHEDULER_NAME
 

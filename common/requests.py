@@ -26,7 +26,6 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-from hami_dcu.common import keys
 from hami_dcu.common.counting import start_order
 from hami_dcu.common.errors import HamiDcuError
 from hami_dcu.common.keys import ResourceNames
@@ -60,9 +59,8 @@ class DcuRequest:
         return self.memory_mib > 0 or self.cores < 100
 
 
-def names_dcu(container: dict[str, Any], names: ResourceNames | None = None) -> bool:
+def names_dcu(container: dict[str, Any], names: ResourceNames) -> bool:
     """True when the container names any DCU resource in limits or requests."""
-    names = names or keys.DEFAULT_RESOURCES
     resources = container.get("resources") or {}
     for section in ("limits", "requests"):
         values = resources.get(section) or {}
@@ -83,12 +81,11 @@ def sidecar_positions(pod: dict[str, Any]) -> frozenset[int]:
     return start_order(pod).sidecars
 
 
-def pod_uses_dcu(pod: dict[str, Any], names: ResourceNames | None = None) -> bool:
-    names = names or keys.DEFAULT_RESOURCES
+def pod_uses_dcu(pod: dict[str, Any], names: ResourceNames) -> bool:
     return any(names_dcu(c, names) for c in pod_containers(pod))
 
 
-def asks_for_dcu(container: dict[str, Any], names: ResourceNames | None = None) -> bool:
+def asks_for_dcu(container: dict[str, Any], names: ResourceNames) -> bool:
     """True when the container asks for a DCU, or names one in a way that cannot be honoured
     (so admission can say why). A lone `dcunum: 0` asks for nothing."""
     if not names_dcu(container, names):
@@ -101,12 +98,11 @@ def asks_for_dcu(container: dict[str, Any], names: ResourceNames | None = None) 
 
 def parse_container_request(
     container: dict[str, Any],
-    names: ResourceNames | None = None,
+    names: ResourceNames,
     memory_factor: int = 1,
 ) -> DcuRequest | None:
     """The container's DCU request, None when it asks for none. `names`: the naming set's
-    resources (the set this process speaks when not given)."""
-    names = names or keys.DEFAULT_RESOURCES
+    resources."""
     cname = container.get("name") or "<unnamed>"
     count = _quantity(container, names.count, cname)
     memory = _quantity(container, names.memory, cname)
@@ -134,11 +130,10 @@ def parse_container_request(
 
 def parse_pod_requests(
     pod: dict[str, Any],
-    names: ResourceNames | None = None,
+    names: ResourceNames,
     memory_factor: int = 1,
 ) -> list[DcuRequest | None]:
     """One entry per container in codec order (init containers first), None for no DCU."""
-    names = names or keys.DEFAULT_RESOURCES
     return [parse_container_request(c, names, memory_factor) for c in pod_containers(pod)]
 
 

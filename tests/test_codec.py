@@ -25,6 +25,8 @@ from hami_dcu.common.codec import (
     encode_volcano_requesting,
 )
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 REFERENCE_NODE = (
     "DCU-TPXS320016070601,4,65520,100,DCU-K100_AI,0,true,0,hami:"
     "DCU-TPXS320010040501,4,65520,100,DCU-K100_AI,0,true,1,hami:"
@@ -89,9 +91,12 @@ def test_json_array_accepted_with_omitted_zero_values():
 )
 def test_node_decode_errors_name_annotation_and_part(value, fragment):
     with pytest.raises(CodecError) as info:
-        decode_node_devices(value)
+        decode_node_devices(value, DCU.node_register)
     assert fragment in str(info.value)
-    assert str(info.value).startswith(keys.NODE_REGISTER)
+    assert str(info.value).startswith(DCU.node_register)
+    with pytest.raises(CodecError) as unnamed:
+        decode_node_devices(value)  # the caller did not say which annotation: the format is named
+    assert str(unnamed.value).startswith("node device list: ")
 
 
 def test_pod_devices_reference_examples():
@@ -143,9 +148,9 @@ def test_multi_card_container():
 )
 def test_pod_decode_errors(value, fragment):
     with pytest.raises(CodecError) as info:
-        decode_pod_devices(value, keys.POD_DEVICES_TO_ALLOCATE)
+        decode_pod_devices(value, DCU.pod_devices_to_allocate)
     assert fragment in str(info.value)
-    assert keys.POD_DEVICES_TO_ALLOCATE in str(info.value)
+    assert DCU.pod_devices_to_allocate in str(info.value)
 
 
 def test_encoders_refuse_separators_in_fields():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hami_dcu.common.keys import ResourceNames
+from hami_dcu.common.keys import DCU_NAMING, ResourceNames
 from hami_dcu.common.requests import (
     DcuRequest,
     RequestError,
@@ -10,6 +10,8 @@ from hami_dcu.common.requests import (
     parse_pod_requests,
     pod_uses_dcu,
 )
+
+DCU = DCU_NAMING.resources
 
 
 def ctr(name="c", limits=None, requests=None):
@@ -40,7 +42,7 @@ def ctr(name="c", limits=None, requests=None):
     ],
 )
 def test_parse_table(container, expected):
-    assert parse_container_request(container) == expected
+    assert parse_container_request(container, DCU) == expected
 
 
 @pytest.mark.parametrize(
@@ -52,7 +54,7 @@ def test_quantities_as_the_api_server_canonicalises_them(written, canonical, mib
     # A real kube-apiserver stores and admits "2000" as "2k": the webhook and the extender
     # see the canonical form, and must read the same number the user wrote.
     for value in (written, canonical):
-        request = parse_container_request(ctr("c", limits={"hygon.com/dcunum": "1", "hygon.com/dcumem": value}))
+        request = parse_container_request(ctr("c", limits={"hygon.com/dcunum": "1", "hygon.com/dcumem": value}), DCU)
         assert request.memory_mib == mib
 
 
@@ -76,14 +78,14 @@ def test_quantities_as_the_api_server_canonicalises_them(written, canonical, mib
 )
 def test_parse_errors_name_container_and_resource(limits, fragment):
     with pytest.raises(RequestError) as info:
-        parse_container_request(ctr("trainer", limits=limits))
+        parse_container_request(ctr("trainer", limits=limits), DCU)
     assert fragment in str(info.value)
     assert "container trainer" in str(info.value)
 
 
 def test_memory_factor_scales_memory():
     assert parse_container_request(
-        ctr(limits={"hygon.com/dcunum": "1", "hygon.com/dcumem": "2"}), memory_factor=1024
+        ctr(limits={"hygon.com/dcunum": "1", "hygon.com/dcumem": "2"}), DCU, memory_factor=1024
     ) == DcuRequest(1, 2048, 100)
 
 
@@ -105,9 +107,9 @@ def test_pod_requests_in_codec_order_init_first():
             ],
         }
     }
-    assert parse_pod_requests(pod) == [DcuRequest(1), DcuRequest(1, 100), None, DcuRequest(2)]
-    assert pod_uses_dcu(pod)
-    assert not pod_uses_dcu({"spec": {"containers": [ctr("x", limits={"cpu": "1"})]}})
+    assert parse_pod_requests(pod, DCU) == [DcuRequest(1), DcuRequest(1, 100), None, DcuRequest(2)]
+    assert pod_uses_dcu(pod, DCU)
+    assert not pod_uses_dcu({"spec": {"containers": [ctr("x", limits={"cpu": "1"})]}}, DCU)
 
 
 def test_shared_means_part_of_one_card():
@@ -122,7 +124,7 @@ def test_shared_means_part_of_one_card():
 def test_huge_quantities_are_out_of_range_without_echoing_them(raw):
     # int() of a 5,000-digit string raises a bare ValueError (Python's 4,300-digit limit): a 500.
     with pytest.raises(RequestError) as info:
-        parse_container_request(ctr("trainer", limits={"hygon.com/dcunum": raw}))
+        parse_container_request(ctr("trainer", limits={"hygon.com/dcunum": raw}), DCU)
     message = str(info.value)
     assert "container trainer" in message and ("out of range" in message or "negative" in message)
     assert len(message) < 200  # the value is not echoed back in full
@@ -130,11 +132,11 @@ def test_huge_quantities_are_out_of_range_without_echoing_them(raw):
 
 def test_a_long_non_number_is_not_echoed_in_full():
     with pytest.raises(RequestError) as info:
-        parse_container_request(ctr("trainer", limits={"hygon.com/dcunum": "x" * 100_000}))
+        parse_container_request(ctr("trainer", limits={"hygon.com/dcunum": "x" * 100_000}), DCU)
     assert "whole number" in str(info.value) and len(str(info.value)) < 200
 
 
 def test_leading_zeros_still_read_as_the_number():
     # Only significant digits count towards the range: zero padding is not "out of range".
     limits = {"hygon.com/dcunum": "0002", "hygon.com/dcumem": "0" * 40 + "1000"}
-    assert parse_container_request(ctr(limits=limits)) == DcuRequest(2, 1000, 100)
+    assert parse_container_request(ctr(limits=limits), DCU) == DcuRequest(2, 1000, 100)

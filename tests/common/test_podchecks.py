@@ -20,8 +20,10 @@ from hami_dcu.common.podchecks import (
     refusal_of,
 )
 
-SETTINGS = CheckSettings(keys.DCU_NAMING.resources, "hami-scheduler")
-NUM, MEM, CORES = keys.DCU_NAMING.resources.all()
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
+SETTINGS = CheckSettings(DCU.resources, "hami-scheduler")
+NUM, MEM, CORES = DCU.resources.all()
 
 
 def ctr(name: str = "main", restart: str | None = None, privileged_: bool | None = None, **limits: object) -> dict:
@@ -46,7 +48,7 @@ def judged(check, body: dict) -> str | None:
 
 
 def test_forged_annotations_names_every_allocation_key_it_finds():
-    assert judged(forged_annotations, pod(ctr(num=1), annotations={keys.USE_DCU_TYPE: "K100"})) is None
+    assert judged(forged_annotations, pod(ctr(num=1), annotations={DCU.use_type: "K100"})) is None
     message = judged(forged_annotations, pod(ctr(num=1), annotations={
         keys.POD_BIND_PHASE: "allocating", keys.HCU_NAMING.pod_devices_allocated: "x"}))
     assert message is not None

@@ -5,6 +5,8 @@ import pytest
 from hami_dcu.common import keys, writers
 from hami_dcu.common.writers import BINDING, NODE, POD, Caller, Identities
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 SCHEDULER = "system:serviceaccount:kube-system:hami-dcu-scheduler"
 PLUGIN = "system:serviceaccount:kube-system:hami-dcu-device-plugin"
 IDS = Identities(scheduler=frozenset({SCHEDULER}), device_plugin=frozenset({PLUGIN}))
@@ -23,7 +25,7 @@ def node_obj(name: str, **annotations: str) -> dict:
 
 
 ALLOC = {"hami.io/dcu-devices-allocated": "DCU-A,DCU,1000,10:;", "hami.io/vgpu-node": "node0"}
-TO_ALLOC = keys.POD_DEVICES_TO_ALLOCATE
+TO_ALLOC = DCU.pod_devices_to_allocate
 
 
 @pytest.mark.parametrize(("kind", "caller", "new", "old", "refused"), [
@@ -44,12 +46,12 @@ TO_ALLOC = keys.POD_DEVICES_TO_ALLOCATE
     (POD, Caller(PLUGIN), pod("node0", **{TO_ALLOC: ";"}), pod("node0", **{TO_ALLOC: "y"}), "names no node"),
     # nodes: the lock is the extender's and the plugin's; registration the plugin's, on its node
     (NODE, EXTENDER, node_obj("node1", **{keys.NODE_LOCK: "l"}), node_obj("node1"), None),
-    (NODE, EXTENDER, node_obj("node1", **{keys.NODE_REGISTER: "r"}), node_obj("node1"), keys.NODE_REGISTER),
-    (NODE, PLUGIN_N0, node_obj("node0", **{keys.NODE_REGISTER: "r"}), node_obj("node0"), None),
-    (NODE, PLUGIN_N0, node_obj("node1", **{keys.NODE_REGISTER: "r"}), node_obj("node1"), "not node node1"),
+    (NODE, EXTENDER, node_obj("node1", **{DCU.node_register: "r"}), node_obj("node1"), DCU.node_register),
+    (NODE, PLUGIN_N0, node_obj("node0", **{DCU.node_register: "r"}), node_obj("node0"), None),
+    (NODE, PLUGIN_N0, node_obj("node1", **{DCU.node_register: "r"}), node_obj("node1"), "not node node1"),
     (NODE, PLUGIN_N0, node_obj("node1", other="x"), node_obj("node1"), "not node node1"),  # NodeRestriction-like
-    (NODE, Caller("system:node:node0"), node_obj("node0", **{keys.NODE_REGISTER: "r", keys.NODE_LOCK: "l"}),
-     node_obj("node0", **{keys.NODE_REGISTER: "r"}), keys.NODE_LOCK),
+    (NODE, Caller("system:node:node0"), node_obj("node0", **{DCU.node_register: "r", keys.NODE_LOCK: "l"}),
+     node_obj("node0", **{DCU.node_register: "r"}), keys.NODE_LOCK),
     (NODE, TENANT, node_obj("node0", other="x"), node_obj("node0", other="y"), None),
 ])
 def test_judge(kind, caller, new, old, refused):
@@ -68,7 +70,7 @@ BESIDE_HAMI = Identities(scheduler=frozenset({SCHEDULER}), device_plugin=frozens
                          node_lock_users=frozenset({HAMI_SCHEDULER.username}),
                          node_lock_groups=frozenset({"hami-plugins"}))
 SHARED = {keys.POD_NODE: "node0", keys.POD_TIME: "1", keys.POD_BIND_PHASE: "allocating", keys.POD_BIND_TIME: "1"}
-REGISTERED = {keys.DCU_NAMING.node_register: "r"}
+REGISTERED = {DCU.node_register: "r"}
 
 
 def gpu_pod(node: str | None = None, resource: str = "nvidia.com/gpu", section: str = "limits",
@@ -115,7 +117,7 @@ def gpu_pod(node: str | None = None, resource: str = "nvidia.com/gpu", section: 
     # listed identities get the lock only, never the registration (a node becoming a DCU node
     # with its lock in the same write is refused for the registration)
     (NODE, HAMI_SCHEDULER, node_obj("gpu0", **REGISTERED, **{keys.NODE_LOCK: "l"}), node_obj("gpu0"),
-     keys.DCU_NAMING.node_register),
+     DCU.node_register),
 ])
 def test_judge_beside_hami(kind, caller, new, old, refused):
     why = writers.judge(kind, caller, new, old, BESIDE_HAMI)
@@ -210,7 +212,7 @@ BOUND = pod("node0", **{TO_ALLOC: "y"})
     (POD, labelled(BOUND, app="x"), BOUND, "on its pods only"),
     (POD, pod("node0", **{TO_ALLOC: "y"}, team="x"), BOUND, "on its pods only"),
     (POD, pod("node0", **{TO_ALLOC: "y"}), None, "no create"),
-    (NODE, node_obj("node0", **{keys.NODE_HANDSHAKE: "h"}), node_obj("node0"), None),
+    (NODE, node_obj("node0", **{DCU.node_handshake: "h"}), node_obj("node0"), None),
     (NODE, labelled(node_obj("node0"), **{"node-restriction.kubernetes.io/trusted": "1"}), node_obj("node0"),
      "on its node only the annotations hami.io/mutex.lock, hami.io/node-dcu-register"),
     (NODE, with_spec(node_obj("node0"), unschedulable=True), node_obj("node0"), "on its node only"),
