@@ -158,6 +158,7 @@ class Binder:
         self.events = events
         self.wall_clock = wall_clock
         self.monotonic = monotonic
+        self.naming = filter_.settings.naming  # the set whose allocation keys a Binding writes
         self.checks = CheckSettings(resources=filter_.settings.resources)  # admission's, again (podchecks.py)
         self.lock = NodeLock(kube.kube, settings.lock_timeout, clock=wall_clock, bind_window=settings.bind_window)
         self.janitor = LockJanitor(kube, cache, self.lock, metrics, wall_clock)
@@ -481,11 +482,11 @@ class Binder:
     # --- the Binding -------------------------------------------------------------------
 
     def allocation_annotations(self, fit: PodFit, node: str) -> dict[str, str]:
-        devices = encode_pod_devices(fit.devices)
+        devices = encode_pod_devices(fit.devices, self.naming.pod_devices_allocated)
         stamp = encode_unix_seconds(self.wall_clock())
         return {
-            keys.POD_DEVICES_TO_ALLOCATE: devices,
-            keys.POD_DEVICES_ALLOCATED: devices,
+            self.naming.pod_devices_to_allocate: devices,
+            self.naming.pod_devices_allocated: devices,
             keys.POD_NODE: node,
             keys.POD_TIME: stamp,
             keys.POD_BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
@@ -528,7 +529,7 @@ class Binder:
             return False
         found = meta.get("annotations") or {}
         ours = bound_to == attempt.args.node and (annotations is None or all(
-            found.get(key) == annotations[key] for key in (keys.POD_DEVICES_ALLOCATED, keys.POD_BIND_TIME)))
+            found.get(key) == annotations[key] for key in (self.naming.pod_devices_allocated, keys.POD_BIND_TIME)))
         if not ours:
             raise _AlreadyBound(pod)
         self.cache.apply_pod(pod)  # our Binding landed although its answer was lost

@@ -44,6 +44,7 @@ from hami_dcu.common.codec import (
     decode_pod_devices,
 )
 from hami_dcu.common.counting import StartOrder, Usage, collapse, start_order
+from hami_dcu.common.keys import DCU_NAMING, Naming
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.cardstates import CardStateTable
 from hami_dcu.scheduler.fit import CardSpec, PodFit
@@ -179,7 +180,8 @@ def _newer_or_equal(candidate: str, current: str) -> bool:
 
 class ClusterCache:
     def __init__(self, assume_ttl: float = 120.0, bound_ttl: float = 300.0,
-                 handshake_ttl: timedelta = HANDSHAKE_TTL) -> None:
+                 handshake_ttl: timedelta = HANDSHAKE_TTL, naming: Naming = DCU_NAMING) -> None:
+        self.naming = naming  # the set whose registration, handshake and allocation keys are read
         self.handshake_ttl = handshake_ttl
         self.nodes: dict[str, NodeEntry] = {}
         self.pods: dict[str, PodRecord] = {}
@@ -224,8 +226,8 @@ class ClusterCache:
         entry.present = True
         entry.resource_version = rv
         annotations = meta.get("annotations") or {}
-        seen = observe(annotations.get(keys.NODE_HANDSHAKE), entry.handshake, now)
-        allocatable = allocates_dcu(node, keys.DEFAULT_COUNT_RESOURCE)
+        seen = observe(annotations.get(self.naming.node_handshake), entry.handshake, now)
+        allocatable = allocates_dcu(node, self.naming.resources.count)
         if seen is not entry.handshake or allocatable != entry.dcu_allocatable:
             entry.handshake = seen
             entry.dcu_allocatable = allocatable
@@ -235,7 +237,7 @@ class ClusterCache:
             self._index_lock(entry, lock_value)
             self._judge_new_holder(entry)
         self._note_lock_holder(entry)
-        register = annotations.get(keys.NODE_REGISTER)
+        register = annotations.get(self.naming.node_register)
         if register != entry.register_value or entry.register_error == "node not seen yet":
             entry.register_value = register
             self._set_cards(entry, register)
@@ -247,13 +249,14 @@ class ClusterCache:
             self._node_changed(name)
 
     def _set_cards(self, entry: NodeEntry, register: str | None) -> None:
+        key = self.naming.node_register
         if not register:
-            entry.cards, entry.register_error = (), f"no {keys.NODE_REGISTER} annotation"
+            entry.cards, entry.register_error = (), f"no {key} annotation"
         else:
             try:
-                devices = decode_node_devices(register)
+                devices = decode_node_devices(register, key)
             except CodecError as exc:
-                entry.cards, entry.register_error = (), f"cannot read {keys.NODE_REGISTER}: {exc.problem}"
+                entry.cards, entry.register_error = (), f"cannot read {key}: {exc.problem}"
                 log.warning("node %s: %s", entry.name, exc)
             else:
                 # A negative capacity (HAMi's decoder lets one through) counts as none: such a
@@ -263,7 +266,7 @@ class ClusterCache:
                              cores=max(d.devcore, 0), health=d.health, numa=d.numa)
                     for d in devices
                 )
-                entry.register_error = None if entry.cards else f"{keys.NODE_REGISTER} lists no card"
+                entry.register_error = None if entry.cards else f"{key} lists no card"
         entry.card_pos = {c.id: i for i, c in enumerate(entry.cards)}
         self._recompute(entry)
 
@@ -380,7 +383,7 @@ class ClusterCache:
             self._judge_holder((namespace, name), state)
         spec = pod.get("spec") or {}
         annotations = meta.get("annotations") or {}
-        allocated = annotations.get(keys.POD_DEVICES_ALLOCATED)
+        allocated = annotations.get(self.naming.pod_devices_allocated)
         node = _holding_node(spec, annotations)
         if state.phase in TERMINAL_PHASES:
             self._drop_pod(uid)
@@ -399,7 +402,7 @@ class ClusterCache:
         self.pod_uids[(namespace, name)] = uid
         self.forget(uid)  # the real allocation replaces the assumption
         entry = self._entry(node)
-        entry.holdings[uid] = _holding(record)
+        entry.holdings[uid] = _holding(record, self.naming.pod_devices_allocated)
         self._recompute(entry)
         pending = self.unsettled.get(node)
         if pending:
@@ -449,7 +452,7 @@ class ClusterCache:
                 current = self.pods.get(uid)
                 if current is not None:
                     current.resource_version = ""
-                    if self._listed_differs(current, pod):
+                    if self._listed_differs(current, pod, self.naming.pod_devices_allocated):
                         self.drift["missed-update"] += 1
                 self.apply_pod(pod)
 
@@ -463,18 +466,18 @@ class ClusterCache:
         self._repair_holdings()
 
     @staticmethod
-    def _listed_differs(record: PodRecord, pod: JSON) -> bool:
+    def _listed_differs(record: PodRecord, pod: JSON, allocated_key: str) -> bool:
         meta = pod.get("metadata") or {}
         annotations = meta.get("annotations") or {}
         node = _holding_node(pod.get("spec") or {}, annotations)
-        return (annotations.get(keys.POD_DEVICES_ALLOCATED) != record.allocated or node != record.node
+        return (annotations.get(allocated_key) != record.allocated or node != record.node
                 or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES)
 
     def _repair_holdings(self) -> None:
         """Every node's holdings must be exactly its pods' records plus its live assumptions."""
         expected: dict[str, dict[str, Holding]] = {name: {} for name in self.nodes}
         for uid, record in self.pods.items():
-            expected.setdefault(record.node, {})[uid] = _holding(record)
+            expected.setdefault(record.node, {})[uid] = _holding(record, self.naming.pod_devices_allocated)
         for assumption in self.assumptions.values():
             expected.setdefault(assumption.node, {})[assumption.key] = _assumed_holding(assumption)
         for name, holdings in expected.items():
@@ -608,16 +611,16 @@ def _assumed_holding(assumption: Assumption) -> Holding:
     return Holding(f"{assumption.namespace}/{assumption.name} (assumed)", assumption.fit.held)
 
 
-def _holding(record: PodRecord) -> Holding:
+def _holding(record: PodRecord, allocated_key: str) -> Holding:
     label = f"{record.namespace}/{record.name}"
     try:
-        devices: PodDevices = decode_pod_devices(record.allocated)
+        devices: PodDevices = decode_pod_devices(record.allocated, allocated_key)
     except CodecError as exc:
-        return Holding(label, None, f"unreadable {keys.POD_DEVICES_ALLOCATED}: {exc.problem}")
+        return Holding(label, None, f"unreadable {allocated_key}: {exc.problem}")
     negative = next((d for entry in devices for d in entry if d.usedmem < 0 or d.usedcores < 0), None)
     if negative is not None:
         # It would hand capacity back that nobody freed: the node is degraded instead.
-        return Holding(label, None, f"negative share in {keys.POD_DEVICES_ALLOCATED} on card {negative.uuid}")
+        return Holding(label, None, f"negative share in {allocated_key} on card {negative.uuid}")
     return Holding(label, collapse(devices, record.order))
 
 

@@ -89,6 +89,7 @@ def _card_policy(value: str) -> str:
 def settings_from(args: argparse.Namespace) -> ServiceSettings:
     return ServiceSettings(
         filter=FilterSettings(node_policy=args.node_policy, card_policy=args.device_policy,
+                              naming=keys.naming_by_name(args.naming),
                               volcano_scheduler=getattr(args, "volcano_scheduler_name", "")),
         bind=BindSettings(lock_timeout=timedelta(seconds=args.lock_timeout), lock_wait=args.lock_wait),
         resync=args.resync,
@@ -115,8 +116,9 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
     except ImportError as exc:
         raise ValueError(f"--serve-webhook: the webhook is not available in this build ({exc})") from exc
     defaults = argparse.Namespace(
-        scheduler_name=args.scheduler_name, overwrite_scheduler=None, resource_count=keys.DEFAULT_COUNT_RESOURCE,
-        resource_memory=keys.DEFAULT_MEMORY_RESOURCE, resource_cores=keys.DEFAULT_CORES_RESOURCE,
+        # The webhook speaks the extender's naming set, its resource names included.
+        scheduler_name=args.scheduler_name, overwrite_scheduler=None, naming=service.settings.filter.naming.name,
+        resource_count=None, resource_memory=None, resource_cores=None,
         scheduler_identity=getattr(args, "scheduler_identity", None),
         device_plugin_identity=getattr(args, "device_plugin_identity", None),
         volcano_identity=getattr(args, "volcano_identity", None),

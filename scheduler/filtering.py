@@ -26,7 +26,7 @@ from typing import Any
 
 from hami_dcu.common import keys
 from hami_dcu.common.counting import StartOrder, Usage, start_order
-from hami_dcu.common.keys import ResourceNames
+from hami_dcu.common.keys import DCU_NAMING, Naming, ResourceNames
 from hami_dcu.common.podchecks import Refusal
 from hami_dcu.common.preferences import WeightsError, parse_weights
 from hami_dcu.common.requests import DcuRequest, RequestError, parse_pod_requests, pod_containers
@@ -50,10 +50,14 @@ _NODE_SETS_KEPT = 32
 class FilterSettings:
     node_policy: str = policies.DEFAULT_NODE_POLICY
     card_policy: str = policies.DEFAULT_CARD_POLICY
-    resources: ResourceNames = field(default_factory=lambda: keys.DEFAULT_RESOURCES)  # the naming set's
+    naming: Naming = DCU_NAMING  # the set this extender speaks (cli --naming)
     handshake_ttl_seconds: float = HANDSHAKE_TTL.total_seconds()
     # Volcano mode: pods with this schedulerName are Volcano's to place (scheduler/volcano.py).
     volcano_scheduler: str = ""
+
+    @property
+    def resources(self) -> ResourceNames:
+        return self.naming.resources
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,7 @@ def plan_pod(pod: JSON, settings: FilterSettings) -> PodPlan | None:
         requests=requests,
         names=tuple(c.get("name") or f"#{i}" for i, c in enumerate(pod_containers(pod))),
         order=start_order(pod),
-        selection=Selection.from_annotations(annotations),
+        selection=Selection.from_annotations(annotations, settings.naming),
         node_policy=node_policy,
         card_policy=card_policy,
         weights=weights,
@@ -365,7 +369,8 @@ class Filter:
             return NodeRejection(Code.NODE_UNKNOWN, "node not in the scheduler cache (not seen by its watch)")
         if entry.register_error:
             return NodeRejection(Code.NODE_UNREGISTERED, entry.register_error)
-        problem = handshake_problem(entry.handshake, now, self._ttl, entry.dcu_allocatable)
+        problem = handshake_problem(entry.handshake, now, self._ttl, entry.dcu_allocatable,
+                                    key=self.settings.naming.node_handshake)
         if problem:
             return NodeRejection(Code.NODE_HANDSHAKE_STALE, problem)
         if entry.degraded:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, PodDevices
 from hami_dcu.common.counting import StartOrder, Usage, collapse
+from hami_dcu.common.keys import Naming
 from hami_dcu.common.preferences import names_no_type
 from hami_dcu.common.requests import DcuRequest
 from hami_dcu.common.untrusted import shown
@@ -64,8 +65,10 @@ def _tokens(value: str | None) -> tuple[str, ...]:
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """The pod's card selection annotations, parsed once per pod."""
+    """The pod's card selection annotations, parsed once per pod, in the naming set the
+    extender speaks (which also names the request type a placement writes)."""
 
+    naming: Naming
     use_types: tuple[str, ...] = ()  # upper-cased substrings
     nouse_types: tuple[str, ...] = ()
     use_ids: frozenset[str] = frozenset()
@@ -74,12 +77,13 @@ class Selection:
     use_types_empty: bool = False
 
     @classmethod
-    def from_annotations(cls, annotations: Mapping[str, str]) -> Selection:
-        use_types = annotations.get(keys.USE_DCU_TYPE)
+    def from_annotations(cls, annotations: Mapping[str, str], naming: Naming) -> Selection:
+        use_types = annotations.get(naming.use_type)
         return cls(
+            naming=naming,
             use_types_empty=names_no_type(use_types),
             use_types=tuple(t.upper() for t in _tokens(use_types)),
-            nouse_types=tuple(t.upper() for t in _tokens(annotations.get(keys.NOUSE_DCU_TYPE))),
+            nouse_types=tuple(t.upper() for t in _tokens(annotations.get(naming.nouse_type))),
             use_ids=frozenset(_tokens(annotations.get(keys.USE_DCU_UUID))),
             nouse_ids=frozenset(_tokens(annotations.get(keys.NOUSE_DCU_UUID))),
         )
@@ -88,14 +92,14 @@ class Selection:
         if not self.use_types and not self.nouse_types and not self.use_types_empty:
             return None  # most pods name no type: checked for every card state a new shape meets
         if self.use_types_empty:
-            return f"{keys.USE_DCU_TYPE} names no card type (only empty entries): no card matches, as in HAMi"
+            return f"{self.naming.use_type} names no card type (only empty entries): no card matches, as in HAMi"
         upper = model.upper()
         if self.use_types and not any(t in upper for t in self.use_types):
             # The types are the pod author's words: escaped and cut before they reach a reason.
-            return f"model {model} not in {keys.USE_DCU_TYPE}={shown(','.join(self.use_types))}"
+            return f"model {model} not in {self.naming.use_type}={shown(','.join(self.use_types))}"
         for t in self.nouse_types:
             if t in upper:
-                return f"model {model} excluded by {keys.NOUSE_DCU_TYPE}={shown(t)}"
+                return f"model {model} excluded by {self.naming.nouse_type}={shown(t)}"
         return None
 
     def id_problem(self, card_id: str) -> str | None:
@@ -223,7 +227,7 @@ def _take(
         row[0] += 1
         row[1] += memory
         row[2] += request.cores
-        chosen.append((i, ContainerDevice(uuid=card.id, type=keys.DEVICE_TYPE, usedmem=memory,
+        chosen.append((i, ContainerDevice(uuid=card.id, type=selection.naming.device_type, usedmem=memory,
                                           usedcores=request.cores)))
         if len(chosen) == request.count:
             break

@@ -68,11 +68,11 @@ def observe(value: str | None, previous: HandshakeSeen | None, now: datetime) ->
 
 
 def handshake_problem(seen: HandshakeSeen | None, now: datetime, ttl: timedelta = HANDSHAKE_TTL,
-                      allocatable: bool = False) -> str | None:
+                      allocatable: bool = False, *, key: str) -> str | None:
     """None when the plugin counts as alive, else why not. `allocatable`: the node's
-    status.allocatable shows DCUs."""
+    status.allocatable shows DCUs; `key`: the naming set's handshake annotation."""
     if seen is None:
-        return f"no {keys.NODE_HANDSHAKE} annotation (device plugin never reported)"
+        return f"no {key} annotation (device plugin never reported)"
     if _alive_forever(seen, allocatable):
         return None
     elapsed = now - _since(seen)

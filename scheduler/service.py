@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from hami_dcu.common import keys
 from hami_dcu.common.kube import AsyncKube, KubeError
 from hami_dcu.common.podchecks import CheckSettings, Refusal, Stage, refusal_of
 from hami_dcu.common.podlatency import DEVICE_PLUGIN, DRA
@@ -72,7 +71,8 @@ class SchedulerService:
         self.wall_clock = wall_clock
         self.monotonic = monotonic
         self.cache = ClusterCache(assume_ttl=self.settings.assume_ttl,
-                                  handshake_ttl=timedelta(seconds=self.settings.filter.handshake_ttl_seconds))
+                                  handshake_ttl=timedelta(seconds=self.settings.filter.handshake_ttl_seconds),
+                                  naming=self.settings.filter.naming)
         self.filter = Filter(self.cache, self.settings.filter)
         self.checks = CheckSettings(resources=self.settings.filter.resources)
         self.quotas = QuotaBook(self.settings.filter.resources)
@@ -110,7 +110,7 @@ class SchedulerService:
             self._sweep_task = asyncio.ensure_future(self.binder.janitor.run(self.settings.bind.sweep_interval))
         if self.kube is not None and self._naming_check is None:
             # Once per start: components of the other naming set would leave pods Pending unexplained.
-            self._naming_check = asyncio.ensure_future(check_naming(self.kube, keys.active_naming(),
+            self._naming_check = asyncio.ensure_future(check_naming(self.kube, self.settings.filter.naming,
                                                                     self._post_event))
             self._background.add(self._naming_check)
             self._naming_check.add_done_callback(self._background.discard)

@@ -19,6 +19,8 @@ from hami_dcu.common.codec import (
 from hami_dcu.common.kube import AsyncKube, Kube, KubeError
 from hami_dcu.common.nodelock import LockError, NodeLock
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 JSON = dict[str, Any]
 
 
@@ -30,8 +32,8 @@ def cards(node: str, count: int = 2, memory: int = 65520, model: str = "DCU-K100
 def node_object(name: str, count: int = 2, memory: int = 65520, handshake: datetime | None = None,
                 model: str = "DCU-K100_AI", extra: dict[str, str] | None = None) -> JSON:
     annotations = {
-        keys.NODE_REGISTER: encode_node_devices(cards(name, count, memory, model)),
-        keys.NODE_HANDSHAKE: encode_reported(handshake or datetime.now(UTC)),
+        DCU.node_register: encode_node_devices(cards(name, count, memory, model)),
+        DCU.node_handshake: encode_reported(handshake or datetime.now(UTC)),
         **(extra or {}),
     }
     return {"metadata": {"name": name, "annotations": annotations, "resourceVersion": "1"}}
@@ -40,11 +42,11 @@ def node_object(name: str, count: int = 2, memory: int = 65520, handshake: datet
 def dcu_pod(name: str, memory: int | None = 2000, cores: int | None = 60, count: int = 1,
             annotations: dict[str, str] | None = None, uid: str | None = None,
             scheduler: str = keys.DEFAULT_SCHEDULER_NAME) -> JSON:
-    limits: dict[str, str] = {keys.DEFAULT_COUNT_RESOURCE: str(count)}
+    limits: dict[str, str] = {DCU.resources.count: str(count)}
     if memory is not None:
-        limits[keys.DEFAULT_MEMORY_RESOURCE] = str(memory)
+        limits[DCU.resources.memory] = str(memory)
     if cores is not None:
-        limits[keys.DEFAULT_CORES_RESOURCE] = str(cores)
+        limits[DCU.resources.cores] = str(cores)
     pod: JSON = {
         "metadata": {"name": name, "namespace": "default", "annotations": dict(annotations or {})},
         "spec": {"schedulerName": scheduler,
@@ -109,7 +111,7 @@ async def fake_device_plugin(kube: Kube, stop: asyncio.Event) -> None:
 def held_per_card(kube: Kube) -> dict[str, tuple[int, int, int]]:
     held: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for pod in kube.list_pods().items:
-        value = (pod["metadata"].get("annotations") or {}).get(keys.POD_DEVICES_ALLOCATED)
+        value = (pod["metadata"].get("annotations") or {}).get(DCU.pod_devices_allocated)
         for container in decode_pod_devices(value or ""):
             for device in container:
                 row = held[device.uuid]
@@ -129,7 +131,7 @@ def over_capacity(kube: Kube) -> list[str]:
     nodes = {n["metadata"]["name"]: n for n in kube.list_nodes().items}
     held: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for pod in kube.list_pods().items:
-        value = (pod["metadata"].get("annotations") or {}).get(keys.POD_DEVICES_ALLOCATED)
+        value = (pod["metadata"].get("annotations") or {}).get(DCU.pod_devices_allocated)
         if not value:
             continue
         for container in decode_pod_devices(value):
@@ -140,7 +142,7 @@ def over_capacity(kube: Kube) -> list[str]:
                 row[2] += device.usedcores
     problems = []
     for node in nodes.values():
-        for card in decode_node_devices(node["metadata"]["annotations"][keys.NODE_REGISTER]):
+        for card in decode_node_devices(node["metadata"]["annotations"][DCU.node_register]):
             slots, memory, cores = held[card.id]
             if slots > card.count or memory > card.devmem or cores > card.devcore:
                 problems.append(f"{card.id}: {slots} slots, {memory} MiB, {cores}%")

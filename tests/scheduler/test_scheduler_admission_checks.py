@@ -10,6 +10,8 @@ from scheduler_helpers import bind_args, create_nodes, dcu_pod, filter_args, loc
 from hami_dcu.common import keys
 from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 
 def with_label(pod: dict) -> dict:
     pod["metadata"]["labels"] = {keys.WEBHOOK_LABEL: keys.WEBHOOK_IGNORE}
@@ -29,7 +31,7 @@ def privileged_pod() -> dict:
 def init_share() -> dict:
     pod = with_label(dcu_pod("init", uid="u-init"))
     pod["spec"]["initContainers"] = [{"name": "setup", "resources": {"limits": {
-        keys.DEFAULT_COUNT_RESOURCE: "1", keys.DEFAULT_MEMORY_RESOURCE: "500"}}}]
+        DCU.resources.count: "1", DCU.resources.memory: "500"}}}]
     return pod
 
 
@@ -43,7 +45,7 @@ async def test_filter_refuses_on_every_node_with_the_webhooks_words(kube, servic
     create_nodes(kube, ["n1", "n2"])
     pod = kube.create_pod("default", build())
     await until(lambda: all(n in service.cache.nodes for n in ("n1", "n2")))
-    expected = refusal_of(pod, CheckSettings(), Stage.PLACE)
+    expected = refusal_of(pod, CheckSettings(DCU.resources), Stage.PLACE)
     assert expected is not None
     answer = await (await client.post("/filter", json=filter_args(pod, ["n1", "n2"]))).json()
     assert answer["NodeNames"] == [] and answer["Error"] == ""
@@ -60,7 +62,7 @@ async def test_bind_without_a_filter_refuses_too_and_takes_no_lock(kube, service
     assert "multi-card-sharing" in reply["Error"] and "one shared vDCU" in reply["Error"]
     stored = kube.get_pod("default", "twocards")
     assert not stored["spec"].get("nodeName")
-    assert keys.POD_DEVICES_TO_ALLOCATE not in (stored["metadata"].get("annotations") or {})
+    assert DCU.pod_devices_to_allocate not in (stored["metadata"].get("annotations") or {})
     assert not lock_of(kube, "n1")
 
 
@@ -68,7 +70,7 @@ async def test_a_native_sidecar_share_is_placed_beside_the_app_container(kube, s
     create_nodes(kube, ["n1"])
     pod = dcu_pod("side", memory=2000, cores=30, uid="u-side")
     pod["spec"]["initContainers"] = [{"name": "proxy", "restartPolicy": "Always", "resources": {"limits": {
-        keys.DEFAULT_COUNT_RESOURCE: "1", keys.DEFAULT_MEMORY_RESOURCE: "500", keys.DEFAULT_CORES_RESOURCE: "10"}}}]
+        DCU.resources.count: "1", DCU.resources.memory: "500", DCU.resources.cores: "10"}}}]
     pod = kube.create_pod("default", pod)
     await until(lambda: "n1" in service.cache.nodes)
     answer = await (await client.post("/filter", json=filter_args(pod, ["n1"]))).json()
@@ -81,7 +83,7 @@ async def test_a_forged_type_annotation_reaches_reasons_and_events_escaped(kube,
     # what `kubectl describe` prints: a newline or a terminal escape must not get through.
     create_nodes(kube, ["n1"])
     forged = "Z100\nI0101 00:00:00 scheduler: pod kube-system/x bound\x1b]0;owned\x07"
-    pod = kube.create_pod("default", dcu_pod("typed", uid="u-typed", annotations={keys.USE_DCU_TYPE: forged}))
+    pod = kube.create_pod("default", dcu_pod("typed", uid="u-typed", annotations={DCU.use_type: forged}))
     await until(lambda: "n1" in service.cache.nodes)
     answer = await (await client.post("/filter", json=filter_args(pod, ["n1"]))).json()
     reason = answer["FailedNodes"]["n1"]

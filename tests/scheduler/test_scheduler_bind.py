@@ -6,6 +6,8 @@ from scheduler_helpers import bind_args, create_nodes, dcu_pod, filter_args, loc
 from hami_dcu.common import keys
 from hami_dcu.common.codec import decode_lock, decode_pod_devices
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 
 async def created(kube, pod):
     return kube.create_pod("default", pod)
@@ -26,8 +28,8 @@ async def test_filter_then_bind_writes_allocation_atomically_in_two_calls(kube, 
     assert stored["spec"]["nodeName"] == "n1"
     assert annotations[keys.POD_BIND_PHASE] == keys.BIND_PHASE_ALLOCATING
     assert annotations[keys.POD_NODE] == "n1"
-    assert annotations[keys.POD_DEVICES_TO_ALLOCATE] == annotations[keys.POD_DEVICES_ALLOCATED]
-    devices = decode_pod_devices(annotations[keys.POD_DEVICES_ALLOCATED])
+    assert annotations[DCU.pod_devices_to_allocate] == annotations[DCU.pod_devices_allocated]
+    devices = decode_pod_devices(annotations[DCU.pod_devices_allocated])
     assert [(d.uuid, d.usedmem, d.usedcores) for d in devices[0]] == [("DCU-n1-S1", 2000, 60)]  # HAMi's order
     lock = decode_lock(lock_of(kube, "n1"))
     assert (lock.namespace, lock.name) == ("default", "p")
@@ -48,7 +50,7 @@ async def test_pod_without_dcu_passes_all_nodes_unchanged(kube, service, client)
 async def test_failed_nodes_carry_readable_reasons(kube, service, client):
     create_nodes(kube, ["small"], memory=1024)
     create_nodes(kube, ["big"])
-    pod = await created(kube, dcu_pod("p", annotations={keys.USE_DCU_TYPE: "Z100"}))
+    pod = await created(kube, dcu_pod("p", annotations={DCU.use_type: "Z100"}))
     await until(lambda: "big" in service.cache.nodes and "small" in service.cache.nodes)
     answer = await (await client.post("/filter", json=filter_args(pod, ["small", "big", "ghost"]))).json()
     assert answer["NodeNames"] == []
@@ -103,7 +105,7 @@ async def test_bind_without_filter_fits_at_bind_time(kube, service, client):
     await until(lambda: "n1" in service.cache.nodes)
     reply = await (await client.post("/bind", json=bind_args(pod, "n1"))).json()
     assert reply == {"Error": ""}
-    assert kube.get_pod("default", "p")["metadata"]["annotations"][keys.POD_DEVICES_ALLOCATED].startswith("DCU-n1")
+    assert kube.get_pod("default", "p")["metadata"]["annotations"][DCU.pod_devices_allocated].startswith("DCU-n1")
 
 
 async def test_bind_of_missing_pod_fails_and_leaves_no_lock(kube, service, client):
@@ -212,8 +214,8 @@ async def test_stale_handshake_makes_node_unusable(kube, service, client):
 
 async def test_allocation_has_one_entry_per_container_init_first(kube, service, client):
     create_nodes(kube, ["n1"])
-    limits = {keys.DEFAULT_COUNT_RESOURCE: "1", keys.DEFAULT_MEMORY_RESOURCE: "1000",
-              keys.DEFAULT_CORES_RESOURCE: "30"}
+    limits = {DCU.resources.count: "1", DCU.resources.memory: "1000",
+              DCU.resources.cores: "30"}
     pod = {"metadata": {"name": "multi", "namespace": "default"},
            "spec": {"schedulerName": keys.DEFAULT_SCHEDULER_NAME,
                     "initContainers": [{"name": "setup", "image": "x"}],
@@ -225,7 +227,7 @@ async def test_allocation_has_one_entry_per_container_init_first(kube, service, 
     answer = await (await client.post("/filter", json=filter_args(pod, ["n1"]))).json()
     assert answer["NodeNames"] == ["n1"]
     assert (await (await client.post("/bind", json=bind_args(pod, "n1"))).json()) == {"Error": ""}
-    value = kube.get_pod("default", "multi")["metadata"]["annotations"][keys.POD_DEVICES_TO_ALLOCATE]
+    value = kube.get_pod("default", "multi")["metadata"]["annotations"][DCU.pod_devices_to_allocate]
     entries = decode_pod_devices(value)
     assert [len(e) for e in entries] == [0, 1, 0, 1]
     # spread: the two app containers land on the two cards

@@ -20,6 +20,8 @@ from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock
 from hami_dcu.scheduler.fit import PodFit, Selection, fit_pod
 from hami_dcu.scheduler.policy import CardPolicy
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 NOW = datetime.now(UTC)
 NODES = ["a", "b"]
 
@@ -30,7 +32,7 @@ def pod_object(uid: str, node: str, fit: PodFit, init: bool, phase: str = "Runni
         spec["initContainers"] = [{"name": "init"}]
     return {
         "metadata": {"uid": uid, "name": f"pod-{uid}", "namespace": "default", "resourceVersion": str(rv),
-                     "annotations": {keys.POD_DEVICES_ALLOCATED: encode_pod_devices(fit.devices)}},
+                     "annotations": {DCU.pod_devices_allocated: encode_pod_devices(fit.devices)}},
         "spec": spec,
         "status": {"phase": phase},
     }
@@ -55,7 +57,7 @@ class CacheMachine(RuleBasedStateMachine):
         requests = [DcuRequest(1, memory, cores), DcuRequest(n, memory, cores)] if init else [
             DcuRequest(n, memory, cores)]
         names = ["init", "main"] if init else ["main"]
-        result = fit_pod(entry.cards, entry.used, requests, names, StartOrder(1 if init else 0), Selection(),
+        result = fit_pod(entry.cards, entry.used, requests, names, StartOrder(1 if init else 0), Selection(DCU),
                          CardPolicy(("spread",)))
         return result if isinstance(result, PodFit) else None
 
@@ -146,7 +148,7 @@ TestCacheAccounting = CacheMachine.TestCase
 
 def allocated_pod(uid: str, node: str, value: str, phase: str = "Running") -> dict:
     return {"metadata": {"uid": uid, "name": uid, "namespace": "default", "resourceVersion": "5",
-                         "annotations": {keys.POD_DEVICES_ALLOCATED: value}},
+                         "annotations": {DCU.pod_devices_allocated: value}},
             "spec": {"nodeName": node, "containers": [{"name": "c"}]}, "status": {"phase": phase}}
 
 

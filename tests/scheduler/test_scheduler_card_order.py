@@ -16,6 +16,8 @@ from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.filtering import Filter, FilterSettings, plan_pod
 from hami_dcu.scheduler.fit import CardSpec, PodFit, Selection, fit_pod
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 NOW = datetime.now(UTC)
 SHARE = DcuRequest(count=1, memory_mib=2000, cores=60)
 
@@ -27,7 +29,7 @@ def card(index: int, numa: int = 0) -> CardSpec:
 def chosen(cards: list[CardSpec], used: list[Usage], request: DcuRequest, value: str) -> list[str]:
     card_policy = policy.parse_card_policy(value)
     assert card_policy is not None
-    result = fit_pod(cards, used, [request], ["main"], StartOrder(), Selection(), card_policy)
+    result = fit_pod(cards, used, [request], ["main"], StartOrder(), Selection(keys.DCU_NAMING), card_policy)
     assert isinstance(result, PodFit), result
     return [device.uuid for device in result.devices[0]]
 
@@ -43,7 +45,7 @@ def test_reference_worked_example_lands_on_the_second_card_with_the_same_annotat
                         "DCU-S2,4,65520,100,DCU-K100_AI,0,true,1,hami:")
     cache = ClusterCache()
     cache.apply_node({"metadata": {"name": "n1", "resourceVersion": "1", "annotations": {
-        keys.NODE_REGISTER: register, keys.NODE_HANDSHAKE: encode_reported(NOW)}}}, NOW)
+        DCU.node_register: register, DCU.node_handshake: encode_reported(NOW)}}}, NOW)
     flt = Filter(cache, FilterSettings())
     plan = plan_pod(dcu_pod("p", memory=2000, cores=60), flt.settings)
     assert plan is not None
@@ -61,7 +63,7 @@ def test_among_equal_cards_the_highest_numa_node_then_the_highest_index_goes_fir
 def test_a_multi_card_container_lists_its_cards_in_hamis_walk_order():
     cards = [card(0), card(1), card(2)]
     assert chosen(cards, [Usage()] * 3, DcuRequest(count=3), "spread") == ["DCU-S2", "DCU-S1", "DCU-S0"]
-    result = fit_pod(cards, [Usage()] * 3, [DcuRequest(count=2)], ["main"], StartOrder(), Selection(),
+    result = fit_pod(cards, [Usage()] * 3, [DcuRequest(count=2)], ["main"], StartOrder(), Selection(keys.DCU_NAMING),
                      policy.CardPolicy(("spread",)))
     assert isinstance(result, PodFit)
     assert encode_pod_devices(result.devices) == "DCU-S2,DCU,65520,100:DCU-S1,DCU,65520,100:;"

@@ -9,6 +9,8 @@ from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss, Selection, fit_pod
 from hami_dcu.scheduler.policy import parse_card_policy
 from hami_dcu.scheduler.reasons import Code
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 
 def card(i: int, model: str = "DCU-K100_AI", health: bool = True, slots: int = 4, memory: int = 65520) -> CardSpec:
     return CardSpec(id=f"DCU-S{i}", index=i, model=model, slots=slots, memory=memory, cores=100, health=health)
@@ -16,8 +18,8 @@ def card(i: int, model: str = "DCU-K100_AI", health: bool = True, slots: int = 4
 
 def fit(cards, used, requests, init_count=0, annotations=None, policy="spread"):
     names = [f"c{i}" for i in range(len(requests))]
-    return fit_pod(cards, used, requests, names, StartOrder(init_count), Selection.from_annotations(annotations or {}),
-                   parse_card_policy(policy))
+    return fit_pod(cards, used, requests, names, StartOrder(init_count),
+                   Selection.from_annotations(annotations or {}, keys.DCU_NAMING), parse_card_policy(policy))
 
 
 def miss(result) -> PodMiss:
@@ -32,8 +34,8 @@ SHARE = DcuRequest(count=1, memory_mib=2000, cores=60)
     ("spec", "used", "request_", "annotations", "code", "numbers"),
     [
         (card(1, health=False), Usage(), SHARE, {}, Code.CARD_UNHEALTHY, "unhealthy"),
-        (card(1), Usage(), SHARE, {keys.USE_DCU_TYPE: "Z100"}, Code.CARD_TYPE_MISMATCH, "DCU-K100_AI"),
-        (card(1), Usage(), SHARE, {keys.NOUSE_DCU_TYPE: "k100"}, Code.CARD_TYPE_MISMATCH, "excluded"),
+        (card(1), Usage(), SHARE, {DCU.use_type: "Z100"}, Code.CARD_TYPE_MISMATCH, "DCU-K100_AI"),
+        (card(1), Usage(), SHARE, {DCU.nouse_type: "k100"}, Code.CARD_TYPE_MISMATCH, "excluded"),
         (card(1), Usage(), SHARE, {keys.USE_DCU_UUID: "DCU-S9"}, Code.CARD_UUID_MISMATCH, "not listed"),
         (card(1), Usage(), SHARE, {keys.NOUSE_DCU_UUID: "DCU-S1"}, Code.CARD_UUID_MISMATCH, "excluded"),
         (card(1), Usage(4, 100, 40), SHARE, {}, Code.CARD_SLOTS_EXHAUSTED, "4/4 slots used"),
@@ -58,13 +60,13 @@ def test_every_card_reason_carries_its_numbers(spec, used, request_, annotations
 def test_use_and_nouse_type_both_apply():
     cards = [card(1, model="DCU-K100_AI"), card(2, model="DCU-K100")]
     result = fit(cards, [Usage(), Usage()], [SHARE], annotations={
-        keys.USE_DCU_TYPE: "K100", keys.NOUSE_DCU_TYPE: "_AI"})
+        DCU.use_type: "K100", DCU.nouse_type: "_AI"})
     assert isinstance(result, PodFit)
     assert result.devices[0][0].uuid == "DCU-S2"
 
 
 def test_empty_selection_values_are_no_constraint():
-    result = fit([card(1)], [Usage()], [SHARE], annotations={keys.USE_DCU_UUID: "", keys.USE_DCU_TYPE: ""})
+    result = fit([card(1)], [Usage()], [SHARE], annotations={keys.USE_DCU_UUID: "", DCU.use_type: ""})
     assert isinstance(result, PodFit)
 
 

@@ -10,6 +10,8 @@ from hami_dcu.scheduler import policy
 from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss, Selection, fit_pod
 from hami_dcu.scheduler.reasons import Code
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 SHARE = DcuRequest(count=1, memory_mib=2000, cores=10)
 
 
@@ -18,7 +20,7 @@ def card(index: int, numa: int = 0, model: str = "DCU-K100_AI") -> CardSpec:
 
 
 def place(cards, used, request, card_policy, selection: Selection | None = None):
-    return fit_pod(cards, used, [request], ["main"], StartOrder(), selection or Selection(), card_policy)
+    return fit_pod(cards, used, [request], ["main"], StartOrder(), selection or Selection(keys.DCU_NAMING), card_policy)
 
 
 def uuids(result) -> list[str]:
@@ -92,7 +94,7 @@ def test_numa_bind_goes_before_the_keys_of_a_chain():
 
 @pytest.mark.parametrize("value", [",,", ",", " , "])
 def test_hami_use_type_with_only_empty_entries_matches_no_card(value):
-    selection = Selection.from_annotations({keys.USE_DCU_TYPE: value})
+    selection = Selection.from_annotations({DCU.use_type: value}, keys.DCU_NAMING)
     result = place([card(0), card(1)], [Usage(), Usage()], SHARE, policy.CardPolicy(("spread",)), selection)
     assert isinstance(result, PodMiss)
     assert result.code == Code.CARD_TYPE_MISMATCH
@@ -100,7 +102,7 @@ def test_hami_use_type_with_only_empty_entries_matches_no_card(value):
 
 
 def test_an_empty_use_type_is_still_no_constraint():
-    for annotations in ({keys.USE_DCU_TYPE: ""}, {keys.NOUSE_DCU_TYPE: ",,"}, {}):
-        selection = Selection.from_annotations(annotations)
+    for annotations in ({DCU.use_type: ""}, {DCU.nouse_type: ",,"}, {}):
+        selection = Selection.from_annotations(annotations, keys.DCU_NAMING)
         result = place([card(0)], [Usage()], SHARE, policy.CardPolicy(("spread",)), selection)
         assert uuids(result) == ["DCU-S0"], annotations

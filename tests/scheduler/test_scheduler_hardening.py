@@ -9,6 +9,8 @@ from scheduler_helpers import bind_args, create_nodes, dcu_pod, filter_args, unt
 
 from hami_dcu.common import keys
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 
 def filter_body(**pod_overrides) -> bytes:
     pod = dcu_pod("p", uid="u-p")
@@ -64,7 +66,7 @@ async def test_malformed_filter_gets_a_reason_and_changes_nothing(kube, service,
 async def test_out_of_range_quantity_fails_every_node_with_the_reason(kube, service, client):
     create_nodes(kube, ["n1"])
     await until(lambda: "n1" in service.cache.nodes)
-    body = container_body(resources={"limits": {keys.DEFAULT_COUNT_RESOURCE: "1" * 5000}})
+    body = container_body(resources={"limits": {DCU.resources.count: "1" * 5000}})
     answer = await (await client.post("/filter", data=body)).json()
     assert answer["NodeNames"] == [] and "out of range" in answer["FailedAndUnresolvableNodes"]["n1"]
     assert len(answer["FailedAndUnresolvableNodes"]["n1"]) < 300

@@ -14,11 +14,13 @@ from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.informer import Informer
 from hami_dcu.scheduler.slim import slim_node, slim_pod
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 
 def bound_pod(name: str, node: str, card: str) -> dict:
     pod = dcu_pod(name)
     allocated = encode_pod_devices([[ContainerDevice(card, "DCU", 2000, 10)]])
-    pod["metadata"]["annotations"] = {keys.POD_DEVICES_ALLOCATED: allocated, keys.POD_NODE: node,
+    pod["metadata"]["annotations"] = {DCU.pod_devices_allocated: allocated, keys.POD_NODE: node,
                                       keys.POD_BIND_PHASE: keys.BIND_PHASE_SUCCESS, "other.io/big": "x" * 1000}
     pod["metadata"]["labels"] = {"app": "a"}
     pod["metadata"]["managedFields"] = [{"manager": "m", "fieldsV1": {"f:spec": {}}}]
@@ -41,7 +43,7 @@ def view(cache: ClusterCache) -> dict:
 async def test_paged_slim_lists_build_the_cache_a_whole_list_builds(kube):
     for n in range(3):
         node = node_object(f"n{n}", extra={keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p0"} if n == 0 else None)
-        node["status"] = {"allocatable": {keys.DEFAULT_COUNT_RESOURCE: "8"}, "images": [{"names": ["i"]}]}
+        node["status"] = {"allocatable": {DCU.resources.count: "8"}, "images": [{"names": ["i"]}]}
         kube.create_node(node)
         for p in range(3):
             kube.create_pod("default", bound_pod(f"p{n}{p}", f"n{n}", f"DCU-n{n}-S{p % 2}"))

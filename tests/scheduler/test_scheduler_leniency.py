@@ -12,12 +12,14 @@ from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.filtering import Filter, FilterSettings, plan_pod
 from hami_dcu.scheduler.reasons import Code
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 NOW = datetime.now(UTC)
 
 
 def running(uid: str, node: str, allocated: str) -> dict:
     return {"metadata": {"uid": uid, "name": uid, "namespace": "default", "resourceVersion": "5",
-                         "annotations": {keys.POD_DEVICES_ALLOCATED: allocated}},
+                         "annotations": {DCU.pod_devices_allocated: allocated}},
             "spec": {"nodeName": node, "containers": [{"name": "c"}]}, "status": {"phase": "Running"}}
 
 
@@ -40,9 +42,9 @@ def test_a_negative_share_degrades_the_node_instead_of_freeing_capacity():
 
 def test_a_card_registering_a_negative_capacity_never_fits():
     node = node_object("n1")
-    node["metadata"]["annotations"][keys.NODE_REGISTER] = (
+    node["metadata"]["annotations"][DCU.node_register] = (
         "DCU-A,4,-1,100,DCU-K100_AI,-1,true,0,hami:DCU-B,+4,65520,100,DCU-K100_AI,-1,true,1,hami:")
-    node["metadata"]["annotations"][keys.NODE_HANDSHAKE] = encode_reported(NOW)
+    node["metadata"]["annotations"][DCU.node_handshake] = encode_reported(NOW)
     cache = ClusterCache()
     cache.apply_node(node, NOW)
     assert [(c.id, c.memory, c.numa) for c in cache.nodes["n1"].cards] == [("DCU-A", 0, -1), ("DCU-B", 65520, -1)]

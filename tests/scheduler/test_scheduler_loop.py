@@ -8,9 +8,12 @@ import pytest
 from scheduler_helpers import create_nodes, dcu_pod, until
 
 from hami_dcu.cli.localcluster.scheduler_loop import SchedulerLoop
+from hami_dcu.cli.main import build_parser
 from hami_dcu.common import keys
 from hami_dcu.scheduler import command
 from hami_dcu.scheduler.app import build_app
+
+DCU = keys.DCU_NAMING  # the naming set these tests speak
 
 
 async def test_loop_binds_our_pods_and_reports_unschedulable_ones(kube_factory, service, aiohttp_server):
@@ -73,12 +76,15 @@ def test_dra_webhook_mount_needs_the_api():
 
 
 def test_settings_from_flags():
-    parser = argparse.ArgumentParser()
-    command.add_arguments(parser)
-    args = parser.parse_args(["--node-policy", "spread", "--device-policy", "binpack", "--lock-timeout", "60"])
+    parser, _ = build_parser()
+    args = parser.parse_args(["scheduler", "--node-policy", "spread", "--device-policy", "binpack",
+                              "--lock-timeout", "60"])
     settings = command.settings_from(args)
     assert (settings.filter.node_policy, settings.filter.card_policy) == ("spread", "binpack")
     assert settings.bind.lock_timeout.total_seconds() == 60
+    assert settings.filter.naming is keys.DCU_NAMING and settings.filter.resources is keys.DCU_NAMING.resources
+    hcu = command.settings_from(parser.parse_args(["scheduler", "--naming", "hcu"])).filter
+    assert hcu.naming is keys.HCU_NAMING and hcu.resources is keys.HCU_NAMING.resources
 
 
 async def test_invalid_request_fails_every_node_as_unresolvable(kube, service, aiohttp_client):
@@ -86,7 +92,7 @@ async def test_invalid_request_fails_every_node_as_unresolvable(kube, service, a
 
     client = await aiohttp_client(build_app(service, manage_lifecycle=False))
     pod = dcu_pod("bad", memory=2000, cores=60)
-    del pod["spec"]["containers"][0]["resources"]["limits"][keys.DEFAULT_COUNT_RESOURCE]
+    del pod["spec"]["containers"][0]["resources"]["limits"][DCU.resources.count]
     pod["metadata"]["uid"] = "u-bad"
     answer = await (await client.post("/filter", json=filter_args(pod, ["n1", "n2"]))).json()
     assert answer["NodeNames"] == []

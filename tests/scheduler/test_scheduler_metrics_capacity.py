@@ -11,13 +11,15 @@ from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.metrics import SchedulerMetrics
 from hami_dcu.webhook import certs
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
 
 def bound_pod(name, card, memory, cores, phase):
     allocated = encode_pod_devices([[ContainerDevice(card, "DCU", memory, cores)]])
     return {"metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "resourceVersion": "5",
-                         "annotations": {keys.POD_DEVICES_ALLOCATED: allocated, keys.POD_BIND_PHASE: phase}},
+                         "annotations": {DCU.pod_devices_allocated: allocated, keys.POD_BIND_PHASE: phase}},
             "spec": {"nodeName": "n1", "containers": [{"name": "main"}]}, "status": {"phase": "Pending"}}
 
 

@@ -28,7 +28,7 @@ DEFAULT = Weights()
 def place(cards, used, request, value="spread", weights=DEFAULT):
     card_policy = parse_card_policy(value)
     assert card_policy is not None
-    return fit_pod(cards, used, [request], ["main"], StartOrder(), Selection(), card_policy, weights)
+    return fit_pod(cards, used, [request], ["main"], StartOrder(), Selection(keys.DCU_NAMING), card_policy, weights)
 
 
 def uuids(result) -> list[str]:

@@ -11,6 +11,8 @@ from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.filtering import Filter, FilterSettings, plan_pod
 from hami_dcu.scheduler.reasons import Code, summarise
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 NOW = datetime.now(UTC)
 
 
@@ -21,7 +23,7 @@ def loaded_cache() -> ClusterCache:
         cache.apply_node(node_object(name), NOW)
     cache.apply_pod({
         "metadata": {"uid": "u1", "name": "x", "namespace": "default", "resourceVersion": "3",
-                     "annotations": {keys.POD_DEVICES_ALLOCATED: "DCU-busy-S1,DCU,30000,50:;"}},
+                     "annotations": {DCU.pod_devices_allocated: "DCU-busy-S1,DCU,30000,50:;"}},
         "spec": {"nodeName": "busy", "containers": [{"name": "c"}]}, "status": {"phase": "Running"}})
     return cache
 
@@ -100,7 +102,7 @@ def test_memo_is_invalidated_when_the_node_changes():
     assert first.fit.devices[0][0].uuid == "DCU-busy-S0"
     cache.apply_pod({
         "metadata": {"uid": "u2", "name": "y", "namespace": "default", "resourceVersion": "4",
-                     "annotations": {keys.POD_DEVICES_ALLOCATED: "DCU-busy-S0,DCU,30000,10:;"}},
+                     "annotations": {DCU.pod_devices_allocated: "DCU-busy-S0,DCU,30000,10:;"}},
         "spec": {"nodeName": "busy", "containers": [{"name": "c"}]}, "status": {"phase": "Running"}})
     second = flt.run(plan, ["busy"], NOW)
     assert second.chosen is None

@@ -13,6 +13,8 @@ from hami_dcu.scheduler.filtering import FilterSettings, plan_pod
 from hami_dcu.scheduler.preemption import choose_victims
 from hami_dcu.scheduler.service import SchedulerService
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 NOW = datetime.now(UTC)
 # One card, four slots, all taken: A holds 60 percent of its cores, B, C and D 10 each.
 SHARES = {"A": 60, "B": 10, "C": 10, "D": 10}
@@ -20,7 +22,7 @@ SHARES = {"A": 60, "B": 10, "C": 10, "D": 10}
 
 def holder(uid: str, cores: int, priority: int = 0, node: str = "n1") -> dict:
     return {"metadata": {"uid": uid, "name": uid.lower(), "namespace": "default", "resourceVersion": "5",
-                         "annotations": {keys.POD_DEVICES_ALLOCATED: f"DCU-{node}-S0,DCU,1000,{cores}:;"}},
+                         "annotations": {DCU.pod_devices_allocated: f"DCU-{node}-S0,DCU,1000,{cores}:;"}},
             "spec": {"nodeName": node, "priority": priority, "containers": [{"name": "c", "image": "x"}]},
             "status": {"phase": "Running"}}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from hami_dcu.common.codec import ContainerDevice
 from hami_dcu.common.counting import StartOrder, Usage, collapse
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.common.quota import Amount, requested
 from hami_dcu.common.requests import DcuRequest, sidecar_positions
 from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss, Selection, fit_pod
@@ -23,7 +24,7 @@ def card(i: int) -> CardSpec:
 def fit(cards, requests, init_count, sidecars):
     names = [f"c{i}" for i in range(len(requests))]
     return fit_pod(cards, [Usage() for _ in cards], requests, names, StartOrder(init_count, sidecars),
-                   Selection.from_annotations({}), parse_card_policy("spread"))
+                   Selection.from_annotations({}, DCU_NAMING), parse_card_policy("spread"))
 
 
 def dev(card_id: str, memory: int, cores: int) -> list[ContainerDevice]:
@@ -67,8 +68,8 @@ def test_an_init_container_after_a_sidecar_runs_beside_it():
     # and the fit sees it: a card with 40 % of cores free cannot take the init container beside the sidecar
     cards = [card(1)]
     miss = fit_pod(cards, [Usage(1, 0, 60)], [DcuRequest(1, 1000, 10), DcuRequest(1, 1000, 35), DcuRequest(1, 500, 5)],
-                   ["proxy", "setup", "main"], StartOrder(2, frozenset({0})), Selection.from_annotations({}),
-                   parse_card_policy("spread"))
+                   ["proxy", "setup", "main"], StartOrder(2, frozenset({0})),
+                   Selection.from_annotations({}, DCU_NAMING), parse_card_policy("spread"))
     assert isinstance(miss, PodMiss) and miss.container == "setup"
 
 
@@ -92,7 +93,7 @@ def test_the_cache_counts_a_running_sidecar_beside_the_app_container_from_the_sl
     cache.apply_node(node_object("a", count=1, memory=8000), datetime.now(UTC))
     card_id = cache.nodes["a"].cards[0].id
     pod = {"metadata": {"uid": "u1", "name": "p", "namespace": "default", "resourceVersion": "5",
-                        "annotations": {keys.POD_DEVICES_ALLOCATED: encode_pod_devices(
+                        "annotations": {keys.DCU_NAMING.pod_devices_allocated: encode_pod_devices(
                             [dev(card_id, 1000, 20), dev(card_id, 2000, 30)])}},
            "spec": {"nodeName": "a", "initContainers": [{"name": "proxy", "image": "x", "restartPolicy": "Always"}],
                     "containers": [{"name": "main", "image": "x"}]},

@@ -23,6 +23,8 @@ from hami_dcu.scheduler.filtering import Filter, FilterSettings, PodPlan, best_n
 from hami_dcu.scheduler.fit import PodFit, PodMiss, Selection
 from hami_dcu.scheduler.reasons import Code
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 NOW = datetime.now(UTC)
 MODELS = ("DCU-K100_AI", "DCU-Z100")
 
@@ -64,13 +66,13 @@ def build_cache(nodes: list[list[dict]], stale: frozenset[int] = frozenset()) ->
                    for i, c in enumerate(cards)]
         reported = STALE if n in stale else NOW
         cache.apply_node({"metadata": {"name": name, "resourceVersion": "1", "annotations": {
-            keys.NODE_REGISTER: encode_node_devices(devices), keys.NODE_HANDSHAKE: encode_reported(reported)}}}, NOW)
+            DCU.node_register: encode_node_devices(devices), DCU.node_handshake: encode_reported(reported)}}}, NOW)
         for i, c in enumerate(cards):
             for s, (memory, cores) in enumerate(c["shares"]):
                 allocated = encode_pod_devices([[ContainerDevice(f"DCU-{name}-{i}", "DCU", memory, cores)]])
                 cache.apply_pod({"metadata": {"name": f"{name}-{i}-{s}", "namespace": "d", "uid": f"{name}-{i}-{s}",
                                               "resourceVersion": "2",
-                                              "annotations": {keys.POD_DEVICES_ALLOCATED: allocated}},
+                                              "annotations": {DCU.pod_devices_allocated: allocated}},
                                  "spec": {"nodeName": name}, "status": {"phase": "Running"}})
     return cache
 
@@ -79,11 +81,11 @@ def plan_of(pod: dict) -> PodPlan | None:
     requests = (*pod["init"], *pod["app"])
     if not any(requests):
         return None
-    annotations = {keys.USE_DCU_TYPE: pod["use_type"], keys.NOUSE_DCU_TYPE: pod["nouse_type"]}
+    annotations = {DCU.use_type: pod["use_type"], DCU.nouse_type: pod["nouse_type"]}
     card_policy = policies.parse_card_policy(pod["card_policy"])
     assert card_policy is not None
     return PodPlan(requests=requests, names=tuple(f"c{i}" for i in range(len(requests))),
-                   order=StartOrder(len(pod["init"])), selection=Selection.from_annotations(annotations),
+                   order=StartOrder(len(pod["init"])), selection=Selection.from_annotations(annotations, DCU),
                    node_policy=pod["node_policy"], card_policy=card_policy)
 
 
@@ -144,7 +146,7 @@ def test_a_shape_first_seen_and_new_card_states_are_judged():
     assert filter_.run(plan, ["n0"], NOW).chosen == "n0"
     # the node fills up: a card state no verdict has seen yet
     cache.apply_pod({"metadata": {"name": "p", "namespace": "d", "uid": "p", "resourceVersion": "3", "annotations": {
-        keys.POD_DEVICES_ALLOCATED: encode_pod_devices([[ContainerDevice("DCU-n0-0", "DCU", 10000, 10)]])}},
+        DCU.pod_devices_allocated: encode_pod_devices([[ContainerDevice("DCU-n0-0", "DCU", 10000, 10)]])}},
         "spec": {"nodeName": "n0"}, "status": {"phase": "Running"}})
     outcome = filter_.run(plan, ["n0"], NOW)
     assert outcome.chosen is None
@@ -165,7 +167,7 @@ def test_a_node_turns_stale_as_time_passes_and_fresh_with_its_next_report():
     assert {name: r.code for name, r in outcome.failed.items()} == {"n0": Code.NODE_HANDSHAKE_STALE,
                                                                       "n1": Code.NODE_HANDSHAKE_STALE}
     node = {"metadata": {"name": "n1", "resourceVersion": "5", "annotations": {
-        keys.NODE_REGISTER: cache.nodes["n1"].register_value, keys.NODE_HANDSHAKE: encode_reported(later)}}}
+        DCU.node_register: cache.nodes["n1"].register_value, DCU.node_handshake: encode_reported(later)}}}
     cache.apply_node(node, later)
     outcome = filter_.run(plan, ["n0", "n1"], later)
     assert outcome.chosen == "n1" and list(outcome.failed) == ["n0"]
@@ -185,7 +187,7 @@ def test_a_routine_report_moves_the_deadline_without_a_change_logged():
     assert filter_.run(plan, ["n0"], NOW).chosen == "n0"
     logged = len(cache.node_changes)
     cache.apply_node({"metadata": {"name": "n0", "resourceVersion": "5", "annotations": {
-        keys.NODE_REGISTER: cache.nodes["n0"].register_value, keys.NODE_HANDSHAKE: encode_reported(at(50))}}}, at(50))
+        DCU.node_register: cache.nodes["n0"].register_value, DCU.node_handshake: encode_reported(at(50))}}}, at(50))
     assert len(cache.node_changes) == logged  # nothing /filter must look at now
     assert filter_.run(plan, ["n0"], at(100)).chosen == "n0"  # past the first deadline, within the second
     assert filter_.run(plan, ["n0"], at(200)).failed["n0"].code == Code.NODE_HANDSHAKE_STALE

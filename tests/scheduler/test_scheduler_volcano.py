@@ -15,6 +15,8 @@ from hami_dcu.scheduler.bind import BindSettings
 from hami_dcu.scheduler.filtering import FilterSettings
 from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 VOLCANO = "volcano"
 
 
@@ -53,7 +55,7 @@ async def test_bind_refuses_a_volcano_pod_and_writes_nothing(kube, volcano_clien
     assert "Volcano places this pod" in reply["Error"]
     stored = kube.get_pod("default", "v")
     assert not stored["spec"].get("nodeName")
-    assert keys.POD_DEVICES_ALLOCATED not in (stored["metadata"].get("annotations") or {})
+    assert DCU.pod_devices_allocated not in (stored["metadata"].get("annotations") or {})
     assert lock_of(kube, "n1") is None
 
 
@@ -70,12 +72,10 @@ async def test_preemption_offers_no_victims_for_a_volcano_pod(kube, volcano_clie
 
 
 def test_the_flag_reaches_the_extenders_guard():
-    import argparse
-
+    from hami_dcu.cli.main import build_parser
     from hami_dcu.scheduler import command
 
-    parser = argparse.ArgumentParser()
-    command.add_arguments(parser)
-    assert command.settings_from(parser.parse_args([])).filter.volcano_scheduler == ""
-    on = command.settings_from(parser.parse_args(["--volcano-scheduler-name", VOLCANO]))
+    parser, _ = build_parser()
+    assert command.settings_from(parser.parse_args(["scheduler"])).filter.volcano_scheduler == ""
+    on = command.settings_from(parser.parse_args(["scheduler", "--volcano-scheduler-name", VOLCANO]))
     assert on.filter.volcano_scheduler == VOLCANO
