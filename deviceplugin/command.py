@@ -73,14 +73,16 @@ class NodeLoop:
 
 
 def build(args: argparse.Namespace, kube: Kube) -> tuple[PluginCore, DevicePluginServer, NodeLoop]:
+    naming = keys.naming_by_name(args.naming)
     backend = make_backend(args)
-    served = served_cards(args, backend)
+    served = served_cards(args, backend, naming)
     paths = Paths(vdev_dir=Path(args.vdev_dir), etc_vdev=Path(args.etc_vdev), state_dir=Path(args.state_dir),
                   dev_root=Path(args.dev_root),
                   driver_dir=Path(args.driver_dir), hyhal_dir=Path(args.hyhal_dir))
-    resource = args.resource_count or keys.DEFAULT_COUNT_RESOURCE  # the naming set's, chosen before this runs
+    resource = args.resource_count or naming.resources.count
     core = PluginCore(kube, args.node_name, served, paths, args.slots_per_card, args.lock_timeout,
-                      metrics=PluginMetrics(), resource=resource, volcano_scheduler=args.volcano_scheduler_name)
+                      metrics=PluginMetrics(), naming=naming, resource=resource,
+                      volcano_scheduler=args.volcano_scheduler_name)
     server = DevicePluginServer(core, args.plugin_dir, resource,
                                 health=SmiHealth(backend, served, args.dev_root))
     loop = NodeLoop(core, server, args.register_interval)
@@ -93,7 +95,7 @@ def report_unknown_models(core: PluginCore) -> None:
     unknown = [c for c in core.cards.values() if c.card.model == FALLBACK_MODEL]
     if not unknown:
         return
-    message = (f"{len(unknown)} DCU(s) with an unknown PCI device id, served as {keys.DEVICE_MODEL_PREFIX}"
+    message = (f"{len(unknown)} DCU(s) with an unknown PCI device id, served as {core.naming.model_prefix}"
                f"{FALLBACK_MODEL} with {unknown[0].card.compute_units} compute units: "
                + ", ".join(f"{c.id} ({c.card.pci_bus_id})" for c in unknown))
     log.warning("node %s: %s", core.node, message)
@@ -123,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     # Installed before serving: a SIGTERM right after registration must not kill us mid-way.
     signal.signal(signal.SIGTERM, lambda _sig, _frame: loop.stopping.set())
     report_unknown_models(core)
-    check_node_naming(kube, args.node_name, keys.active_naming())
+    check_node_naming(kube, args.node_name, core.naming)
     server.refresh_health()
     server.start()
     try:

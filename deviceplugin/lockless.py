@@ -72,18 +72,19 @@ def _names_resource(pod: JSON, resource: str) -> bool:
     return False
 
 
-def _entries_left(pod: JSON) -> bool:
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.POD_DEVICES_TO_ALLOCATE)
+def _entries_left(pod: JSON, to_allocate: str) -> bool:
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(to_allocate)
     if value is None:
         return False
     try:
-        return any(decode_pod_devices(value, keys.POD_DEVICES_TO_ALLOCATE))
+        return any(decode_pod_devices(value, to_allocate))
     except CodecError:
         return True  # unreadable: it may still await; its Allocate says why it cannot be served
 
 
-def awaiting_pods(pods: list[JSON], node: str, resource: str) -> list[Awaiting]:
-    """The pods of `pods` bound to `node` that may be the one the kubelet is admitting."""
+def awaiting_pods(pods: list[JSON], node: str, resource: str, to_allocate: str) -> list[Awaiting]:
+    """The pods of `pods` bound to `node` that may be the one the kubelet is admitting
+    (`resource`, `to_allocate`: the naming set's count resource and to-allocate annotation)."""
     found = []
     for pod in pods:
         meta = pod.get("metadata") or {}
@@ -96,20 +97,21 @@ def awaiting_pods(pods: list[JSON], node: str, resource: str) -> list[Awaiting]:
         bind_phase = (meta.get("annotations") or {}).get(keys.POD_BIND_PHASE)
         if bind_phase is None:
             found.append(Awaiting(pod, "bound without a bind-phase (spec.nodeName set by hand, or another scheduler)"))
-        elif bind_phase == keys.BIND_PHASE_ALLOCATING and _entries_left(pod):
+        elif bind_phase == keys.BIND_PHASE_ALLOCATING and _entries_left(pod, to_allocate):
             found.append(Awaiting(pod, f"{keys.POD_BIND_PHASE}={bind_phase}"))
     return found
 
 
-def identify(pods: list[JSON], node: str, request_ids: list[str], resource: str, volcano_scheduler: str) -> JSON:
+def identify(pods: list[JSON], node: str, request_ids: list[str], resource: str, volcano_scheduler: str,
+             to_allocate: str) -> JSON:
     """The one pod this lockless Allocate call (for a container asking `request_ids`) serves;
     raises LocklessRefused otherwise, `ambiguous` when several pods await."""
-    awaiting = awaiting_pods(pods, node, resource)
+    awaiting = awaiting_pods(pods, node, resource, to_allocate)
     if not awaiting:
         raise LocklessRefused(
             f"no node lock on node {node} and no pod bound here awaits a {resource} allocation "
             f"({keys.POD_BIND_PHASE}={keys.BIND_PHASE_ALLOCATING} with an entry left in "
-            f"{keys.POD_DEVICES_TO_ALLOCATE}): the pod was not placed by a scheduler that allocates cards")
+            f"{to_allocate}): the pod was not placed by a scheduler that allocates cards")
     if len(awaiting) > 1:
         listed = "; ".join(f"{who(a.pod)} ({a.why})" for a in awaiting)
         raise LocklessRefused(
@@ -128,20 +130,20 @@ def identify(pods: list[JSON], node: str, request_ids: list[str], resource: str,
         raise LocklessRefused(
             f"pod {who(pod)} is bound to node {node} but its {keys.POD_NODE} names {placed_on!r}: its allocation "
             "was made for another node")
-    wanted = next_entry_cards(pod)
+    wanted = next_entry_cards(pod, to_allocate)
     passed = Counter(card_of_fake_id(i) for i in request_ids)
     if wanted is not None and wanted != passed:
         raise LocklessRefused(
-            f"pod {who(pod)}: the kubelet passed devices on {_cards(passed)}, its {keys.POD_DEVICES_TO_ALLOCATE} "
+            f"pod {who(pod)}: the kubelet passed devices on {_cards(passed)}, its {to_allocate} "
             f"names {_cards(wanted)}: without a node lock only matching cards prove the call is this pod's")
     return pod
 
 
-def next_entry_cards(pod: JSON) -> Counter[str] | None:
+def next_entry_cards(pod: JSON, to_allocate: str) -> Counter[str] | None:
     """The cards of the pod's next entry to serve; None when unreadable (plan.py says why)."""
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.POD_DEVICES_TO_ALLOCATE, "")
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(to_allocate, "")
     try:
-        entries = decode_pod_devices(value, keys.POD_DEVICES_TO_ALLOCATE)
+        entries = decode_pod_devices(value, to_allocate)
     except CodecError:
         return None
     entry = next((e for e in entries if e), [])

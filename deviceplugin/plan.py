@@ -15,6 +15,7 @@ from typing import Any
 from hami_dcu.common import keys
 from hami_dcu.common.codec import CodecError, ContainerDevice, PodDevices, decode_pod_devices, encode_pod_devices
 from hami_dcu.common.errors import DevicePluginError
+from hami_dcu.common.keys import Naming
 from hami_dcu.common.requests import pod_containers
 from hami_dcu.node.discovery import DcuCard
 
@@ -53,11 +54,12 @@ def who(pod: JSON) -> str:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
-def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str, DcuCard],
+def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str, DcuCard], naming: Naming,
                    entry_containers: list[JSON] | None = None) -> ContainerPlan:
-    """`entry_containers`: the containers the pod's entries belong to, in order; by default
-    every container, init containers first (HAMi's layout). Volcano's Hygon deviceshare
-    writes entries only for the containers that request HCU (lockless.hcu_containers)."""
+    """`naming`: the set whose allocation keys are read. `entry_containers`: the containers
+    the pod's entries belong to, in order; by default every container, init containers first
+    (HAMi's layout). Volcano's Hygon deviceshare writes entries only for the containers that
+    request HCU (lockless.hcu_containers)."""
     meta = pod.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     bound = (pod.get("spec") or {}).get("nodeName")
@@ -72,24 +74,25 @@ def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str
             f"pod {who(pod)} has {keys.POD_BIND_PHASE}={bind_phase!r}, not "
             f"{keys.BIND_PHASE_ALLOCATING!r}: it was not bound by hami-scheduler just now"
         )
-    value = annotations.get(keys.POD_DEVICES_TO_ALLOCATE)
+    to_allocate = naming.pod_devices_to_allocate
+    value = annotations.get(to_allocate)
     if value is None:
         raise AllocateRefused(
-            f"pod {who(pod)} has no {keys.POD_DEVICES_TO_ALLOCATE}: it bypassed hami-scheduler "
+            f"pod {who(pod)} has no {to_allocate}: it bypassed hami-scheduler "
             "(spec.nodeName set by hand, or another scheduler)"
         )
     try:
-        entries = decode_pod_devices(value, keys.POD_DEVICES_TO_ALLOCATE)
+        entries = decode_pod_devices(value, to_allocate)
     except CodecError as exc:
         raise AllocateRefused(f"pod {who(pod)}: {exc}") from exc
     index = next((i for i, entry in enumerate(entries) if entry), None)
     if index is None:
         raise AllocateRefused(f"pod {who(pod)}: every container already got its DCU, none left for this request")
-    _refuse_unless_recorded(pod, annotations, entries, index)
+    _refuse_unless_recorded(pod, annotations, entries, index, naming)
     containers = pod_containers(pod) if entry_containers is None else entry_containers
     if index >= len(containers):
         raise AllocateRefused(
-            f"pod {who(pod)}: {keys.POD_DEVICES_TO_ALLOCATE} names container #{index}, the pod has {len(containers)}"
+            f"pod {who(pod)}: {to_allocate} names container #{index}, the pod has {len(containers)}"
         )
     devices = entries[index]
     cname = containers[index].get("name", f"#{index}")
@@ -116,24 +119,25 @@ def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str
     return ContainerPlan(index=index, container=cname, devices=devices, remaining=remaining, ids_match=ids_match)
 
 
-def _refuse_unless_recorded(pod: JSON, annotations: JSON, entries: PodDevices, index: int) -> None:
+def _refuse_unless_recorded(pod: JSON, annotations: JSON, entries: PodDevices, index: int, naming: Naming) -> None:
     """What is served must be what hami-scheduler recorded: `dcu-devices-to-allocate` is
     erased entry by entry as containers are served, `dcu-devices-allocated` keeps every entry
     and is written only by the scheduler (admission refuses anyone else). An entry that differs
     was edited after the bind (a whole card, more memory, another card): refused."""
-    value = annotations.get(keys.POD_DEVICES_ALLOCATED)
+    allocated = naming.pod_devices_allocated
+    value = annotations.get(allocated)
     if value is None:
-        raise AllocateRefused(f"pod {who(pod)} has no {keys.POD_DEVICES_ALLOCATED}: it was not bound by hami-scheduler")
+        raise AllocateRefused(f"pod {who(pod)} has no {allocated}: it was not bound by hami-scheduler")
     try:
-        recorded = decode_pod_devices(value)
+        recorded = decode_pod_devices(value, allocated)
     except CodecError as exc:
         raise AllocateRefused(f"pod {who(pod)}: {exc}") from exc
     wanted = entries[index]
     if index >= len(recorded) or recorded[index] != wanted:
         scheduled = encode_pod_devices([recorded[index]] if index < len(recorded) else [[]])
         raise AllocateRefused(
-            f"pod {who(pod)} container #{index}: {keys.POD_DEVICES_TO_ALLOCATE} ({encode_pod_devices([wanted])}) "
-            f"disagrees with {keys.POD_DEVICES_ALLOCATED} ({scheduled}), which only hami-scheduler writes: "
+            f"pod {who(pod)} container #{index}: {naming.pod_devices_to_allocate} ({encode_pod_devices([wanted])}) "
+            f"disagrees with {allocated} ({scheduled}), which only hami-scheduler writes: "
             "refused, nothing is served that the scheduler did not account for"
         )
 
@@ -180,8 +184,9 @@ def rival_pods(pods: list[JSON], holder_uid: str, node: str, resource: str) -> l
     return rivals
 
 
-def erased_annotation(plan: ContainerPlan) -> str:
-    return encode_pod_devices(plan.remaining, keys.POD_DEVICES_TO_ALLOCATE)
+def erased_annotation(plan: ContainerPlan, to_allocate: str) -> str:
+    """The naming set's to-allocate annotation (`to_allocate`) with the planned entry erased."""
+    return encode_pod_devices(plan.remaining, to_allocate)
 
 
 def is_shared(devices: list[ContainerDevice], cards: dict[str, DcuCard]) -> bool:
@@ -196,11 +201,12 @@ def cu_count(usedcores: int, compute_units: int) -> int:
     return min(usedcores, 100) * compute_units // 100
 
 
-def preferred_ids(pod: JSON, available: list[str], must_include: list[str], size: int) -> list[str]:
-    """Advice for the kubelet: slots on the cards the next container was scheduled to."""
+def preferred_ids(pod: JSON, available: list[str], must_include: list[str], size: int, to_allocate: str) -> list[str]:
+    """Advice for the kubelet: slots on the cards the next container was scheduled to
+    (`to_allocate`: the naming set's annotation that names them)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     try:
-        entries = decode_pod_devices(annotations.get(keys.POD_DEVICES_TO_ALLOCATE, ""))
+        entries = decode_pod_devices(annotations.get(to_allocate, ""), to_allocate)
     except CodecError:
         entries = []
     wanted = [d.uuid for d in next((e for e in entries if e), [])]

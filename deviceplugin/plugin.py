@@ -29,6 +29,7 @@ from hami_dcu.common.codec import (
 )
 from hami_dcu.common.errors import DevicePluginError, judge
 from hami_dcu.common.failures import Component
+from hami_dcu.common.keys import DCU_NAMING, Naming
 from hami_dcu.common.kube import ConflictError, Kube, KubeError, NotFoundError, UnreachableError
 from hami_dcu.common.nodelock import LockError, NodeLock, lock_annotation
 from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
@@ -99,6 +100,7 @@ class PluginCore:
         slots_per_card: int = keys.DEFAULT_SLOTS_PER_CARD,
         lock_timeout_seconds: int = 300,
         metrics: PluginMetrics | None = None,
+        naming: Naming = DCU_NAMING,  # the set whose keys and resources this plugin speaks (cli --naming)
         resource: str | None = None,  # the naming set's count resource when not given
         volcano_scheduler: str = "",  # Volcano mode (deviceplugin/lockless.py): its schedulerName
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -111,8 +113,9 @@ class PluginCore:
         self.index_by_bus_id = {c.card.pci_bus_id.upper(): c.index for c in cards}
         self.paths = paths or Paths()
         self.slots_per_card = slots_per_card
-        self.resource = resource or keys.DEFAULT_COUNT_RESOURCE
-        self.names = keys.ResourceNames(self.resource, keys.DEFAULT_MEMORY_RESOURCE, keys.DEFAULT_CORES_RESOURCE)
+        self.naming = naming
+        self.resource = resource or naming.resources.count
+        self.names = keys.ResourceNames(self.resource, naming.resources.memory, naming.resources.cores)
         self.volcano_scheduler = volcano_scheduler
         self._advertised: dict[str, dict[str, str]] | None = None  # Volcano mode: node status last written
         self.checks = CheckSettings(self.names)  # admission's checks, again before serving (common/podchecks.py)
@@ -253,7 +256,8 @@ class PluginCore:
                 raise planning.AllocateRefused(f"pod {namespace}/{name}: refused ({refused.check}): "
                                                f"{refused.message}")
             for ids in requests:
-                container_plan = planning.plan_container(pod, self.node, ids, self.cards, entry_containers)
+                container_plan = planning.plan_container(pod, self.node, ids, self.cards, self.naming,
+                                                         entry_containers)
                 if lockless and not container_plan.ids_match:
                     raise planning.AllocateRefused(
                         f"pod {namespace}/{name} container {container_plan.container}: the kubelet passed "
@@ -267,8 +271,8 @@ class PluginCore:
                         namespace, name, container_plan.container, self.node, ",".join(ids),
                         ",".join(d.uuid for d in container_plan.devices),
                     )
-                update: dict[str, str | None] = {
-                    keys.POD_DEVICES_TO_ALLOCATE: planning.erased_annotation(container_plan)}
+                to_allocate = self.naming.pod_devices_to_allocate
+                update: dict[str, str | None] = {to_allocate: planning.erased_annotation(container_plan, to_allocate)}
                 if container_plan.done:
                     # The last container: its pod write ("erased" and "success" in one) goes
                     # out while its files are written. The lock release follows it, after the
@@ -319,7 +323,7 @@ class PluginCore:
             raise AllocateFailed(f"cannot list the pods of node {self.node}: {exc}") from exc
         try:
             return lockless.identify(pending, self.node, requests[0] if requests else [], self.resource,
-                                     self.volcano_scheduler)
+                                     self.volcano_scheduler, self.naming.pod_devices_to_allocate)
         except lockless.LocklessRefused as exc:
             why = str(exc)
             log.error("node %s: %s", self.node, why)
@@ -554,14 +558,15 @@ class PluginCore:
             node_obj = self.kube.get_node(self.node)
             if self.volcano_scheduler and not lock_annotation(node_obj):
                 # Steered only when one pod awaits: with several, any advice would be a guess.
-                awaiting = lockless.awaiting_pods(self._list_pending(), self.node, self.resource)
+                awaiting = lockless.awaiting_pods(self._list_pending(), self.node, self.resource,
+                                                  self.naming.pod_devices_to_allocate)
                 pod = awaiting[0].pod if len(awaiting) == 1 else {}
             else:
                 namespace, name = self._lock_holder(node_obj)
                 pod = self.kube.get_pod(namespace, name)
         except (AllocateFailed, KubeError):
             pod = {}
-        return planning.preferred_ids(pod, available, must_include, size)
+        return planning.preferred_ids(pod, available, must_include, size, self.naming.pod_devices_to_allocate)
 
     # --- reconcile -------------------------------------------------------------------------
 
@@ -650,7 +655,7 @@ class PluginCore:
                 count=self.slots_per_card,
                 devmem=c.card.memory_mib,
                 devcore=100,
-                type=keys.DEVICE_MODEL_PREFIX + c.card.model,
+                type=self.naming.model_prefix + c.card.model,
                 numa=c.card.numa,
                 health=health.get(c.id, c.card.healthy),
                 index=c.index,
@@ -667,8 +672,8 @@ class PluginCore:
         self.kube.patch_node_metadata(
             self.node,
             annotations={
-                keys.NODE_REGISTER: encode_node_devices(self.node_devices(health)),
-                keys.NODE_HANDSHAKE: encode_reported(now or datetime.now(UTC)),
+                self.naming.node_register: encode_node_devices(self.node_devices(health), self.naming.node_register),
+                self.naming.node_handshake: encode_reported(now or datetime.now(UTC)),
             },
         )
         if self.volcano_scheduler:

@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+from hami_dcu.common import keys
 from hami_dcu.common.cannotstart import CannotStart
 from hami_dcu.common.connlimits import connection_limits_from
 from hami_dcu.common.kube import Kube, KubeError
@@ -70,14 +71,16 @@ class DriverLoop:
 
 
 def build(args: argparse.Namespace, kube: Kube) -> tuple[DriverService, KubeletPluginServer]:
+    naming = keys.naming_by_name(args.naming)
     backend = make_backend(args)
-    served = served_cards(args, backend)
+    served = served_cards(args, backend, naming)
     paths = DraPaths(vdev_dir=Path(args.vdev_dir), etc_vdev=Path(args.etc_vdev), cdi_dir=Path(args.cdi_dir),
                      state_dir=Path(args.state_dir), dev_root=Path(args.dev_root), driver_dir=Path(args.driver_dir),
                      hyhal_dir=Path(args.hyhal_dir))
     core = DriverCore(args.node_name, served, paths)
     core.rebuild()
-    service = DriverService(kube, core, args.slots_per_card, SmiHealth(backend, served, args.dev_root))
+    service = DriverService(kube, core, args.slots_per_card, SmiHealth(backend, served, args.dev_root),
+                            naming=naming)
     server = KubeletPluginServer(service.prepare, service.unprepare, Path(args.registry_dir),
                                  Path(args.kubelet_plugins_dir), metrics_registry=service.metrics.registry)
     return service, server

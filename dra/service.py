@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from hami_dcu.common import keys
+from hami_dcu.common.keys import DCU_NAMING, Naming
 from hami_dcu.common.kube import Kube, KubeError, NotFoundError
 from hami_dcu.dra import names, slices
 from hami_dcu.dra.conflict import device_plugin_serving
@@ -33,7 +33,7 @@ def claim_path(namespace: str, name: str) -> str:
 class DriverService:
     def __init__(self, kube: Kube, core: DriverCore, slots: int, health: Callable[[], dict[str, bool]],
                  count_resources: tuple[str, ...] | None = None, metrics: DriverMetrics | None = None,
-                 latency: PodLatency | None = None) -> None:
+                 latency: PodLatency | None = None, naming: Naming = DCU_NAMING) -> None:
         self.kube = kube
         self.metrics = metrics or DriverMetrics()
         self.latency = latency or PodLatency(kube, core.node, self.metrics)
@@ -41,7 +41,7 @@ class DriverService:
         self.node = core.node
         self.slots = slots
         self.health = health
-        self.count_resources = count_resources or (keys.DEFAULT_COUNT_RESOURCE,)  # the naming set's
+        self.count_resources = count_resources or (naming.resources.count,)
         self.health_now: dict[str, bool] = {}
         self.conflict: str | None = None
         self.publish_lock = threading.Lock()

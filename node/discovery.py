@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hami_dcu.common import keys
+from hami_dcu.common.keys import Naming
 from hami_dcu.node.numa import read_numa_node
 from hami_dcu.node.smi import Card
 
@@ -36,10 +37,11 @@ class DcuCard:
 
     card: Card
     drm: DrmNodes
+    id_prefix: str  # the naming set's (keys.Naming.id_prefix)
 
     @property
     def id(self) -> str:
-        return keys.DEVICE_ID_PREFIX + self.card.serial
+        return self.id_prefix + self.card.serial
 
     @property
     def index(self) -> int:
@@ -77,7 +79,7 @@ def drm_nodes_by_bus_id(sys_root: str | Path, dev_root: str | Path) -> dict[str,
     return nodes
 
 
-def discover(cards: list[Card], sys_root: str | Path, dev_root: str | Path) -> list[DcuCard]:
+def discover(cards: list[Card], sys_root: str | Path, dev_root: str | Path, naming: Naming) -> list[DcuCard]:
     """The cards we can serve. A card with an empty or duplicate serial, or without DRM nodes,
     is refused with a log line: serving it would give the scheduler an ambiguous id."""
     nodes = drm_nodes_by_bus_id(sys_root, dev_root)
@@ -104,5 +106,5 @@ def discover(cards: list[Card], sys_root: str | Path, dev_root: str | Path) -> l
         numa = read_numa_node(sys_root, card.pci_bus_id)
         if numa is not None and numa != card.numa:
             card = replace(card, numa=numa)  # the kernel knows; the SMI layer does not
-        served.append(DcuCard(card=card, drm=drm))
+        served.append(DcuCard(card=card, drm=drm, id_prefix=naming.id_prefix))
     return served

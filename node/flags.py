@@ -10,6 +10,7 @@ import os
 
 from hami_dcu.common import keys
 from hami_dcu.common.connlimits import add_connection_arguments
+from hami_dcu.common.keys import Naming
 from hami_dcu.node import layout
 from hami_dcu.node.discovery import DcuCard, discover
 from hami_dcu.node.faketree import lay_out
@@ -55,14 +56,14 @@ def make_backend(args: argparse.Namespace) -> SmiBackend:
     return RsmiBackend(args.rsmi_library)
 
 
-def served_cards(args: argparse.Namespace, backend: SmiBackend) -> list[DcuCard]:
-    """The cards this node serves: those SMI reports whose device files are found by PCI bus
-    id (a fake tree is laid out first when the flags ask for one). None at all is an SmiError:
-    a plugin with no card has nothing to do."""
+def served_cards(args: argparse.Namespace, backend: SmiBackend, naming: Naming) -> list[DcuCard]:
+    """The cards this node serves, with ids in `naming`: those SMI reports whose device files
+    are found by PCI bus id (a fake tree is laid out first when the flags ask for one). None
+    at all is an SmiError: a plugin with no card has nothing to do."""
     cards = backend.cards()
     if args.smi == "mock" and args.mock_fake_tree:
         lay_out(cards, args.sys_root, args.dev_root, char_devices=os.geteuid() == 0)
-    served = discover(cards, args.sys_root, args.dev_root)
+    served = discover(cards, args.sys_root, args.dev_root, naming)
     if not served:
         raise SmiError(f"no DCU could be served on node {args.node_name} ({len(cards)} reported by SMI)")
     return served

@@ -18,6 +18,8 @@ from hami_dcu.node.discovery import discover
 from hami_dcu.node.faketree import lay_out
 from hami_dcu.node.smi import MockBackend
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 NODE = "n1"
 
 
@@ -30,7 +32,7 @@ class Node:
     plugin_dir: Path
 
     def core(self, **kwargs) -> PluginCore:
-        cards = discover(MockBackend(self.mock_file).cards(), self.root / "sys", self.root / "dev")
+        cards = discover(MockBackend(self.mock_file).cards(), self.root / "sys", self.root / "dev", DCU)
         return PluginCore(self.kube, NODE, cards, self.paths, **kwargs)
 
     def bind(
@@ -47,7 +49,7 @@ class Node:
             {
                 "name": cname,
                 "image": "x",
-                "resources": {"limits": {keys.DEFAULT_COUNT_RESOURCE: str(len(devs))} if devs else {}},
+                "resources": {"limits": {DCU.resources.count: str(len(devs))} if devs else {}},
             }
             for cname, devs in containers
         ]
@@ -66,8 +68,8 @@ class Node:
             name,
             node,
             annotations={
-                keys.POD_DEVICES_TO_ALLOCATE: value,
-                keys.POD_DEVICES_ALLOCATED: value,
+                DCU.pod_devices_to_allocate: value,
+                DCU.pod_devices_allocated: value,
                 keys.POD_NODE: node,
                 keys.POD_BIND_PHASE: bind_phase,
                 keys.POD_BIND_TIME: "1754532001",

@@ -15,6 +15,8 @@ from hami_dcu.common.nodelock import NodeLock
 from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
 from hami_dcu.deviceplugin.plugin import AllocateFailed
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 NODE = "n1"
 
 
@@ -27,15 +29,15 @@ def bind_as_scheduler(node, name: str, containers: list[dict], devices: list[lis
     value = encode_pod_devices(devices)
     NodeLock(node.kube).acquire(NODE, "default", name)
     node.kube.create_binding("default", name, NODE, annotations={
-        keys.POD_DEVICES_TO_ALLOCATE: value, keys.POD_DEVICES_ALLOCATED: value, keys.POD_NODE: NODE,
+        DCU.pod_devices_to_allocate: value, DCU.pod_devices_allocated: value, keys.POD_NODE: NODE,
         keys.POD_BIND_PHASE: keys.BIND_PHASE_ALLOCATING, keys.POD_BIND_TIME: "1754532001",
         keys.POD_TIME: "1754532000"})
     return node.kube.get_pod("default", name)
 
 
 def limits(**values: object) -> dict:
-    names = {"num": keys.DEFAULT_COUNT_RESOURCE, "mem": keys.DEFAULT_MEMORY_RESOURCE,
-             "cores": keys.DEFAULT_CORES_RESOURCE}
+    names = {"num": DCU.resources.count, "mem": DCU.resources.memory,
+             "cores": DCU.resources.cores}
     return {"limits": {names[k]: str(v) for k, v in values.items()}}
 
 
@@ -62,7 +64,7 @@ def init_share(node) -> tuple[dict, list[str]]:
 def test_allocate_refuses_with_admissions_words_and_serves_nothing(dcu_node, attack):
     core = dcu_node.core()
     pod, ids = attack(dcu_node)
-    expected = refusal_of(pod, CheckSettings(), Stage.SERVE)
+    expected = refusal_of(pod, CheckSettings(DCU.resources), Stage.SERVE)
     assert expected is not None
     with pytest.raises(AllocateFailed, match=re.escape(expected.message)):
         core.allocate([ids])

@@ -8,6 +8,8 @@ from dp_helpers import dev
 from hami_dcu.common import keys
 from hami_dcu.deviceplugin.plugin import AllocateFailed, Ambiguous
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 GOLDEN_15 = """PciBusId: 0000:3D:00.0
 cu_mask: 0x000000000003ffff
 cu_mask: 0x0000000000000000
@@ -54,7 +56,7 @@ def test_shared_vdcu_golden_file_and_response(dcu_node):
     assert mounts["/opt/hygondriver"] == ("/opt/dtk", True)
     assert mounts["/opt/hyhal"] == ("/opt/hyhal", True)
     assert dcu_node.annotation("p", keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS
-    assert dcu_node.annotation("p", keys.POD_DEVICES_TO_ALLOCATE) == ";"
+    assert dcu_node.annotation("p", DCU.pod_devices_to_allocate) == ";"
     assert dcu_node.lock_value() is None
 
 
@@ -160,7 +162,7 @@ def test_several_containers_in_one_call_each_get_their_own_response(dcu_node):
     assert "_a_0_" in mount(first) and "_b_1_" in mount(second)
     assert read_conf(dcu_node, pod, "a")[0].count("mem: 1000 MiB") == 1
     assert read_conf(dcu_node, pod, "b")[0].count("mem: 3000 MiB") == 1
-    assert dcu_node.annotation("multi", keys.POD_DEVICES_TO_ALLOCATE) == ";;;"
+    assert dcu_node.annotation("multi", DCU.pod_devices_to_allocate) == ";;;"
     assert dcu_node.annotation("multi", keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS
 
 
@@ -257,10 +259,10 @@ def test_register_node_publishes_the_nine_field_record(dcu_node):
     core = dcu_node.core()
     core.register_node({"DCU-S2": False})
     annotations = dcu_node.kube.get_node("n1")["metadata"]["annotations"]
-    assert annotations[keys.NODE_REGISTER] == (
+    assert annotations[DCU.node_register] == (
         "DCU-S1,4,65520,100,DCU-K100_AI,0,true,0,hami:DCU-S2,4,65520,100,DCU-K100_AI,0,false,1,hami:"
     )
-    assert annotations[keys.NODE_HANDSHAKE].startswith("Reported ")
+    assert annotations[DCU.node_handshake].startswith("Reported ")
 
 
 def test_shortfall_caused_by_a_deleted_pod_is_cleaned_up_at_once(dcu_node):
@@ -365,7 +367,7 @@ def test_reconcile_never_removes_live_vdevs(dcu_node):
 def rogue_pod(node, name="rogue"):
     """A pod that asks for a DCU but reached the node without hami-scheduler."""
     return node.kube.create_pod("default", {"metadata": {"name": name}, "spec": {"nodeName": "n1", "containers": [
-        {"name": "c", "image": "x", "resources": {"limits": {keys.DEFAULT_COUNT_RESOURCE: "1"}}}]}})
+        {"name": "c", "image": "x", "resources": {"limits": {DCU.resources.count: "1"}}}]}})
 
 
 def test_a_pod_that_bypassed_the_scheduler_makes_the_call_ambiguous_and_the_holder_is_untouched(dcu_node):
@@ -520,7 +522,7 @@ def test_a_to_allocate_that_disagrees_with_the_scheduler_is_refused(dcu_node, re
     core = dcu_node.core()
     dcu_node.bind("p", [("c", [dev("S1", 1000, 10)])])
     dcu_node.kube.patch_pod_metadata("default", "p", annotations={
-        keys.POD_DEVICES_TO_ALLOCATE: encode_pod_devices([[rewrite]], keys.POD_DEVICES_TO_ALLOCATE)})
+        DCU.pod_devices_to_allocate: encode_pod_devices([[rewrite]], DCU.pod_devices_to_allocate)})
     with pytest.raises(AllocateFailed, match=r"disagrees with hami\.io/dcu-devices-allocated"):
         core.allocate([[f"{rewrite.uuid}-fake-0"]])
     assert vdev_dirs(dcu_node) == [] and not any(core.state.cu_used.values())

@@ -1,6 +1,5 @@
 """`hami-dcu device-plugin` as the chart runs it in mock mode: fake tree, registration, node annotation."""
 
-import argparse
 import subprocess
 import sys
 import time
@@ -10,10 +9,13 @@ import yaml
 from dp_helpers import CARDS
 
 from hami_dcu.cli.localcluster.kubelet import LocalKubelet, short_socket_dir
+from hami_dcu.cli.main import build_parser
 from hami_dcu.common import keys
 from hami_dcu.common.metricsserver import serve
 from hami_dcu.deviceplugin import command
 from hami_dcu.node.smi import FALLBACK_MODEL
+
+DCU = keys.DCU_NAMING  # the naming set these tests speak
 
 
 def test_mock_mode_command_registers_and_publishes(api_server, kube, tmp_path):
@@ -33,13 +35,13 @@ def test_mock_mode_command_registers_and_publishes(api_server, kube, tmp_path):
         while time.monotonic() < deadline:
             annotations = kube.get_node("w1")["metadata"].get("annotations") or {}
             capacity = (kube.get_node("w1").get("status") or {}).get("capacity") or {}
-            if keys.NODE_REGISTER in annotations and capacity.get(keys.DEFAULT_COUNT_RESOURCE) == "8":
+            if DCU.node_register in annotations and capacity.get(DCU.resources.count) == "8":
                 break
             assert process.poll() is None, process.stdout.read().decode()
             time.sleep(0.1)
         else:
             raise AssertionError("the plugin did not register within 20 s")
-        assert annotations[keys.NODE_REGISTER].startswith("DCU-S1,4,65520,100,DCU-K100_AI,0,true,0,hami:")
+        assert annotations[DCU.node_register].startswith("DCU-S1,4,65520,100,DCU-K100_AI,0,true,0,hami:")
         assert (fake / "dev" / "dri" / "renderD129").exists() and kubelet.registrations == 1
     finally:
         process.terminate()
@@ -73,10 +75,8 @@ def test_sigterm_stops_the_plugin_and_removes_its_socket(api_server, kube, tmp_p
 
 
 def parse(*argv):
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--kubeconfig")
-    command.add_arguments(parser)
-    return parser.parse_args(list(argv))
+    parser, _ = build_parser()
+    return parser.parse_args(["device-plugin", *argv])
 
 
 def test_health_change_republishes_the_node_at_once(kube, tmp_path):
@@ -90,12 +90,32 @@ def test_health_change_republishes_the_node_at_once(kube, tmp_path):
     core, server, loop = command.build(args, kube)
     server.refresh_health()
     assert loop.once()
-    register = lambda: kube.get_node("w3")["metadata"]["annotations"][keys.NODE_REGISTER]  # noqa: E731
+    register = lambda: kube.get_node("w3")["metadata"]["annotations"][DCU.node_register]  # noqa: E731
     assert ",true,1,hami:" in register()
     (tmp_path / "dev" / "dri" / "card1").unlink()  # card S2's device node vanished
     assert server.refresh_health()  # the watcher thread does this every second
     assert register().endswith("DCU-S2,4,65520,100,DCU-K100_AI,0,false,1,hami:")
     assert core.metrics.value("hami_dcu_plugin_card_healthy", node="w3", card="DCU-S2") == 0
+
+
+def test_a_plugin_built_with_hcu_registers_advertises_and_names_cards_in_the_hcu_set(kube, tmp_path):
+    kube.create_node({"metadata": {"name": "w5"}})
+    mock = tmp_path / "w5.yaml"
+    mock.write_text(yaml.safe_dump(CARDS))
+    args = parse("--node-name", "w5", "--smi", "mock", "--mock-devices", str(mock), "--mock-fake-tree",
+                 "--dev-root", str(tmp_path / "dev"), "--sys-root", str(tmp_path / "sys"),
+                 "--plugin-dir", str(tmp_path / "plugins"), "--vdev-dir", str(tmp_path / "vgpu"),
+                 "--etc-vdev", str(tmp_path / "etc"), "--naming", "hcu")
+    core, server, loop = command.build(args, kube)
+    hcu = keys.HCU_NAMING
+    assert core.naming is hcu and sorted(core.cards) == ["HCU-S1", "HCU-S2"]
+    assert server.resource == core.resource == hcu.resources.count and core.names == hcu.resources
+    server.refresh_health()
+    assert loop.once()
+    annotations = kube.get_node("w5")["metadata"]["annotations"]
+    assert annotations[hcu.node_register].startswith("HCU-S1,4,65520,100,HCU-K100_AI,")
+    assert annotations[hcu.node_handshake].startswith(keys.HANDSHAKE_REPORTED)
+    assert not DCU.node_keys & set(annotations)
 
 
 def test_unknown_model_is_an_event_and_a_metric_served_over_http(kube, tmp_path):

@@ -13,6 +13,8 @@ from hami_dcu.deviceplugin.api.v1beta1 import api_pb2, api_pb2_grpc
 from hami_dcu.deviceplugin.server import DevicePluginServer
 from hami_dcu.node.smi import MockBackend
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 
 def until(check, timeout=10.0):
     deadline = time.monotonic() + timeout
@@ -32,7 +34,7 @@ def running(dcu_node):
     server = DevicePluginServer(
         core,
         dcu_node.plugin_dir,
-        keys.DEFAULT_COUNT_RESOURCE,
+        DCU.resources.count,
         poll_interval=0.1,
         health=lambda: {f"DCU-{c.serial}": c.healthy for c in backend.cards()},
     )
@@ -45,8 +47,8 @@ def running(dcu_node):
 
 def capacity(node):
     status = node.kube.get_node("n1").get("status") or {}
-    return (status.get("capacity") or {}).get(keys.DEFAULT_COUNT_RESOURCE), (status.get("allocatable") or {}).get(
-        keys.DEFAULT_COUNT_RESOURCE
+    return (status.get("capacity") or {}).get(DCU.resources.count), (status.get("allocatable") or {}).get(
+        DCU.resources.count
     )
 
 
@@ -54,7 +56,7 @@ def test_registration_and_list_and_watch_fill_capacity(running):
     node, kubelet, _ = running
     assert until(lambda: capacity(node) == ("8", "8"))
     assert kubelet.registrations == 1
-    assert sorted(kubelet.endpoints[keys.DEFAULT_COUNT_RESOURCE].devices)[:2] == ["DCU-S1-fake-0", "DCU-S1-fake-1"]
+    assert sorted(kubelet.endpoints[DCU.resources.count].devices)[:2] == ["DCU-S1-fake-0", "DCU-S1-fake-1"]
 
 
 def test_health_change_is_resent(running):
@@ -99,7 +101,7 @@ def test_kubelet_restart_leads_to_re_registration(running):
 
 def test_plugin_started_before_the_kubelet_registers_when_it_appears(dcu_node):
     core = dcu_node.core()
-    server = DevicePluginServer(core, dcu_node.plugin_dir, keys.DEFAULT_COUNT_RESOURCE, poll_interval=0.1).start()
+    server = DevicePluginServer(core, dcu_node.plugin_dir, DCU.resources.count, poll_interval=0.1).start()
     try:
         assert server.registrations == 0
         kubelet = LocalKubelet(dcu_node.kube, "n1", dcu_node.plugin_dir).start()
@@ -117,7 +119,7 @@ def test_plugin_gone_leaves_capacity_but_no_allocatable(running):
     until(lambda: capacity(node) == ("8", "8"))
     server.stop()
     assert until(lambda: capacity(node) == ("8", "0"))
-    assert kubelet.free_ids(keys.DEFAULT_COUNT_RESOURCE) == []
+    assert kubelet.free_ids(DCU.resources.count) == []
 
 
 def test_ids_are_freed_when_the_pod_goes(running):
@@ -125,14 +127,14 @@ def test_ids_are_freed_when_the_pod_goes(running):
     until(lambda: capacity(node) == ("8", "8"))
     node.bind("p", [("main", [dev("S1", 2000, 15)])])
     until(lambda: node.kube.get_pod("default", "p")["status"]["phase"] == "Running")
-    assert len(kubelet.free_ids(keys.DEFAULT_COUNT_RESOURCE)) == 7
+    assert len(kubelet.free_ids(DCU.resources.count)) == 7
     node.kube.delete_pod("default", "p")
-    assert until(lambda: len(kubelet.free_ids(keys.DEFAULT_COUNT_RESOURCE)) == 8)
+    assert until(lambda: len(kubelet.free_ids(DCU.resources.count)) == 8)
 
 
 def test_several_container_requests_in_one_call_over_the_wire(dcu_node):
     """Each ContainerRequest gets its own response (HAMi's plugin reused one variable for all)."""
-    server = DevicePluginServer(dcu_node.core(), dcu_node.plugin_dir, keys.DEFAULT_COUNT_RESOURCE).start()
+    server = DevicePluginServer(dcu_node.core(), dcu_node.plugin_dir, DCU.resources.count).start()
     try:
         with grpc.insecure_channel(f"unix://{server.socket}") as channel:
             stub = api_pb2_grpc.DevicePluginStub(channel)

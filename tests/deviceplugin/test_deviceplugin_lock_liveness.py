@@ -11,6 +11,8 @@ from hami_dcu.common import lockpurpose as purpose
 from hami_dcu.common.kube import KubeError
 from hami_dcu.common.nodelock import NodeLock
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 
 def released(core, reason):
     return core.metrics.value("hami_dcu_plugin_node_lock_releases_total", node="n1", reason=reason)
@@ -60,7 +62,7 @@ def test_an_allocate_survives_a_lost_answer_writing_the_pod(dcu_node):
         dcu_node.kube.patch_pod_metadata = real_patch
     assert lost["left"] == 0
     assert dcu_node.annotation("p", keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS
-    assert dcu_node.annotation("p", keys.POD_DEVICES_TO_ALLOCATE) == ";"
+    assert dcu_node.annotation("p", DCU.pod_devices_to_allocate) == ";"
     assert dcu_node.lock_value() is None
 
 

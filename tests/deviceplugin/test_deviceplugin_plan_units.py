@@ -1,6 +1,7 @@
 """The device plugin's pure Allocate helpers (CU counts, preferred slots, rival pods) and its
 node loop's pacing."""
 
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.deviceplugin.plan import cu_count, preferred_ids, rival_pods
 
 
@@ -11,8 +12,8 @@ def test_cu_count_and_reference_examples():
 def test_preferred_allocation_picks_the_scheduled_card():
     pod = {"metadata": {"annotations": {"hami.io/dcu-devices-to-allocate": ";DCU-S2,DCU,1000,10:;"}}}
     available = ["DCU-S1-fake-0", "DCU-S1-fake-1", "DCU-S2-fake-0", "DCU-S2-fake-3"]
-    assert preferred_ids(pod, available, [], 1) == ["DCU-S2-fake-0"]
-    assert preferred_ids({}, available, [], 2) == ["DCU-S1-fake-0", "DCU-S1-fake-1"]
+    assert preferred_ids(pod, available, [], 1, DCU_NAMING.pod_devices_to_allocate) == ["DCU-S2-fake-0"]
+    assert preferred_ids({}, available, [], 2, DCU_NAMING.pod_devices_to_allocate) == ["DCU-S1-fake-0", "DCU-S1-fake-1"]
 
 
 def test_rival_pods_are_only_pods_still_waiting_for_an_allocate_here():

@@ -15,6 +15,8 @@ from hami_dcu.common import keys
 from hami_dcu.deviceplugin.api.v1beta1 import api_pb2, api_pb2_grpc
 from hami_dcu.deviceplugin.server import MAX_STREAMS, DevicePluginServer
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 HEALTH: dict[str, bool] = {}
 
 
@@ -22,7 +24,7 @@ HEALTH: dict[str, bool] = {}
 def plugin(dcu_node) -> Iterator[tuple[object, DevicePluginServer, object]]:
     # No kubelet: the test is the only client, so it owns every stream and every Allocate.
     HEALTH.clear()
-    server = DevicePluginServer(dcu_node.core(), dcu_node.plugin_dir, keys.DEFAULT_COUNT_RESOURCE,
+    server = DevicePluginServer(dcu_node.core(), dcu_node.plugin_dir, DCU.resources.count,
                                 health=lambda: dict(HEALTH), poll_interval=0.1).start()
     channels: list[grpc.Channel] = []
 

@@ -9,6 +9,8 @@ from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
 from hami_dcu.deviceplugin.plugin import AllocateFailed, Ambiguous
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 VOLCANO = "volcano"
 
 
@@ -22,14 +24,14 @@ def volcano_bind(node, name: str, containers: list[tuple[str, list[ContainerDevi
     """What the fork's Allocate writes (no lock), then its Binding. A container with None
     requests no HCU and gets no entry."""
     specs = [{"name": cname, "image": "x",
-              "resources": {"limits": {keys.DEFAULT_COUNT_RESOURCE: str(len(devs))} if devs is not None else {}}}
+              "resources": {"limits": {DCU.resources.count: str(len(devs))} if devs is not None else {}}}
              for cname, devs in containers]
     node.kube.create_pod("default", {"metadata": {"name": name},
                                      "spec": {"containers": specs, "schedulerName": scheduler}})
     value = fork_value([devs for _, devs in containers if devs is not None])
     node.kube.create_binding("default", name, "n1", annotations={
-        keys.POD_NODE: placed_on, keys.POD_TIME: "1754532000", keys.POD_DEVICES_TO_ALLOCATE: value,
-        keys.POD_DEVICES_ALLOCATED: value, keys.POD_BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
+        keys.POD_NODE: placed_on, keys.POD_TIME: "1754532000", DCU.pod_devices_to_allocate: value,
+        DCU.pod_devices_allocated: value, keys.POD_BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
         keys.POD_BIND_TIME: "1754532000"})
     return node.kube.get_pod("default", name)
 
@@ -100,7 +102,7 @@ def test_a_pod_bound_by_hand_beside_the_volcano_pod_makes_the_call_ambiguous(dcu
     core = dcu_node.core(volcano_scheduler=VOLCANO)
     volcano_bind(dcu_node, "v", [("main", [dev("S1", 2000, 10)])])
     dcu_node.kube.create_pod("default", {"metadata": {"name": "by-hand"}, "spec": {"nodeName": "n1", "containers": [
-        {"name": "c", "image": "x", "resources": {"limits": {keys.DEFAULT_COUNT_RESOURCE: "1"}}}]}})
+        {"name": "c", "image": "x", "resources": {"limits": {DCU.resources.count: "1"}}}]}})
     with pytest.raises(Ambiguous, match=r"by-hand .*bound without a bind-phase"):
         core.allocate([["DCU-S1-fake-0"]])
 
@@ -125,16 +127,16 @@ def test_volcano_mode_advertises_memory_mib_and_cores_as_node_resources(dcu_node
     core = dcu_node.core(volcano_scheduler=VOLCANO)
     core.register_node({"DCU-S2": False})
     status = dcu_node.kube.get_node("n1")["status"]
-    assert status["capacity"][keys.DEFAULT_MEMORY_RESOURCE] == str(2 * 65520)
-    assert status["capacity"][keys.DEFAULT_CORES_RESOURCE] == "200"
-    assert status["allocatable"][keys.DEFAULT_MEMORY_RESOURCE] == "65520"  # the unhealthy card is not offered
-    assert status["allocatable"][keys.DEFAULT_CORES_RESOURCE] == "100"
+    assert status["capacity"][DCU.resources.memory] == str(2 * 65520)
+    assert status["capacity"][DCU.resources.cores] == "200"
+    assert status["allocatable"][DCU.resources.memory] == "65520"  # the unhealthy card is not offered
+    assert status["allocatable"][DCU.resources.cores] == "100"
 
 
 def test_outside_volcano_mode_no_share_resources_are_advertised(dcu_node):
     dcu_node.core().register_node()
     status = dcu_node.kube.get_node("n1").get("status") or {}
-    assert keys.DEFAULT_MEMORY_RESOURCE not in (status.get("capacity") or {})
+    assert DCU.resources.memory not in (status.get("capacity") or {})
 
 
 @pytest.mark.parametrize(("values", "fragment"), [

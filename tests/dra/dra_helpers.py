@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.dra import names
 from hami_dcu.dra.core import DraPaths
 from hami_dcu.node.discovery import DcuCard, discover
@@ -20,7 +21,7 @@ DEV1 = names.device_name(CARDS[1].pci_bus_id)
 
 def node_cards(root: Path, cards: list[Card] = CARDS) -> list[DcuCard]:
     lay_out(cards, root / "sys", root / "dev", other_gpus=1)
-    served = discover(cards, root / "sys", root / "dev")
+    served = discover(cards, root / "sys", root / "dev", DCU_NAMING)
     assert len(served) == len(cards)
     return served
 

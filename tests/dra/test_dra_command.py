@@ -14,7 +14,7 @@ from hami_dcu.dra.command import DriverLoop, build
 from hami_dcu.dra.server import ClaimRef
 
 
-def args_for(tmp_path, sockets):
+def args_for(tmp_path, sockets, *extra):
     mock = tmp_path / "mock.yaml"
     mock.write_text(yaml.safe_dump([{"serial": c.serial, "model": c.model, "memory_mib": c.memory_mib,
                                      "compute_units": c.compute_units, "pci_bus_id": c.pci_bus_id, "numa": c.numa}
@@ -25,7 +25,7 @@ def args_for(tmp_path, sockets):
         "--dev-root", str(tmp_path / "dev"), "--sys-root", str(tmp_path / "sys"),
         "--registry-dir", str(sockets / "reg"), "--kubelet-plugins-dir", str(sockets / "plugins"),
         "--cdi-dir", str(tmp_path / "cdi"), "--vdev-dir", str(tmp_path / "vgpu"), "--etc-vdev", str(tmp_path / "etc"),
-        "--state-dir", str(tmp_path / "state"), "--slots-per-card", "2"])
+        "--state-dir", str(tmp_path / "state"), "--slots-per-card", "2", *extra])
 
 
 def test_the_command_builds_a_driver_that_publishes_and_reconciles(tmp_path):
@@ -64,5 +64,18 @@ def test_an_unreachable_api_server_is_retried_not_fatal(tmp_path):
         assert DriverLoop(service, 30, 1).once() is False
         kube.down = False
         assert DriverLoop(service, 30, 1).once() is True
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
+def test_the_driver_looks_for_a_device_plugin_of_its_own_naming_set(tmp_path):
+    """A device plugin of the driver's set advertising on its node is the conflict it reports."""
+    sockets = short_socket_dir("dra-c-")
+    (tmp_path / "dcu").mkdir()
+    (tmp_path / "hcu").mkdir()
+    try:
+        dcu, _ = build(args_for(tmp_path / "dcu", sockets), FakeKube(NODE))
+        hcu, _ = build(args_for(tmp_path / "hcu", sockets, "--naming", "hcu"), FakeKube(NODE))
+        assert dcu.count_resources == ("hygon.com/dcunum",) and hcu.count_resources == ("hygon.com/hcunum",)
     finally:
         shutil.rmtree(sockets, ignore_errors=True)

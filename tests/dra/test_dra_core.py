@@ -6,6 +6,7 @@ import json
 import pytest
 from dra_helpers import CARDS, DEV0, DEV1, NODE, claim, node_cards, paths, result
 
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.dra.cdi import spec_file_name
 from hami_dcu.dra.core import DriverCore, PrepareFailed
 from hami_dcu.dra.records import RecordStore
@@ -138,7 +139,7 @@ def test_a_restart_follows_a_card_to_its_new_index(tmp_path):
     # Card 0 is gone: SMI now reports the Z100 at index 0.
     moved = [CARDS[1].__class__(**{**CARDS[1].__dict__, "index": 0})]
     lay_out(moved, tmp_path / "sys", tmp_path / "dev")
-    restarted = DriverCore(NODE, discover(moved, tmp_path / "sys", tmp_path / "dev"), paths(tmp_path))
+    restarted = DriverCore(NODE, discover(moved, tmp_path / "sys", tmp_path / "dev", DCU_NAMING), paths(tmp_path))
     restarted.rebuild()
     assert restarted.prepared["uid-a"].devices[0].vdev.card_index == 0
     with pytest.raises(PrepareFailed, match="0 free of 60"):

@@ -5,6 +5,7 @@ import argparse
 import pytest
 import yaml
 
+from hami_dcu.common.keys import DCU_NAMING, HCU_NAMING
 from hami_dcu.deviceplugin import command as deviceplugin_command
 from hami_dcu.dra import command as dra_command
 from hami_dcu.node.flags import add_node_arguments, make_backend, served_cards
@@ -36,8 +37,10 @@ def test_served_cards_lays_out_the_fake_tree_when_asked(tmp_path):
     mock.write_text(yaml.safe_dump([CARD]))
     args = parse("--node-name", "n1", "--smi", "mock", "--mock-devices", str(mock), "--mock-fake-tree",
                  "--sys-root", str(tmp_path / "sys"), "--dev-root", str(tmp_path / "dev"))
-    (card,) = served_cards(args, make_backend(args))
+    (card,) = served_cards(args, make_backend(args), DCU_NAMING)
     assert card.id == "DCU-S1" and card.card.pci_bus_id == "0000:3D:00.0"
+    (hcu,) = served_cards(args, make_backend(args), HCU_NAMING)
+    assert hcu.id == "HCU-S1"
     assert (tmp_path / "dev" / "kfd").exists()
 
 
@@ -47,7 +50,7 @@ def test_no_card_with_device_files_is_an_error_naming_the_node(tmp_path):
     args = parse("--node-name", "n1", "--smi", "mock", "--mock-devices", str(mock),
                  "--sys-root", str(tmp_path / "sys"), "--dev-root", str(tmp_path / "dev"))
     with pytest.raises(SmiError, match=r"no DCU could be served on node n1 \(1 reported by SMI\)"):
-        served_cards(args, make_backend(args))
+        served_cards(args, make_backend(args), DCU_NAMING)
 
 
 def test_both_plugins_take_the_node_flags_with_the_same_defaults():

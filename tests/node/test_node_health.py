@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pytest
 
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.node.discovery import discover
 from hami_dcu.node.faketree import lay_out
 from hami_dcu.node.health import SmiHealth, card_health
@@ -17,7 +18,7 @@ CARDS = [
 
 def served(tmp_path):
     lay_out(CARDS, tmp_path / "sys", tmp_path / "dev")
-    return discover(CARDS, tmp_path / "sys", tmp_path / "dev")
+    return discover(CARDS, tmp_path / "sys", tmp_path / "dev", DCU_NAMING)
 
 
 def test_all_present_and_healthy(tmp_path):

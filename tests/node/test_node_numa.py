@@ -2,6 +2,7 @@
 always registered 0); -1 (no NUMA information) reads as 0."""
 
 from hami_dcu.common.codec import NodeDevice, decode_node_devices, encode_node_devices
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.node.discovery import discover
 from hami_dcu.node.faketree import lay_out
 from hami_dcu.node.numa import numa_node_path, read_numa_node
@@ -15,7 +16,7 @@ def test_discovery_takes_the_numa_node_from_sysfs(tmp_path):
     lay_out(cards, sys_root, dev_root)
     # What the rsmi backend reports: no NUMA node at all (0); the kernel knows better.
     reported = [Card(c.index, c.serial, c.model, c.memory_mib, c.compute_units, c.pci_bus_id) for c in cards]
-    served = discover(reported, sys_root, dev_root)
+    served = discover(reported, sys_root, dev_root, DCU_NAMING)
     assert [c.card.numa for c in served] == [0, 1]
 
 
@@ -27,7 +28,8 @@ def test_minus_one_reads_as_node_zero_and_a_missing_file_keeps_the_backends_valu
     assert read_numa_node(sys_root, "0000:AA:00.0") is None
     numa_node_path(sys_root, "0000:3D:00.0").write_text("garbage\n")
     assert read_numa_node(sys_root, "0000:3D:00.0") is None
-    served = discover([Card(0, "S0", "K100_AI", 65520, 120, "0000:3D:00.0", numa=2)], sys_root, tmp_path / "dev")
+    card = Card(0, "S0", "K100_AI", 65520, 120, "0000:3D:00.0", numa=2)
+    served = discover([card], sys_root, tmp_path / "dev", DCU_NAMING)
     assert served[0].card.numa == 2
 
 

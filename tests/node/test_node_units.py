@@ -8,6 +8,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.node.allocator import AllocationError, NodeState, lowest_free_bits
 from hami_dcu.node.discovery import discover, drm_nodes_by_bus_id
 from hami_dcu.node.faketree import lay_out
@@ -102,7 +103,7 @@ def test_discovery_maps_by_bus_id_and_refuses_bad_serials(tmp_path):
     nodes = drm_nodes_by_bus_id(tmp_path / "sys", tmp_path / "dev")
     assert nodes["0000:3D:00.0"].card.endswith("dri/card2")  # two other GPUs come first
     assert len(nodes) == 6
-    served = discover(cards, tmp_path / "sys", tmp_path / "dev")
+    served = discover(cards, tmp_path / "sys", tmp_path / "dev", DCU_NAMING)
     assert [c.id for c in served] == ["DCU-S1", "DCU-S5"]
     assert served[1].drm.render.endswith("dri/renderD134")
 
