@@ -109,20 +109,21 @@ def cluster_usage(
     nodes: Iterable[JSON],
     pods: Iterable[JSON],
     now: datetime,
+    naming: keys.Naming,
     node_name: str | None = None,
     namespace: str | None = None,
 ) -> ClusterUsage:
-    """Usage per node and card. `node_name` keeps one node; `namespace` keeps the shares of
-    that namespace's pods in the listing, while the card totals still count every pod (they
-    are what the scheduler sees, whoever asks)."""
+    """Usage per node and card, read from `naming`'s annotations. `node_name` keeps one node;
+    `namespace` keeps the shares of that namespace's pods in the listing, while the card
+    totals still count every pod (they are what the scheduler sees, whoever asks)."""
     by_name = {
-        n["metadata"]["name"]: _node_usage(n, now)
+        n["metadata"]["name"]: _node_usage(n, now, naming)
         for n in nodes
-        if (n.get("metadata") or {}).get("name") and _is_dcu_node(n)
+        if (n.get("metadata") or {}).get("name") and _is_dcu_node(n, naming)
     }
     pods_on: set[tuple[str, str]] = set()
     for pod in pods:
-        _add_pod(by_name, pod, pods_on)
+        _add_pod(by_name, pod, pods_on, naming)
     selected = [by_name[name] for name in sorted(by_name) if node_name is None or name == node_name]
     counted_pods = {key for key in pods_on if any(_holds(n, key) for n in selected)}
     if namespace is not None:
@@ -133,29 +134,29 @@ def cluster_usage(
     return ClusterUsage(nodes=selected, summary=_summary(selected, len(counted_pods)))
 
 
-def _is_dcu_node(node: JSON) -> bool:
+def _is_dcu_node(node: JSON, naming: keys.Naming) -> bool:
     """A node a DCU plugin runs on: it registered cards, or at least reported."""
     annotations = node["metadata"].get("annotations") or {}
-    return keys.NODE_REGISTER in annotations or keys.NODE_HANDSHAKE in annotations
+    return naming.node_register in annotations or naming.node_handshake in annotations
 
 
 def _holds(node: NodeUsage, key: tuple[str, str]) -> bool:
     return any((s.namespace, s.pod) == key for card in node.cards for s in card.shares)
 
 
-def _node_usage(node: JSON, now: datetime) -> NodeUsage:
+def _node_usage(node: JSON, now: datetime, naming: keys.Naming) -> NodeUsage:
     meta = node["metadata"]
     annotations = meta.get("annotations") or {}
     usage = NodeUsage(name=meta["name"])
-    register = annotations.get(keys.NODE_REGISTER)
+    register = annotations.get(naming.node_register)
     devices = []
     if not register:
-        usage.problems.append(f"no {keys.NODE_REGISTER} annotation: the device plugin registered no card")
+        usage.problems.append(f"no {naming.node_register} annotation: the device plugin registered no card")
     else:
         try:
-            devices = decode_node_devices(register)
+            devices = decode_node_devices(register, naming.node_register)
         except CodecError as exc:
-            usage.problems.append(f"cannot read {keys.NODE_REGISTER}: {exc.problem}")
+            usage.problems.append(f"cannot read {naming.node_register}: {exc.problem}")
     usage.cards = [
         CardUsage(id=d.id, model=d.type, index=d.index, numa=d.numa, healthy=d.health, slots_total=d.count,
                   memory_total_mib=d.devmem, cores_total_percent=d.devcore)
@@ -171,14 +172,14 @@ def _node_usage(node: JSON, now: datetime) -> NodeUsage:
         else:
             usage.lock = LockInfo(holder=lock.holder, since=lock.since,
                                   age_seconds=(now - lock.since).total_seconds())
-    handshake = annotations.get(keys.NODE_HANDSHAKE)
+    handshake = annotations.get(naming.node_handshake)
     if handshake:
         seen = decode_handshake(handshake)
         usage.report = PluginReport(state=seen.state, at=seen.at,
                                     age_seconds=(now - seen.at).total_seconds() if seen.at else None,
                                     by_volcano=seen.by_volcano)
     else:
-        usage.problems.append(f"no {keys.NODE_HANDSHAKE} annotation: the device plugin never reported")
+        usage.problems.append(f"no {naming.node_handshake} annotation: the device plugin never reported")
     return usage
 
 
@@ -189,10 +190,11 @@ def _container_names(pod: JSON) -> list[str]:
     return [c.get("name") or "?" for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])]
 
 
-def _add_pod(by_name: dict[str, NodeUsage], pod: JSON, pods_on: set[tuple[str, str]]) -> None:
+def _add_pod(by_name: dict[str, NodeUsage], pod: JSON, pods_on: set[tuple[str, str]], naming: keys.Naming) -> None:
     meta = pod.get("metadata") or {}
     annotations = meta.get("annotations") or {}
-    allocated = annotations.get(keys.POD_DEVICES_ALLOCATED)
+    key = naming.pod_devices_allocated
+    allocated = annotations.get(key)
     spec = pod.get("spec") or {}
     node_name = spec.get("nodeName") or annotations.get(keys.POD_NODE)
     if not allocated or not node_name or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
@@ -202,9 +204,9 @@ def _add_pod(by_name: dict[str, NodeUsage], pod: JSON, pods_on: set[tuple[str, s
         return  # a node that is gone or never registered cards: nothing to show it on
     namespace, name = meta.get("namespace") or "default", meta.get("name") or "?"
     try:
-        devices = decode_pod_devices(allocated)
+        devices = decode_pod_devices(allocated, key)
     except CodecError as exc:
-        node.problems.append(f"pod {namespace}/{name}: cannot read {keys.POD_DEVICES_ALLOCATED}: {exc.problem}")
+        node.problems.append(f"pod {namespace}/{name}: cannot read {key}: {exc.problem}")
         return
     cards = {card.id: card for card in node.cards}
     held = pod_holdings(pod, devices)

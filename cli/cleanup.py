@@ -22,10 +22,10 @@ from hami_dcu.common.kube import Kube, NotFoundError
 
 log = logging.getLogger(__name__)
 
-def node_annotations() -> tuple[str, ...]:
+def node_annotations(naming: keys.Naming) -> tuple[str, ...]:
     """Every node annotation a hami-dcu component writes, in the naming set it speaks
     (the other set's belong to whatever speaks it)."""
-    return (keys.NODE_REGISTER, keys.NODE_HANDSHAKE, keys.NODE_LOCK)
+    return (naming.node_register, naming.node_handshake, keys.NODE_LOCK)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,10 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
 
 
-def node_annotations_to_remove(node: dict[str, Any]) -> list[str]:
-    """The hami-dcu annotation keys present on `node`, in a stable order."""
+def node_annotations_to_remove(node: dict[str, Any], naming: keys.Naming) -> list[str]:
+    """The hami-dcu annotation keys of `naming` present on `node`, in a stable order."""
     present = (node.get("metadata") or {}).get("annotations") or {}
-    return [key for key in node_annotations() if key in present]
+    return [key for key in node_annotations(naming) if key in present]
 
 
 def _delete_secrets(kube: Kube, namespace: str, names: Iterable[str], dry_run: bool) -> int:
@@ -64,10 +64,10 @@ def _delete_secrets(kube: Kube, namespace: str, names: Iterable[str], dry_run: b
     return removed
 
 
-def _clear_nodes(kube: Kube, dry_run: bool) -> int:
+def _clear_nodes(kube: Kube, naming: keys.Naming, dry_run: bool) -> int:
     cleared = 0
     for node in kube.list_nodes().items:
-        found = node_annotations_to_remove(node)
+        found = node_annotations_to_remove(node, naming)
         if not found:
             continue
         name = node["metadata"]["name"]
@@ -85,5 +85,5 @@ def run(args: argparse.Namespace) -> int:
     kube = Kube.from_kubeconfig(args.kubeconfig)
     _delete_secrets(kube, args.namespace or "", args.secret, args.dry_run)
     if args.node_annotations:
-        _clear_nodes(kube, args.dry_run)
+        _clear_nodes(kube, keys.naming_by_name(args.naming), args.dry_run)
     return 0

@@ -162,7 +162,7 @@ def build_parser(prog: str = "hami-dcu") -> tuple[OneLineParser, dict[str, Modul
                              "else the in-cluster service account)")
         sp.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                         help="log verbosity; debug also shows the traceback of an unexpected error")
-        sp.add_argument("--naming", default=keys.DEFAULT_NAMING.name, choices=sorted(keys.NAMINGS),
+        sp.add_argument("--naming", default=keys.DCU_NAMING.name, choices=sorted(keys.NAMINGS),
                         help="naming set: dcu (HAMi v2.10: hygon.com/dcunum, hami.io/node-dcu-register, ...) or "
                              "hcu (HAMi master, Hygon's plugin v3: hygon.com/hcunum, ...); the same on every "
                              "component of a cluster")
@@ -188,7 +188,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "hami-dcu") -> int:
             say(where, problem)
         return EXIT_USAGE
     setup_logging(args.log_level)
-    keys.select_naming(args.naming)  # before any component is built: every key comes from this set
+    # args.naming names the set; each subcommand looks it up (keys.naming_by_name) and hands the
+    # Naming to what it builds: nothing reads it from a global.
     return run_reporting(where, lambda: int(module.run(args) or 0), debug=args.log_level == "debug")
 
 

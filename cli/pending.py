@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hami_dcu.common import keys
+from hami_dcu.common.keys import ResourceNames
 from hami_dcu.common.requests import RequestError, names_dcu, parse_container_request
 from hami_dcu.dra import names as dra_names
 
@@ -34,8 +35,9 @@ class PendingPod:
 
 
 def pending_pods(pods: Iterable[JSON], events: Iterable[JSON], claims: Iterable[JSON], now: datetime,
-                 namespace: str | None = None) -> list[PendingPod]:
-    """The waiting DCU pods (of `namespace` only, when given), oldest first."""
+                 names: ResourceNames, namespace: str | None = None) -> list[PendingPod]:
+    """The waiting DCU pods (of `namespace` only, when given), oldest first; `names`: the
+    naming set's resources."""
     latest = _latest_warnings(events)
     claim_list = list(claims)
     waiting = []
@@ -47,7 +49,7 @@ def pending_pods(pods: Iterable[JSON], events: Iterable[JSON], claims: Iterable[
         pod_namespace = meta.get("namespace") or "default"
         if namespace is not None and pod_namespace != namespace:
             continue
-        request = _dcu_request(pod, claim_list)
+        request = _dcu_request(pod, claim_list, names)
         if request is None:
             continue
         event = latest.get((pod_namespace, meta.get("name") or ""))
@@ -61,11 +63,10 @@ def pending_pods(pods: Iterable[JSON], events: Iterable[JSON], claims: Iterable[
     return waiting
 
 
-def _dcu_request(pod: JSON, claims: Sequence[JSON]) -> str | None:
+def _dcu_request(pod: JSON, claims: Sequence[JSON], names: ResourceNames) -> str | None:
     """What the pod asks for, or None when it is no DCU pod."""
     containers = [*((pod.get("spec") or {}).get("initContainers") or []),
                   *((pod.get("spec") or {}).get("containers") or [])]
-    names = keys.DEFAULT_RESOURCES
     phrases = []
     for container in containers:
         if not isinstance(container, dict) or not names_dcu(container, names):

@@ -77,14 +77,15 @@ def run(args: argparse.Namespace) -> int:
         say(PROG, f"cannot read pods, claims and events: {exc}")
         return 1
     now = datetime.now(UTC)
-    usage = cluster_usage(nodes, pods, now, node_name=args.node, namespace=namespace)
+    naming = keys.naming_by_name(args.naming)
+    usage = cluster_usage(nodes, pods, now, naming, node_name=args.node, namespace=namespace)
     dra: DraUsage | None = dra_usage(slices, claims, node_name=args.node, namespace=namespace) if slices else None
     if args.node and not usage.nodes and not (dra and dra.cards):
-        say(PROG, f"node {args.node} has no DCUs registered (no {keys.NODE_REGISTER} and no ResourceSlice of "
+        say(PROG, f"node {args.node} has no DCUs registered (no {naming.node_register} and no ResourceSlice of "
                   f"{dra_names.DRIVER})")
         return 1
-    pending = [] if args.node else pending_pods(waiting, events, claims, now, namespace)
-    sys.stdout.write(render(usage, args.output, pending=pending, dra=dra))
+    pending = [] if args.node else pending_pods(waiting, events, claims, now, naming.resources, namespace)
+    sys.stdout.write(render(usage, args.output, pending=pending, dra=dra, naming=naming))
     return 0
 
 

@@ -29,12 +29,14 @@ from hami_dcu.common.untrusted import escape_controls
 FORMATS = ("table", "wide", "json", "yaml")
 
 
-def render(usage: ClusterUsage, output: str, pending: Sequence[PendingPod] = (), dra: DraUsage | None = None) -> str:
+def render(usage: ClusterUsage, output: str, pending: Sequence[PendingPod] = (), dra: DraUsage | None = None, *,
+           naming: keys.Naming) -> str:
+    """`naming`: the set `usage` was read in, named when no node registered cards."""
     if output == "json":
         return json.dumps(as_document(usage, pending, dra), indent=2) + "\n"
     if output == "yaml":
         return yaml.safe_dump(as_document(usage, pending, dra), sort_keys=False)
-    return render_table(usage, wide=output == "wide", pending=pending, dra=dra)
+    return render_table(usage, wide=output == "wide", pending=pending, dra=dra, naming=naming)
 
 
 def as_document(usage: ClusterUsage, pending: Sequence[PendingPod] = (), dra: DraUsage | None = None) -> dict[str, Any]:
@@ -60,7 +62,7 @@ def _plain(value: Any) -> Any:
 
 
 def render_table(usage: ClusterUsage, wide: bool = False, pending: Sequence[PendingPod] = (),
-                 dra: DraUsage | None = None) -> str:
+                 dra: DraUsage | None = None, *, naming: keys.Naming) -> str:
     parts = []
     if usage.nodes:
         parts += [_table(_card_rows(usage.nodes, wide)), "", _table(_node_rows(usage.nodes, wide)), "",
@@ -71,7 +73,7 @@ def render_table(usage: ClusterUsage, wide: bool = False, pending: Sequence[Pend
         parts += [_table(_dra_rows(dra, wide)), "", dra_summary_line(dra)]
         parts += [f"problem: {problem}" for problem in dra.problems]
     if not parts:
-        parts.append(f"no node has registered DCUs (no {keys.NODE_REGISTER} annotation and no ResourceSlice of "
+        parts.append(f"no node has registered DCUs (no {naming.node_register} annotation and no ResourceSlice of "
                      "dra.hygon.com found)")
     if pending:
         parts += ["", _table(_pending_rows(pending, wide))]

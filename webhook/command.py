@@ -47,12 +47,14 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
+    naming = keys.naming_by_name(args.naming)
     return Settings(
         scheduler_name=args.scheduler_name,
         overwritable_schedulers=tuple(args.overwrite_scheduler or [keys.KUBE_DEFAULT_SCHEDULER]),
-        resources=keys.ResourceNames(args.resource_count or keys.DEFAULT_COUNT_RESOURCE,
-                                     args.resource_memory or keys.DEFAULT_MEMORY_RESOURCE,
-                                     args.resource_cores or keys.DEFAULT_CORES_RESOURCE),
+        naming=naming,
+        resource_names=keys.ResourceNames(args.resource_count or naming.resources.count,
+                                          args.resource_memory or naming.resources.memory,
+                                          args.resource_cores or naming.resources.cores),
         identities=identities_from(args),
         volcano_scheduler=args.volcano_scheduler_name,
     )

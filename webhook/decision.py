@@ -35,9 +35,10 @@ class Settings:
     scheduler_name: str = keys.DEFAULT_SCHEDULER_NAME
     # schedulerName values we may replace; anything else is the user's explicit choice.
     overwritable_schedulers: tuple[str, ...] = (keys.KUBE_DEFAULT_SCHEDULER,)
-    # The naming set this process speaks (keys.select_naming); the other set's names are renamed.
-    naming: keys.Naming = field(default_factory=keys.active_naming)
-    resources: keys.ResourceNames = field(default_factory=lambda: keys.DEFAULT_RESOURCES)
+    # The naming set this process speaks (cli --naming); the other set's names are renamed.
+    naming: keys.Naming = keys.DCU_NAMING
+    # Resource names other than the naming set's (--resource-count and the like); None: the set's.
+    resource_names: keys.ResourceNames | None = None
     # Who may write allocation state (common/writers.py); nobody when not configured.
     identities: Identities = field(default_factory=Identities)
     # Namespace DCU quotas and use (webhook/quotacheck.py); none when the webhook runs alone.
@@ -51,6 +52,10 @@ class Settings:
     # Volcano mode: pods with this schedulerName are Volcano's to place (its Hygon
     # deviceshare); they keep it, but the deny rules still apply. Empty: off.
     volcano_scheduler: str = ""
+
+    @property
+    def resources(self) -> keys.ResourceNames:
+        return self.resource_names or self.naming.resources
 
 
 @dataclass(frozen=True)

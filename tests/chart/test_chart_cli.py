@@ -13,6 +13,8 @@ from hami_dcu.cli.main import build_parser
 from hami_dcu.cli.startup import CHART_BOUNDS, chart_bound_problems
 from hami_dcu.common import keys
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 IMAGE = "ghcr.io/hami-dcu/hami-dcu:"
 
 
@@ -79,7 +81,7 @@ def test_components_agree_on_names_and_timeouts(render):
     assert scheduler.lock_timeout == plugin.lock_timeout == 120
     assert scheduler.scheduler_name == "dcu-scheduler" and not scheduler.serve_webhook
     assert scheduler.bind.startswith("127.0.0.1:") and scheduler.webhook_bind.startswith("0.0.0.0:")
-    assert plugin.resource_count == keys.DEFAULT_COUNT_RESOURCE
+    assert plugin.resource_count == DCU.resources.count
     assert plugin.node_name is None  # from NODE_NAME (downward API)
     certs = {owner: args for owner, args in by_command["certs"]}
     assert {args.service for args in certs.values()} == {"hami-dcu-webhook"}
@@ -100,7 +102,7 @@ def test_resource_names_match_the_shared_keys(render):
     docs = render()
     config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("scheduler-config"))
     managed = [m["name"] for m in yaml.safe_load(config["data"]["config.yaml"])["extenders"][0]["managedResources"]]
-    assert managed == [keys.DEFAULT_COUNT_RESOURCE, keys.DEFAULT_MEMORY_RESOURCE, keys.DEFAULT_CORES_RESOURCE]
+    assert managed == [DCU.resources.count, DCU.resources.memory, DCU.resources.cores]
     assert "resources:" not in (CHART / "values.yaml").read_text().split("\nscheduler:")[0]
 
 

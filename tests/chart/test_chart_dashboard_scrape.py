@@ -21,6 +21,8 @@ from hami_dcu.scheduler.service import SchedulerService
 from hami_dcu.webhook import certs
 from hami_dcu.webhook.server import WebhookMetrics
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 METRIC_NAME = re.compile(r"\bhami_dcu_[a-z0-9_]+\b")
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
 LATENCY = ("hami_dcu_scheduler_filter_seconds", "hami_dcu_scheduler_bind_seconds", "hami_dcu_scheduler_preempt_seconds",
@@ -49,12 +51,12 @@ def scrape(port: int) -> str:
 
 def node(name: str) -> dict:
     cards = [NodeDevice(id=f"DCU-{name}-S0", count=4, devmem=65520, devcore=100, type="DCU-K100_AI", index=0)]
-    return {"metadata": {"name": name, "annotations": {keys.NODE_REGISTER: encode_node_devices(cards),
-                                                       keys.NODE_HANDSHAKE: encode_reported(datetime.now(UTC))}}}
+    return {"metadata": {"name": name, "annotations": {DCU.node_register: encode_node_devices(cards),
+                                                       DCU.node_handshake: encode_reported(datetime.now(UTC))}}}
 
 
 def dcu_pod(name: str) -> dict:
-    limits = {keys.DEFAULT_COUNT_RESOURCE: "1", keys.DEFAULT_MEMORY_RESOURCE: "2000", keys.DEFAULT_CORES_RESOURCE: "20"}
+    limits = {DCU.resources.count: "1", DCU.resources.memory: "2000", DCU.resources.cores: "20"}
     return {"metadata": {"name": name, "namespace": "default"},
             "spec": {"schedulerName": keys.DEFAULT_SCHEDULER_NAME,
                      "containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]}}

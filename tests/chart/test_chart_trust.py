@@ -12,6 +12,8 @@ from chart_paths import CHART
 
 from hami_dcu.common import keys, writers
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 NS = "kube-system"
 EXTENDER_SA, KUBE_SCHEDULER_SA, PLUGIN_SA = "hami-dcu-scheduler", "hami-dcu-kube-scheduler", "hami-dcu-device-plugin"
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -154,10 +156,10 @@ def test_admission_policies_name_exactly_the_shared_keys_and_identities(render):
     # A DCU pod: any of both sets' resource names, or any of both sets' allocation keys.
     lists = cel_lists(variables["dcuPod"])
     assert sorted(writers.DCU_POD_KEYS) in lists and sorted(writers.DCU_RESOURCES) in lists
-    assert {keys.DCU_NAMING.node_register, keys.HCU_NAMING.node_register} == set(cel_lists(variables["dcuNode"])[0])
+    assert {DCU.node_register, keys.HCU_NAMING.node_register} == set(cel_lists(variables["dcuNode"])[0])
     assert allowed.index(f"'system:serviceaccount:{NS}:{EXTENDER_SA}'") < allowed.index(
         f"'system:serviceaccount:{NS}:{PLUGIN_SA}'")
-    assert sorted(writers.PLUGIN_POD_KEYS) == sorted([keys.POD_BIND_PHASE, keys.DCU_NAMING.pod_devices_to_allocate,
+    assert sorted(writers.PLUGIN_POD_KEYS) == sorted([keys.POD_BIND_PHASE, DCU.pod_devices_to_allocate,
                                                       keys.HCU_NAMING.pod_devices_to_allocate])  # both naming sets
     rules = writers_policy["spec"]["matchConstraints"]["resourceRules"]
     assert rules == [{"apiGroups": [""], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],

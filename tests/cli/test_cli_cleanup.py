@@ -3,6 +3,8 @@
 from hami_dcu.cli.main import main
 from hami_dcu.common import keys
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 
 def secret(kube, name):
     kube.request("POST", "/api/v1/namespaces/kube-system/secrets",
@@ -15,7 +17,7 @@ def secrets(kube):
 
 def annotated_node(kube, name):
     kube.create_node({"metadata": {"name": name, "annotations": {
-        keys.NODE_REGISTER: "DCU-1,4,65520,100,DCU-K100_AI,0,true,0,hami:", keys.NODE_LOCK: "2026-01-01T00:00:00Z",
+        DCU.node_register: "DCU-1,4,65520,100,DCU-K100_AI,0,true,0,hami:", keys.NODE_LOCK: "2026-01-01T00:00:00Z",
         "other.io/keep": "yes"}}})
 
 
@@ -27,7 +29,7 @@ def test_deletes_the_named_secrets_and_nothing_else(kube, api_server, capsys):
             "--secret", "hami-dcu-webhook-tls", "--secret", "hami-dcu-webhook-ca", "--secret", "never-created"]
     assert main(argv) == 0
     assert secrets(kube) == {"unrelated"}
-    assert keys.NODE_REGISTER in kube.get_node("n1")["metadata"]["annotations"]  # nodes only on request
+    assert DCU.node_register in kube.get_node("n1")["metadata"]["annotations"]  # nodes only on request
     assert "secret kube-system/never-created: not there" in capsys.readouterr().out
 
 
@@ -37,7 +39,7 @@ def test_node_annotations_only_when_asked_and_dry_run_touches_nothing(kube, api_
     base = ["cleanup", "--kubeconfig", str(api_server.kubeconfig_path), "--node-annotations"]
     assert main([*base, "--dry-run"]) == 0
     assert keys.NODE_LOCK in kube.get_node("n1")["metadata"]["annotations"]
-    assert f"node n1: would remove {keys.NODE_REGISTER}, {keys.NODE_LOCK}" in capsys.readouterr().out
+    assert f"node n1: would remove {DCU.node_register}, {keys.NODE_LOCK}" in capsys.readouterr().out
     assert main(base) == 0
     assert kube.get_node("n1")["metadata"]["annotations"] == {"other.io/keep": "yes"}
 

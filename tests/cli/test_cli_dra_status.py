@@ -8,13 +8,16 @@ from hami_dcu.cli.cardusage import cluster_usage
 from hami_dcu.cli.drausage import dra_usage
 from hami_dcu.cli.pending import NO_EVENT, pending_pods
 from hami_dcu.cli.statusview import as_document, render
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.dra import names, slices
 from hami_dcu.node.discovery import DcuCard, DrmNodes
 from hami_dcu.node.smi import Card
 
+DCU = DCU_NAMING  # the naming set these tests speak
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 CARDS = [DcuCard(Card(index=i, serial=f"S{i}", model="K100_AI", memory_mib=65520, compute_units=120,
-                      pci_bus_id=f"0000:3{i}:00.0"), DrmNodes(f"/dev/dri/card{i}", f"/dev/dri/renderD{128 + i}"))
+                      pci_bus_id=f"0000:3{i}:00.0"), DrmNodes(f"/dev/dri/card{i}", f"/dev/dri/renderD{128 + i}"),
+                 DCU.id_prefix)
          for i in range(2)]
 DEV0, DEV1 = (names.device_name(c.card.pci_bus_id) for c in CARDS)
 
@@ -49,14 +52,14 @@ def test_each_card_counts_the_capacity_its_claims_consume():
     assert [(s.owner, s.pods) for s in first.shares] == [("team/a", ("pa",)), ("team/b", ())]
     assert (second.cores_used, second.memory_used_mib, second.slots_used) == (120, 65520, 4)
     assert second.shares[0].whole and usage.claims == 3 and usage.problems == []
-    table = render(cluster_usage([], [], NOW), "table", dra=usage)
+    table = render(cluster_usage([], [], NOW, DCU), "table", dra=usage, naming=DCU)
     assert "team/a (2000 MiB, 12 CU = 10%), team/b (4096 MiB, 36 CU = 30%)" in table
     assert "team/whole (whole card)" in table
     assert "dra.hygon.com: 1 node, 2 cards, slots 6/8 (75.0%), memory 71616/131040 MiB" in table
     assert "no node has registered DCUs" not in table
-    wide = render(cluster_usage([], [], NOW), "wide", dra=usage)
+    wide = render(cluster_usage([], [], NOW, DCU), "wide", dra=usage, naming=DCU)
     assert "(not in use)" in wide and "pa" in wide
-    assert as_document(cluster_usage([], [], NOW), dra=usage)["dra"]["cards"][0]["shares"][0]["cores"] == 12
+    assert as_document(cluster_usage([], [], NOW, DCU), dra=usage)["dra"]["cards"][0]["shares"][0]["cores"] == 12
 
 
 def test_a_claim_on_a_device_no_slice_publishes_is_a_problem_not_a_free_card():
@@ -64,7 +67,7 @@ def test_a_claim_on_a_device_no_slice_publishes_is_a_problem_not_a_free_card():
                                        claim("moved", DEV0, {"cores": "12"}, pool="node9")])
     assert all(c.cores_used == 0 for c in usage.cards)
     assert len(usage.problems) == 2 and "no ResourceSlice publishes" in usage.problems[0]
-    assert "problem: claim team/lost" in render(cluster_usage([], [], NOW), "table", dra=usage)
+    assert "problem: claim team/lost" in render(cluster_usage([], [], NOW, DCU), "table", dra=usage, naming=DCU)
 
 
 def test_namespace_and_node_narrow_the_listing_not_the_totals():
@@ -90,12 +93,12 @@ def test_a_pod_waiting_for_its_claim_shows_what_the_claim_asks_for():
     event = {"involvedObject": {"kind": "Pod", "namespace": "team", "name": "w"}, "type": "Warning",
              "reason": "FailedScheduling", "source": {"component": "default-scheduler"},
              "lastTimestamp": "2026-05-01T11:59:00Z", "message": "0/1 nodes are available: cannot allocate all claims"}
-    (waiting,) = pending_pods([pod], [event], [made], NOW)
+    (waiting,) = pending_pods([pod], [event], [made], NOW, DCU.resources)
     assert waiting.request == "claim dcu-main: 1 x (cores 12, memory 2000Mi)"
     assert waiting.reason == "0/1 nodes are available: cannot allocate all claims"
     assert waiting.age_seconds == timedelta(minutes=2).total_seconds()
-    (before_claim,) = pending_pods([pod], [], [], NOW)
+    (before_claim,) = pending_pods([pod], [], [], NOW, DCU.resources)
     assert before_claim.request == "claim dcu-main (from template hami-dcu-0123, not created yet)"
     assert before_claim.reason == NO_EVENT
     pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "someone-elses"
-    assert pending_pods([pod], [], [], NOW) == []  # not a DCU pod
+    assert pending_pods([pod], [], [], NOW, DCU.resources) == []  # not a DCU pod

@@ -14,6 +14,8 @@ from hami_dcu.cli.main import main
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, NodeDevice, encode_node_devices, encode_pod_devices
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 BIN = Path(sys.executable).parent
 
 
@@ -21,12 +23,12 @@ BIN = Path(sys.executable).parent
 def cluster(kube, api_server):
     kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": "team"}})
     register = encode_node_devices([NodeDevice(f"DCU-S{i}", 4, 65520, 100, "DCU-K100_AI", index=i) for i in range(2)])
-    kube.create_node({"metadata": {"name": "gpu1", "annotations": {keys.NODE_REGISTER: register}}})
+    kube.create_node({"metadata": {"name": "gpu1", "annotations": {DCU.node_register: register}}})
     kube.create_node({"metadata": {"name": "cpu1"}})
     for name, phase in (("live", "Running"), ("finished", "Succeeded")):
         allocated = encode_pod_devices([[ContainerDevice("DCU-S1", "DCU", 2000, 15)]])
         kube.create_pod("team", {
-            "metadata": {"name": name, "annotations": {keys.POD_DEVICES_ALLOCATED: allocated}},
+            "metadata": {"name": name, "annotations": {DCU.pod_devices_allocated: allocated}},
             "spec": {"nodeName": "gpu1", "containers": [{"name": "main", "image": "x"}]}})
         pod = kube.request("GET", f"/api/v1/namespaces/team/pods/{name}")
         pod["status"] = {"phase": phase}
@@ -105,8 +107,8 @@ def test_status_shows_a_waiting_dcu_pod_with_its_request_and_latest_reason(clust
     waiting = kube.create_pod("team", {
         "metadata": {"name": "waits"},
         "spec": {"schedulerName": keys.DEFAULT_SCHEDULER_NAME, "containers": [{"name": "main", "image": "x",
-                 "resources": {"limits": {keys.DEFAULT_COUNT_RESOURCE: "1", keys.DEFAULT_MEMORY_RESOURCE: "3000",
-                                          keys.DEFAULT_CORES_RESOURCE: "30"}}}]}})
+                 "resources": {"limits": {DCU.resources.count: "1", DCU.resources.memory: "3000",
+                                          DCU.resources.cores: "30"}}}]}})
     kube.create_pod("team", {"metadata": {"name": "plain"}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
     kube.create_event(waiting, "FilteringFailed", "an older reason", "Warning", component="hami-scheduler")
     time.sleep(1.1)  # events carry seconds: the next one is the latest

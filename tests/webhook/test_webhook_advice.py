@@ -6,11 +6,13 @@ from hami_dcu.common import keys
 from hami_dcu.webhook.advice import scheduling_warnings
 from hami_dcu.webhook.decision import review
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 
 def dcu_pod(annotations: dict[str, str], scheduler: str = "default-scheduler") -> dict:
     return {"metadata": {"name": "p", "namespace": "default", "annotations": annotations},
             "spec": {"schedulerName": scheduler, "containers": [
-                {"name": "c", "resources": {"limits": {keys.DEFAULT_COUNT_RESOURCE: "1"}}}]}}
+                {"name": "c", "resources": {"limits": {DCU.resources.count: "1"}}}]}}
 
 
 @pytest.mark.parametrize(("annotations", "fragment"), [
@@ -31,7 +33,7 @@ def test_a_value_the_scheduler_would_ignore_or_refuse_is_warned_about(annotation
 
 @pytest.mark.parametrize("value", [",,", ",", " , "])
 def test_hami_use_type_of_only_empty_entries_is_warned_about_as_matching_no_card(value):
-    for key in (keys.DCU_NAMING.use_type, keys.HCU_NAMING.use_type):
+    for key in (DCU.use_type, keys.HCU_NAMING.use_type):
         warnings = scheduling_warnings({key: value})
         assert len(warnings) == 1, warnings
         assert warnings[0].startswith(f"{key}: {value!r} names no card type, so no card matches")
@@ -39,13 +41,13 @@ def test_hami_use_type_of_only_empty_entries_is_warned_about_as_matching_no_card
         decision = review(dcu_pod({key: value}))
         assert decision.allowed
         assert [w for w in decision.warnings if "names no card type" in w] == [
-            f"{keys.USE_DCU_TYPE}: {value!r} names no card type, so no card matches and the pod stays Pending "
+            f"{DCU.use_type}: {value!r} names no card type, so no card matches and the pod stays Pending "
             "(remove it for any type)"]
 
 
 @pytest.mark.parametrize("value", ["", "  ", "K100", "K100,,Z100"])
 def test_a_use_type_naming_a_type_or_nothing_at_all_gives_no_warning(value):
-    assert scheduling_warnings({keys.USE_DCU_TYPE: value}) == []
+    assert scheduling_warnings({DCU.use_type: value}) == []
 
 
 def test_valid_values_and_absent_ones_give_no_warning():

@@ -11,6 +11,8 @@ from hami_dcu.common import keys
 from hami_dcu.common.kube import KubeError
 from hami_dcu.webhook.certs import WEBHOOK_CONFIG_PATH, CertBundle, ensure, issue, renewal_reason, service_dns_names
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 NS, SERVICE, SECRET, CONFIG = "kube-system", "hami-dcu-webhook", "hami-dcu-webhook-tls", "hami-dcu-webhook"
 
 
@@ -30,7 +32,7 @@ def webhook_config(url_or_service: dict, failure_policy="Fail", ca_bundle=None, 
 
 
 def dcu_pod(name, labels=None, **limits):
-    limits = limits or {keys.DEFAULT_COUNT_RESOURCE: "1", keys.DEFAULT_MEMORY_RESOURCE: "1000"}
+    limits = limits or {DCU.resources.count: "1", DCU.resources.memory: "1000"}
     return {"metadata": {"name": name, "labels": labels or {}},
             "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]}}
 
@@ -124,8 +126,8 @@ def test_created_pod_comes_back_mutated(admitted):
 
 def test_denied_create_fails_with_the_webhook_message(admitted):
     with pytest.raises(KubeError) as info:
-        admitted.create_pod("team", dcu_pod("bad", **{keys.DEFAULT_COUNT_RESOURCE: "1",
-                                                      keys.DEFAULT_CORES_RESOURCE: "250"}))
+        admitted.create_pod("team", dcu_pod("bad", **{DCU.resources.count: "1",
+                                                      DCU.resources.cores: "250"}))
     assert info.value.status == 403
     assert 'admission webhook "dcu.hami.io" denied the request' in info.value.message
     assert "0-100" in info.value.message

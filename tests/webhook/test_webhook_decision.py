@@ -6,10 +6,12 @@ import pytest
 from hami_dcu.common import keys
 from hami_dcu.webhook.decision import Settings, review
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 
 def ctr(name="c", **limits):
-    mapping = {"num": keys.DEFAULT_COUNT_RESOURCE, "mem": keys.DEFAULT_MEMORY_RESOURCE,
-               "cores": keys.DEFAULT_CORES_RESOURCE}
+    mapping = {"num": DCU.resources.count, "mem": DCU.resources.memory,
+               "cores": DCU.resources.cores}
     return {"name": name, "image": "x", "resources": {"limits": {mapping.get(k, k): str(v) for k, v in limits.items()}}}
 
 
@@ -51,7 +53,7 @@ def test_dcu_pod_is_routed_to_hami_scheduler(scheduler):
 
 
 def test_request_only_in_requests_or_init_or_sidecar_counts():
-    assert routed(pod([{"name": "c", "resources": {"requests": {keys.DEFAULT_COUNT_RESOURCE: "1"}}}]))[0] == \
+    assert routed(pod([{"name": "c", "resources": {"requests": {DCU.resources.count: "1"}}}]))[0] == \
         "hami-scheduler"
     sidecar = ctr("side", num=1)
     sidecar["restartPolicy"] = "Always"
@@ -88,8 +90,8 @@ def test_overwritable_list_and_scheduler_name_are_configurable():
         (pod([ctr(num="1.5")]), "invalid-request", "whole number"),
         (pod([ctr(mem=100)]), "invalid-request", "need hygon.com/dcunum"),
         (pod([ctr(num=1)], node="n1"), "node-name-set", "remove spec.nodeName"),
-        (pod([ctr(num=1)], annotations={keys.POD_DEVICES_ALLOCATED: "DCU-X,DCU,1,1:;"}), "forged-annotations",
-         keys.POD_DEVICES_ALLOCATED),
+        (pod([ctr(num=1)], annotations={DCU.pod_devices_allocated: "DCU-X,DCU,1,1:;"}), "forged-annotations",
+         DCU.pod_devices_allocated),
         (pod([ctr(num=1)], annotations={keys.POD_BIND_PHASE: "allocating"}), "forged-annotations", "bind-phase"),
     ],
 )
@@ -140,7 +142,7 @@ def test_a_native_sidecar_may_hold_a_share_a_regular_init_container_may_not():
 
 
 def test_user_selection_annotations_are_not_forged_state():
-    assert routed(pod([ctr(num=1)], annotations={keys.USE_DCU_TYPE: "K100", keys.NODE_SCHEDULER_POLICY: "spread"}))
+    assert routed(pod([ctr(num=1)], annotations={DCU.use_type: "K100", keys.NODE_SCHEDULER_POLICY: "spread"}))
 
 
 def test_patch_adds_scheduler_name_when_missing():

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from hami_dcu.common.keys import DEFAULT_RESOURCES
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.common.quota import Amount, Limit, QuotaLimits
 from hami_dcu.common.requests import DcuRequest
 from hami_dcu.dra.translate import device_request
@@ -21,6 +21,8 @@ from hami_dcu.webhook.draquota import (
     refusal,
     spec_amount,
 )
+
+DEFAULT_RESOURCES = DCU_NAMING.resources
 
 JSON = dict[str, Any]
 MIB = 1024 * 1024

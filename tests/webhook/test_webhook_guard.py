@@ -12,10 +12,12 @@ from hami_dcu.common.writers import NODE_NAME_EXTRA, Identities
 from hami_dcu.webhook.decision import Settings
 from hami_dcu.webhook.server import WebhookMetrics, answer
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 SCHEDULER = "system:serviceaccount:kube-system:hami-dcu-scheduler"
 PLUGIN = "system:serviceaccount:kube-system:hami-dcu-device-plugin"
 SETTINGS = Settings(identities=Identities(frozenset({SCHEDULER}), frozenset({PLUGIN})))
-ALLOCATED = {keys.POD_DEVICES_ALLOCATED: "DCU-A,DCU,65520,100:;", keys.POD_NODE: "node0"}
+ALLOCATED = {DCU.pod_devices_allocated: "DCU-A,DCU,65520,100:;", keys.POD_NODE: "node0"}
 
 
 def plain_pod(node=None, labels=None, **annotations):
@@ -39,15 +41,15 @@ def test_forged_holding_on_a_plain_opted_out_pod_is_denied_at_create():
     """Finding 3: no DCU request and `hami.io/webhook: ignore` used to pass untouched."""
     response = review("CREATE", plain_pod(labels={keys.WEBHOOK_LABEL: keys.WEBHOOK_IGNORE}, **ALLOCATED))
     assert response["allowed"] is False and response["status"]["code"] == 403
-    assert keys.POD_DEVICES_ALLOCATED in response["status"]["message"] and "alice" in response["status"]["message"]
+    assert DCU.pod_devices_allocated in response["status"]["message"] and "alice" in response["status"]["message"]
 
 
 def test_post_bind_rewrite_by_the_owner_is_denied_at_update():
     """Finding 2: the owner rewrote dcu-devices-to-allocate between the Binding and Allocate."""
-    bound = plain_pod("node0", **{keys.POD_DEVICES_TO_ALLOCATE: "DCU-A,DCU,1000,10:;"})
-    whole_card = plain_pod("node0", **{keys.POD_DEVICES_TO_ALLOCATE: "DCU-A,DCU,65520,100:;"})
+    bound = plain_pod("node0", **{DCU.pod_devices_to_allocate: "DCU-A,DCU,1000,10:;"})
+    whole_card = plain_pod("node0", **{DCU.pod_devices_to_allocate: "DCU-A,DCU,65520,100:;"})
     response = review("UPDATE", whole_card, old=bound)
-    assert response["allowed"] is False and keys.POD_DEVICES_TO_ALLOCATE in response["status"]["message"]
+    assert response["allowed"] is False and DCU.pod_devices_to_allocate in response["status"]["message"]
     unrelated = review("UPDATE", {**bound, "metadata": {**bound["metadata"], "labels": {"a": "b"}}}, old=bound)
     assert unrelated["allowed"] is True
 
@@ -62,7 +64,7 @@ def test_binding_with_the_allocation_only_from_the_extender():
 @pytest.mark.parametrize(("node", "allowed"), [("node0", True), ("node1", False)])
 def test_device_plugin_writes_only_its_own_node(node, allowed):
     old = {"metadata": {"name": node, "annotations": {}}}
-    new = {"metadata": {"name": node, "annotations": {keys.NODE_REGISTER: "x"}}}
+    new = {"metadata": {"name": node, "annotations": {DCU.node_register: "x"}}}
     response = review("UPDATE", new, old=old, user=PLUGIN, extra={NODE_NAME_EXTRA: ["node0"]}, kind="Node",
                       resource="nodes")
     assert response["allowed"] is allowed
@@ -70,7 +72,7 @@ def test_device_plugin_writes_only_its_own_node(node, allowed):
 
 def test_dcu_pod_create_is_still_routed():
     pod = plain_pod()
-    pod["spec"]["containers"][0]["resources"] = {"limits": {keys.DEFAULT_COUNT_RESOURCE: "1"}}
+    pod["spec"]["containers"][0]["resources"] = {"limits": {DCU.resources.count: "1"}}
     response = review("CREATE", pod)
     assert response["allowed"] is True and response["patchType"] == "JSONPatch"
 
@@ -79,7 +81,7 @@ HAMI_SCHEDULER = "system:serviceaccount:kube-system:hami-scheduler"  # HAMi's ow
 SHARED = {keys.POD_NODE: "node0", keys.POD_BIND_PHASE: "allocating", keys.POD_TIME: "1", keys.POD_BIND_TIME: "1"}
 
 
-def dcu(pod, resource=keys.DEFAULT_COUNT_RESOURCE):
+def dcu(pod, resource=DCU.resources.count):
     pod["spec"]["containers"][0]["resources"] = {"limits": {resource: "1"}}
     return pod
 
@@ -91,7 +93,7 @@ def test_the_keys_hami_shares_with_us_are_guarded_on_dcu_pods_only():
     binding = {"metadata": {"name": "p", "annotations": SHARED}, "target": {"kind": "Node", "name": "node0"}}
     assert review("CREATE", binding, kind="Binding", sub="binding", user=HAMI_SCHEDULER)["allowed"] is True
     # The same keys on a DCU pod, of either naming set: only hami-dcu's identities.
-    for resource in (keys.DCU_NAMING.resources.count, keys.HCU_NAMING.resources.count):
+    for resource in (DCU.resources.count, keys.HCU_NAMING.resources.count):
         refused = review("UPDATE", dcu(plain_pod("node0", **SHARED), resource), old=dcu(plain_pod("node0"), resource),
                          user=HAMI_SCHEDULER)
         assert refused["allowed"] is False and keys.POD_BIND_PHASE in refused["status"]["message"]
@@ -105,7 +107,7 @@ def test_the_keys_hami_shares_with_us_are_guarded_on_dcu_pods_only():
 
 def test_a_pod_carrying_a_naming_sets_allocation_key_is_a_dcu_pod():
     # No DCU resource, but an allocation a device plugin would read: set, changed or removed.
-    for key in (keys.DCU_NAMING.pod_devices_to_allocate, keys.HCU_NAMING.pod_devices_allocated):
+    for key in (DCU.pod_devices_to_allocate, keys.HCU_NAMING.pod_devices_allocated):
         forged = plain_pod("node0", **{key: "DCU-A,DCU,65520,100:;"})
         assert review("UPDATE", forged, old=plain_pod("node0"), user=HAMI_SCHEDULER)["allowed"] is False
         assert review("UPDATE", plain_pod("node0"), old=forged)["allowed"] is False

@@ -9,6 +9,8 @@ from test_webhook_server import post, review
 
 from hami_dcu.common import keys
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 
 def with_pod(**overrides) -> bytes:
     body = review()
@@ -45,7 +47,7 @@ ATTACKS = {
     "container-int": (with_pod(spec={"containers": [5]}), "spec.containers[0] must be an object"),
     "container-name-object": (with_container(name={"a": 1}), "spec.containers[0].name must be a string"),
     "resources-list": (with_container(resources=[]), "spec.containers[0].resources must be an object"),
-    "limits-list": (with_container(resources={"limits": [keys.DEFAULT_COUNT_RESOURCE]}),
+    "limits-list": (with_container(resources={"limits": [DCU.resources.count]}),
                     "spec.containers[0].resources.limits must be an object"),
     "security-context-string": (with_container(securityContext="x"),
                                 "spec.containers[0].securityContext must be an object"),
@@ -54,7 +56,7 @@ ATTACKS = {
     "node-name-object": (with_pod(spec={"nodeName": {"a": 1}, "containers": []}), "spec.nodeName must be a string"),
     "scheduler-name-list": (with_pod(spec={"schedulerName": ["x"], "containers": []}),
                             "spec.schedulerName must be a string"),
-    "quantity-5000-digits": (with_container(resources={"limits": {keys.DEFAULT_COUNT_RESOURCE: "1" * 5000}}),
+    "quantity-5000-digits": (with_container(resources={"limits": {DCU.resources.count: "1" * 5000}}),
                              "out of range"),
     "json-int-5000-digits": (json.dumps(review()).encode().replace(b'"1"', b"1" * 5000), "not JSON"),
     "nan-constant": (json.dumps(review()).encode().replace(b'"1"', b"NaN"), "not JSON"),

@@ -1,11 +1,10 @@
 """The other naming set's names, renamed at CREATE with a warning (HAMi has no alias)."""
 
-from collections.abc import Iterator
-
 import jsonpatch
-import pytest
 
+from hami_dcu.cli.main import build_parser
 from hami_dcu.common import keys
+from hami_dcu.webhook.command import settings_from
 from hami_dcu.webhook.decision import Settings, review
 from hami_dcu.webhook.rename import adopt_names
 
@@ -17,12 +16,6 @@ def pod(limits: dict[str, str], annotations: dict[str, str] | None = None, sched
     if init_requests is not None:
         body["spec"]["initContainers"] = [{"name": "setup", "resources": {"requests": init_requests}}]
     return body
-
-
-@pytest.fixture
-def hcu() -> Iterator[keys.Naming]:
-    yield keys.select_naming("hcu")
-    keys.select_naming("dcu")
 
 
 def test_an_hcu_pod_on_a_dcu_cluster_is_renamed_and_routed_with_warnings():
@@ -46,9 +39,9 @@ def test_an_hcu_pod_on_a_dcu_cluster_is_renamed_and_routed_with_warnings():
     assert all(len(w) <= 120 for w in decision.warnings)
 
 
-def test_a_dcu_pod_on_an_hcu_cluster_is_renamed_the_other_way(hcu):
+def test_a_dcu_pod_on_an_hcu_cluster_is_renamed_the_other_way():
     original = pod({"hygon.com/dcunum": "1"}, scheduler="hami-scheduler")
-    decision = review(original, Settings())
+    decision = review(original, Settings(naming=keys.HCU_NAMING))
     assert decision.allowed and decision.reason == "renamed"  # already routed, renamed only
     patched = jsonpatch.apply_patch(original, decision.patch)
     assert patched["spec"]["containers"][0]["resources"]["limits"] == {"hygon.com/hcunum": "1"}
@@ -73,3 +66,15 @@ def test_the_renamed_request_is_judged_as_this_set_names_it():
     decision = review(pod({"hygon.com/hcunum": "2", "hygon.com/hcumem": "1000"}), Settings(naming=keys.DCU_NAMING))
     assert not decision.allowed and decision.reason == "multi-card-sharing"
     assert "hygon.com/dcumem" in decision.message
+
+
+def test_the_webhook_speaks_the_set_of_its_command_line():
+    parser, _ = build_parser()
+    hcu = settings_from(parser.parse_args(["webhook", "--tls-cert", "c", "--tls-key", "k", "--naming", "hcu"]))
+    assert hcu.naming is keys.HCU_NAMING and hcu.resources == keys.HCU_NAMING.resources
+    assert review(pod({"hygon.com/hcunum": "1"}), hcu).reason == "routed"
+    dcu = settings_from(parser.parse_args(["webhook", "--tls-cert", "c", "--tls-key", "k"]))
+    assert dcu.naming is keys.DCU_NAMING and dcu.resources == keys.DCU_NAMING.resources
+    custom = settings_from(parser.parse_args(["webhook", "--tls-cert", "c", "--tls-key", "k", "--naming", "hcu",
+                                              "--resource-count", "example.com/cards"]))
+    assert custom.resources.all() == ("example.com/cards", "hygon.com/hcumem", "hygon.com/hcucores")

@@ -13,11 +13,13 @@ from hami_dcu.common import keys
 from hami_dcu.webhook.decision import Settings, review
 from hami_dcu.webhook.schemas import BadReview, load_review
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 
 def dcu_pod(**spec_fields) -> dict:
     return {"metadata": {"name": "p", "namespace": "default"},
             "spec": {**spec_fields, "containers": [{"name": "c", "image": "x", "resources": {"limits": {
-                keys.DEFAULT_COUNT_RESOURCE: "1", keys.DEFAULT_MEMORY_RESOURCE: "2000"}}}]}}
+                DCU.resources.count: "1", DCU.resources.memory: "2000"}}}]}}
 
 
 @pytest.mark.parametrize("spec_fields", [{}, {"schedulerName": keys.KUBE_DEFAULT_SCHEDULER}, {"schedulerName": ""},

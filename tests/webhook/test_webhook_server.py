@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from hami_dcu.common import keys
 from hami_dcu.webhook.certs import issue
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 
 def post(served, body: bytes, path="/webhook"):
     context = ssl.create_default_context(cafile=str(served.ca_file))
@@ -34,7 +36,7 @@ def get(served, path):
 def review(api_version="admission.k8s.io/v1", **pod_spec):
     pod = {"metadata": {"name": "p", "namespace": "default"},
            "spec": {"schedulerName": "default-scheduler", "containers": [
-               {"name": "c", "resources": {"limits": {keys.DEFAULT_COUNT_RESOURCE: "1"}}}], **pod_spec}}
+               {"name": "c", "resources": {"limits": {DCU.resources.count: "1"}}}], **pod_spec}}
     return {"apiVersion": api_version, "kind": "AdmissionReview",
             "request": {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": "default",
                         "operation": "CREATE", "object": pod}}

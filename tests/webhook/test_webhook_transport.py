@@ -16,12 +16,14 @@ from hami_dcu.common import keys
 from hami_dcu.webhook.decision import Settings
 from hami_dcu.webhook.server import MAX_BODY, build_app
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 
 def big_review() -> bytes:
     # ~146 KB, as in the report: many containers, each naming the DCU count.
     body = review()
     body["request"]["object"]["spec"]["containers"] = [
-        {"name": f"c{i}", "image": "x" * 100, "resources": {"limits": {keys.DEFAULT_COUNT_RESOURCE: "1"}}}
+        {"name": f"c{i}", "image": "x" * 100, "resources": {"limits": {DCU.resources.count: "1"}}}
         for i in range(1000)]
     return json.dumps(body).encode()
 

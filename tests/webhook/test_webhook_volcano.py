@@ -6,12 +6,14 @@ import pytest
 from hami_dcu.common import keys
 from hami_dcu.webhook.decision import Settings, review
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 VOLCANO = Settings(volcano_scheduler="volcano")
 
 
 def ctr(name="c", **limits):
-    mapping = {"num": keys.DEFAULT_COUNT_RESOURCE, "mem": keys.DEFAULT_MEMORY_RESOURCE,
-               "cores": keys.DEFAULT_CORES_RESOURCE}
+    mapping = {"num": DCU.resources.count, "mem": DCU.resources.memory,
+               "cores": DCU.resources.cores}
     return {"name": name, "image": "x", "resources": {"limits": {mapping[k]: str(v) for k, v in limits.items()}}}
 
 
@@ -35,7 +37,7 @@ def test_without_volcano_mode_the_same_pod_is_kept_with_the_other_scheduler_warn
     ([ctr(mem=2048)], {}, "invalid-request"),  # memory without a card count
     ([ctr(num=1, cores=150)], {}, "invalid-request"),
     ([ctr(num=2, mem=2048)], {}, "multi-card-sharing"),
-    ([ctr(num=1)], {"annotations": {keys.POD_DEVICES_ALLOCATED: "x"}}, "forged-annotations"),
+    ([ctr(num=1)], {"annotations": {DCU.pod_devices_allocated: "x"}}, "forged-annotations"),
 ])
 def test_a_volcano_pod_still_meets_the_deny_rules(containers, meta, reason):
     decision = review(volcano_pod(containers, **meta), VOLCANO)
@@ -48,7 +50,7 @@ def test_a_volcano_pod_still_meets_the_deny_rules(containers, meta, reason):
 ])
 def test_a_gib_figure_is_refused_with_what_to_write(mem, fragment):
     body = volcano_pod([ctr(num=1, cores=50)])
-    body["spec"]["containers"][0]["resources"]["limits"][keys.DEFAULT_MEMORY_RESOURCE] = mem
+    body["spec"]["containers"][0]["resources"]["limits"][DCU.resources.memory] = mem
     decision = review(body, VOLCANO)
     assert not decision.allowed and decision.reason == "volcano-memory-unit"
     assert fragment in decision.message
@@ -56,7 +58,7 @@ def test_a_gib_figure_is_refused_with_what_to_write(mem, fragment):
 
 def test_a_byte_quantity_is_refused_by_the_usual_rules():
     body = volcano_pod([ctr(num=1)])
-    body["spec"]["containers"][0]["resources"]["limits"][keys.DEFAULT_MEMORY_RESOURCE] = "2Gi"
+    body["spec"]["containers"][0]["resources"]["limits"][DCU.resources.memory] = "2Gi"
     decision = review(body, VOLCANO)
     assert not decision.allowed and decision.reason == "invalid-request"
 
