@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, NodeDevice, encode_node_devices, encode_pod_devices, encode_reported
 
+DCU = keys.DCU_NAMING  # the naming set this benchmark speaks
+
 CARDS = 8
 CARD_MEMORY = 65520
 SLOTS = 4
@@ -28,11 +30,11 @@ class Shape:
     cores: int | None  # percent; None: 100
 
     def limits(self) -> dict[str, str]:
-        limits = {keys.DEFAULT_COUNT_RESOURCE: str(self.count)}
+        limits = {DCU.resources.count: str(self.count)}
         if self.memory is not None:
-            limits[keys.DEFAULT_MEMORY_RESOURCE] = str(self.memory)
+            limits[DCU.resources.memory] = str(self.memory)
         if self.cores is not None:
-            limits[keys.DEFAULT_CORES_RESOURCE] = str(self.cores)
+            limits[DCU.resources.cores] = str(self.cores)
         return limits
 
 
@@ -66,17 +68,17 @@ def node_object(name: str, now: datetime | None = None) -> dict:
                        "node.kubernetes.io/instance-type": "k100-8", "topology.kubernetes.io/zone": "zone-a",
                        "hygon.com/dcu": "on"},
             "annotations": {
-                keys.NODE_REGISTER: encode_node_devices(devices),
-                keys.NODE_HANDSHAKE: encode_reported(now),
+                DCU.node_register: encode_node_devices(devices),
+                DCU.node_handshake: encode_reported(now),
                 "node.alpha.kubernetes.io/ttl": "0",
                 "volumes.kubernetes.io/controller-managed-attach-detach": "true",
             },
         },
         "spec": {"podCIDR": "10.244.0.0/24", "podCIDRs": ["10.244.0.0/24"]},
         "status": {
-            "capacity": {"cpu": "128", "memory": "1056594640Ki", "pods": "110", keys.DEFAULT_COUNT_RESOURCE: "32"},
+            "capacity": {"cpu": "128", "memory": "1056594640Ki", "pods": "110", DCU.resources.count: "32"},
             "allocatable": {"cpu": "127", "memory": "1055545040Ki", "pods": "110",
-                            keys.DEFAULT_COUNT_RESOURCE: "32"},
+                            DCU.resources.count: "32"},
             "conditions": [
                 {"type": kind, "status": "False", "lastHeartbeatTime": stamp, "lastTransitionTime": stamp,
                  "reason": f"Kubelet Has No {kind}", "message": f"kubelet has no {kind.lower()}"}
@@ -101,7 +103,7 @@ def running_pod(node: str, i: int, device: ContainerDevice, now: str) -> dict:
         "metadata": {
             "name": name, "namespace": "team-a", "uid": f"{node}-uid-{i}",
             "labels": {"app": "train", "job-name": f"train-{node}", "batch.kubernetes.io/controller-uid": "u" * 36},
-            "annotations": {keys.POD_DEVICES_ALLOCATED: allocated, keys.POD_DEVICES_TO_ALLOCATE: ";",
+            "annotations": {DCU.pod_devices_allocated: allocated, DCU.pod_devices_to_allocate: ";",
                             keys.POD_NODE: node, keys.POD_BIND_PHASE: keys.BIND_PHASE_SUCCESS,
                             keys.POD_BIND_TIME: "1767225600", keys.POD_TIME: "1767225600"},
             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": f"train-{node}", "uid": "u" * 36,
@@ -122,8 +124,8 @@ def running_pod(node: str, i: int, device: ContainerDevice, now: str) -> dict:
             "schedulerName": keys.DEFAULT_SCHEDULER_NAME, "nodeName": node, "restartPolicy": "Never",
             "containers": [{
                 "name": "main", "image": "registry.example/ai/train-3:v1", "command": ["python", "train.py"],
-                "resources": {"limits": {keys.DEFAULT_COUNT_RESOURCE: "1", keys.DEFAULT_MEMORY_RESOURCE:
-                                         str(device.usedmem), keys.DEFAULT_CORES_RESOURCE: str(device.usedcores),
+                "resources": {"limits": {DCU.resources.count: "1", DCU.resources.memory:
+                                         str(device.usedmem), DCU.resources.cores: str(device.usedcores),
                                          "cpu": "8", "memory": "64Gi"}},
                 "env": [{"name": f"VAR_{k}", "value": f"value-{k}"} for k in range(5)],
                 "volumeMounts": [{"name": "data", "mountPath": "/data"},
@@ -162,7 +164,7 @@ def running_pods(node: str, count: int, rng: random.Random, now: str) -> list[di
         free[card][0] -= 1
         free[card][1] -= shape.memory
         free[card][2] -= shape.cores
-        device = ContainerDevice(card_id(node, card), keys.DEVICE_TYPE, shape.memory, shape.cores)
+        device = ContainerDevice(card_id(node, card), DCU.device_type, shape.memory, shape.cores)
         pods.append(running_pod(node, i, device, now))
     return pods
 

@@ -57,6 +57,8 @@ from hami_dcu.node.discovery import discover
 from hami_dcu.node.faketree import lay_out
 from hami_dcu.node.smi import MockBackend
 
+DCU = keys.DCU_NAMING  # the naming set this benchmark speaks
+
 
 def serve_api(kubeconfig: Path, stop, latency_ms: float = 0.0) -> None:
     from hami_dcu.cli.localcluster.apiserver import LocalApiServer
@@ -127,13 +129,13 @@ def main() -> int:
     try:
         kube = Kube.from_kubeconfig(str(kubeconfig))
         kube.create_node({"metadata": {"name": "n1"}})
-        core = PluginCore(kube, "n1", discover(smi, work / "sys", work / "dev"),
+        core = PluginCore(kube, "n1", discover(smi, work / "sys", work / "dev", DCU),
                           Paths(vdev_dir=work / "vgpu", etc_vdev=work / "etc", state_dir=work / "state",
                                 dev_root=work / "dev"))
         server = grpc.server(futures.ThreadPoolExecutor(4))
         api_pb2_grpc.add_DevicePluginServicer_to_server(
             Servicer(core, dict, threading.Condition(), threading.Event()), server)
-        sock = work / socket_name(keys.DEFAULT_COUNT_RESOURCE)
+        sock = work / socket_name(DCU.resources.count)
         server.add_insecure_port(f"unix://{sock}")
         server.start()
         stub = api_pb2_grpc.DevicePluginStub(grpc.insecure_channel(f"unix://{sock}"))
@@ -145,10 +147,10 @@ def main() -> int:
             card = f"DCU-S{i % 8}"
             value = encode_pod_devices([[ContainerDevice(card, "DCU", 100, 1)]])
             kube.create_pod("default", {"metadata": {"name": name}, "spec": {"containers": [
-                {"name": "c", "image": "busybox", "resources": {"limits": {keys.DEFAULT_COUNT_RESOURCE: "1"}}}]}})
+                {"name": "c", "image": "busybox", "resources": {"limits": {DCU.resources.count: "1"}}}]}})
             lock.acquire("n1", "default", name)
             kube.create_binding("default", name, "n1", annotations={
-                keys.POD_DEVICES_TO_ALLOCATE: value, keys.POD_DEVICES_ALLOCATED: value,
+                DCU.pod_devices_to_allocate: value, DCU.pod_devices_allocated: value,
                 keys.POD_BIND_PHASE: keys.BIND_PHASE_ALLOCATING})
             started = time.perf_counter()
             stub.Allocate(api_pb2.AllocateRequest(container_requests=[

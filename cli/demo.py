@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from hami_dcu.cli.localcluster.cluster import LocalCluster
@@ -92,11 +93,13 @@ def run(args: argparse.Namespace) -> int:
     nodes = {f"node{i}": default_cards(f"node{i}", args.cards) for i in range(args.nodes)}
     print(f"starting a local cluster: {args.nodes} nodes x {args.cards} mock K100_AI cards (65520 MiB, 120 CUs)",
           flush=True)
-    with LocalCluster(nodes, namespace="demo") as cluster:
+    naming = keys.naming_by_name(args.naming)
+    with LocalCluster(nodes, namespace="demo", naming=naming) as cluster:
         refused: dict[str, str] = {}
         for name, containers, annotations in EXAMPLES:
+            written = [replace(c, names=naming.resources) for c in containers]  # in the cluster's own names
             try:
-                cluster.kube.create_pod(cluster.namespace, pod_manifest(name, containers, annotations))
+                cluster.kube.create_pod(cluster.namespace, pod_manifest(name, written, annotations))
             except KubeError as exc:
                 refused[name] = exc.message
         unsettled = _wait_for_pods(cluster, args.timeout, expected_pending={"too-big"})
@@ -138,7 +141,7 @@ def _print_placements(cluster: LocalCluster, refused: dict[str, str]) -> None:
         if pod is None:
             continue
         status = pod["status"]
-        value = (pod["metadata"].get("annotations") or {}).get(keys.POD_DEVICES_ALLOCATED)
+        value = (pod["metadata"].get("annotations") or {}).get(cluster.naming.pod_devices_allocated)
         if status.get("phase") != "Running" or not value:
             print(_row([name, "-", "-", status.get("phase", "?"), "", "", ""], widths))
             continue

@@ -19,6 +19,7 @@ from hami_dcu.common.codec import decode_node_devices, decode_pod_devices
 
 JSON = dict[str, Any]
 FINISHED = ("Succeeded", "Failed")
+DCU = keys.DCU_NAMING  # the naming set of the fault runs' local cluster
 
 
 @dataclass
@@ -41,17 +42,17 @@ def card_rooms(nodes: Iterable[JSON], pods: Iterable[JSON]) -> dict[str, CardRoo
     """Per card id: capacity from the node registrations, usage from live pods' allocations."""
     rooms: dict[str, CardRoom] = {}
     for node in nodes:
-        value = ((node.get("metadata") or {}).get("annotations") or {}).get(keys.NODE_REGISTER)
+        value = ((node.get("metadata") or {}).get("annotations") or {}).get(DCU.node_register)
         if not value:
             continue
-        for card in decode_node_devices(value):
+        for card in decode_node_devices(value, DCU.node_register):
             if card.health:
                 rooms[card.id] = CardRoom(card.count, card.devmem, card.devcore)
     for pod in pods:
         if (pod.get("status") or {}).get("phase") in FINISHED:
             continue
-        value = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.POD_DEVICES_ALLOCATED)
-        for container in decode_pod_devices(value or ""):
+        value = ((pod.get("metadata") or {}).get("annotations") or {}).get(DCU.pod_devices_allocated)
+        for container in decode_pod_devices(value or "", DCU.pod_devices_allocated):
             for device in container:
                 room = rooms.setdefault(device.uuid, CardRoom(0, 0, 0))
                 room.used_slots += 1
@@ -106,13 +107,13 @@ def request_of(pod: JSON) -> tuple[int, int, int] | None:
     """(cards, MiB, %) of a single-DCU-container pod, None for anything else."""
     containers = (pod.get("spec") or {}).get("containers") or []
     asks = [((c.get("resources") or {}).get("limits") or {}) for c in containers]
-    asks = [a for a in asks if keys.DEFAULT_COUNT_RESOURCE in a]
+    names = DCU.resources
+    asks = [a for a in asks if names.count in a]
     if len(asks) != 1:
         return None
     limits = asks[0]
     try:
-        return (int(limits[keys.DEFAULT_COUNT_RESOURCE]), int(limits.get(keys.DEFAULT_MEMORY_RESOURCE, 0)),
-                int(limits.get(keys.DEFAULT_CORES_RESOURCE, 0)))
+        return int(limits[names.count]), int(limits.get(names.memory, 0)), int(limits.get(names.cores, 0))
     except (TypeError, ValueError):
         return None
 

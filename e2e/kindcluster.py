@@ -221,11 +221,16 @@ class KindBackend:
         if mode != "dra":
             self.wait_registered()
 
+    @property
+    def naming(self) -> keys.Naming:
+        """The naming set the installed chart speaks: hcu in Volcano mode, else the default dcu."""
+        return keys.HCU_NAMING if self.mode == "volcano" else keys.DCU_NAMING
+
     def wait_webhook_serving(self, timeout: float = 120) -> None:
         """The API server reaches the webhook through its Service (helm's --wait saw the pod
         ready; kube-proxy may route to it a moment later): a dry-run DCU pod is admitted."""
         probe = {"metadata": {"name": "webhook-probe"}, "spec": {"containers": [{
-            "name": "c", "image": "probe", "resources": {"limits": {keys.DEFAULT_COUNT_RESOURCE: "1"}}}]}}
+            "name": "c", "image": "probe", "resources": {"limits": {self.naming.resources.count: "1"}}}]}}
 
         def admitted() -> bool:
             try:
@@ -253,7 +258,7 @@ class KindBackend:
         def offered() -> bool:
             for node in WORKERS:
                 allocatable = self.kube.get_node(node)["status"].get("allocatable") or {}
-                if int(allocatable.get(keys.DEFAULT_COUNT_RESOURCE, "0")) != 4 * count:
+                if int(allocatable.get(self.naming.resources.count, "0")) != 4 * count:
                     return False
             return True
 
@@ -268,7 +273,7 @@ class KindBackend:
         """Every worker's kubelet offers the plugin's slots under the installed naming set's
         count resource. (A real kubelet keeps a departed plugin's resource at 0: after a switch
         from the dcu to the hcu set both names are there.)"""
-        resource = "hygon.com/hcunum" if self.mode == "volcano" else keys.DEFAULT_COUNT_RESOURCE
+        resource = self.naming.resources.count
 
         def registered() -> bool:
             for node in WORKERS:

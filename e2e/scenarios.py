@@ -18,6 +18,8 @@ from hami_dcu.common import keys
 from hami_dcu.common.codec import decode_node_devices, decode_pod_devices
 from hami_dcu.common.kube import Kube, KubeError, NotFoundError
 
+DCU = keys.DCU_NAMING  # the naming set the shared scenarios speak
+
 JSON = dict[str, Any]
 
 
@@ -66,9 +68,9 @@ def wait_running(backend: ClusterBackend, name: str, timeout: float = 60.0) -> J
     return wait_until(f"pod {name} Running", running, timeout)
 
 
-def allocation(pod: JSON) -> list[list[Any]]:
-    value = (pod["metadata"].get("annotations") or {}).get(keys.POD_DEVICES_ALLOCATED, "")
-    return decode_pod_devices(value)
+def allocation(pod: JSON, naming: keys.Naming = DCU) -> list[list[Any]]:
+    key = naming.pod_devices_allocated
+    return decode_pod_devices((pod["metadata"].get("annotations") or {}).get(key, ""), key)
 
 
 def vdev_for(backend: ClusterBackend, pod: JSON, container: str) -> dict[str, str]:
@@ -89,17 +91,17 @@ def vdev_for(backend: ClusterBackend, pod: JSON, container: str) -> dict[str, st
     return parsed
 
 
-def card_of(backend: ClusterBackend, node: str, card_id: str) -> MockCard:
-    return next(c for c in backend.cards[node] if c.id == card_id)
+def card_of(backend: ClusterBackend, node: str, card_id: str, naming: keys.Naming = DCU) -> MockCard:
+    return next(c for c in backend.cards[node] if c.id_in(naming) == card_id)
 
 
-def assert_no_card_over_capacity(backend: ClusterBackend) -> None:
+def assert_no_card_over_capacity(backend: ClusterBackend, naming: keys.Naming = DCU) -> None:
     """Per card, the live pods' allocations fit the registered slots, memory and cores."""
     usage: dict[str, list[int]] = {}
     for pod in backend.kube.list_pods(namespace=backend.namespace).items:
         if pod["status"].get("phase") in ("Succeeded", "Failed"):
             continue
-        for container in allocation(pod):
+        for container in allocation(pod, naming):
             for dev in container:
                 slot = usage.setdefault(dev.uuid, [0, 0, 0])
                 slot[0] += 1
@@ -107,7 +109,7 @@ def assert_no_card_over_capacity(backend: ClusterBackend) -> None:
                 slot[2] += dev.usedcores
     for node in backend.cards:
         annotations = backend.kube.get_node(node)["metadata"].get("annotations") or {}
-        for card in decode_node_devices(annotations[keys.NODE_REGISTER]):
+        for card in decode_node_devices(annotations[naming.node_register], naming.node_register):
             slots, memory, cores = usage.get(card.id, [0, 0, 0])
             assert slots <= card.count, f"{card.id}: {slots} slots > {card.count}"
             assert memory <= card.devmem, f"{card.id}: {memory} MiB > {card.devmem}"
@@ -224,7 +226,7 @@ def type_and_uuid_selection(b: ClusterBackend) -> None:
         b.namespace, pod_manifest("avoid", [Ctr("c", 1, 1000, 10)], {keys.NOUSE_DCU_UUID: wanted.id})
     )
     assert allocation(wait_running(b, avoided["metadata"]["name"]))[0][0].uuid != wanted.id
-    b.kube.create_pod(b.namespace, pod_manifest("wrong-type", [Ctr("c", 1, 1000, 10)], {keys.USE_DCU_TYPE: "Z100"}))
+    b.kube.create_pod(b.namespace, pod_manifest("wrong-type", [Ctr("c", 1, 1000, 10)], {DCU.use_type: "Z100"}))
 
     def mismatch() -> str | None:
         return next(

@@ -40,6 +40,8 @@ from e2e.scenarios import (
 from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
 from hami_dcu.common import keys
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 pytestmark = pytest.mark.kind
 
 
@@ -122,7 +124,7 @@ def test_driver_dirs_are_read_only_in_the_container(dp: KindBackend) -> None:
 
 def _allocatable_slots(b: KindBackend, node: str) -> int:
     allocatable = b.kube.get_node(node)["status"].get("allocatable") or {}
-    return int(allocatable.get(keys.DEFAULT_COUNT_RESOURCE, "0"))
+    return int(allocatable.get(DCU.resources.count, "0"))
 
 
 def test_kubelet_restart_keeps_running_pods_and_the_plugin_re_registers(dp: KindBackend) -> None:

@@ -8,26 +8,19 @@ with no node lock. Runs after the DRA module, on the same session cluster (issue
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from e2e.kindcluster import KindBackend
 from e2e.volcano_scenarios import VOLCANO_SCENARIOS, VolcanoScenario
-from hami_dcu.common import keys
 
 pytestmark = pytest.mark.kind
 
 
 @pytest.fixture
-def volcano_mode(kind: KindBackend) -> Iterator[KindBackend]:
+def volcano_mode(kind: KindBackend) -> KindBackend:
     kind.ensure_mode("volcano")
     kind.clean()
-    keys.select_naming("hcu")  # this process reads and writes what the hcu-speaking cluster does
-    try:
-        yield kind
-    finally:
-        keys.select_naming("dcu")
+    return kind
 
 
 @pytest.mark.parametrize("scenario", VOLCANO_SCENARIOS, ids=lambda s: s.name)

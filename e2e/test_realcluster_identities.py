@@ -32,6 +32,8 @@ from hami_dcu.common import keys
 from hami_dcu.common.codec import encode_reported
 from hami_dcu.common.kube import Kube, KubeError
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 JSON = dict[str, Any]
 NODES = ("node0", "node1")
 GPU_NODE = "gpu0"  # a node HAMi alone serves: registered here by hand, no kubelet, no DCUs
@@ -166,7 +168,7 @@ def test_hamis_scheduler_cannot_touch_a_dcu_pods_allocation(cluster: RealCluster
     pod = _running_on(cluster, "dcu-share", node)
     recorded = pod["metadata"]["annotations"]
     for change in ({keys.POD_BIND_PHASE: keys.BIND_PHASE_FAILED}, {keys.POD_NODE: GPU_NODE},
-                   {keys.POD_BIND_TIME: None}, {keys.POD_DEVICES_ALLOCATED: None}):
+                   {keys.POD_BIND_TIME: None}, {DCU.pod_devices_allocated: None}):
         message = _refused(hami.patch_pod_metadata, ns, "dcu-share", annotations=change)
         assert f"annotations {next(iter(change))} are written only by hami-dcu" in message
         assert f"system:serviceaccount:{SYSTEM_NAMESPACE}:{HAMI_SCHEDULER} may not" in message
@@ -229,7 +231,7 @@ def test_the_extender_changes_only_the_lock_of_a_node(cluster: RealCluster) -> N
     for patch in ({"spec": {"unschedulable": True}},
                   {"spec": {"taints": [{"key": "evil", "effect": "NoSchedule"}]}},
                   {"metadata": {"labels": {"dcu": "off"}}},
-                  {"metadata": {"annotations": {keys.NODE_REGISTER: "forged", "team": "x"}}},
+                  {"metadata": {"annotations": {DCU.node_register: "forged", "team": "x"}}},
                   {"metadata": {"annotations": {keys.NODE_LOCK: _lock_value("ns", "p"), "team": "x"}}}):
         for node in ("node0", GPU_NODE):
             message = _refused(_dry_patch, extender, _node_path(node), patch)
@@ -265,7 +267,7 @@ def test_a_device_plugin_changes_only_its_keys_on_its_node_and_pods(cluster: Rea
         message = _refused(_dry_patch, plugin, node, patch)
         assert "may change on its node only the annotations" in message
     handshake = encode_reported(dt.datetime.now(dt.UTC))
-    _dry_patch(plugin, node, {"metadata": {"annotations": {keys.NODE_HANDSHAKE: handshake}}})
+    _dry_patch(plugin, node, {"metadata": {"annotations": {DCU.node_handshake: handshake}}})
 
 
 def test_the_renewal_job_creates_no_secret(cluster: RealCluster) -> None:

@@ -32,6 +32,8 @@ from hami_dcu.common.kube import Kube, KubeError
 from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
 from hami_dcu.common.writers import BINDING, NODE, POD, Caller, Identities
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 JSON = dict[str, Any]
 NODES = ("node0", "node1")
 _REASON = unavailable()
@@ -96,7 +98,7 @@ def _card(cluster: RealCluster, node: str) -> str:
 
 def _forged(cluster: RealCluster, node: str) -> dict[str, str]:
     """A whole card of `node` held: what finding 3's pods carried."""
-    return {keys.POD_DEVICES_ALLOCATED: f"{_card(cluster, node)},DCU,65520,100:;", keys.POD_NODE: node}
+    return {DCU.pod_devices_allocated: f"{_card(cluster, node)},DCU,65520,100:;", keys.POD_NODE: node}
 
 
 def _plain(name: str, annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,
@@ -121,7 +123,7 @@ def test_a_forged_holding_is_refused_on_any_pod_at_create(cluster: RealCluster) 
     opted_out = _plain("forged", _forged(cluster, "node0"), {keys.WEBHOOK_LABEL: keys.WEBHOOK_IGNORE})
     message = _refused(tenant.create_pod, cluster.namespace, opted_out)
     assert f"{RELEASE}-allocation-writers" in message
-    assert f"annotations {keys.POD_DEVICES_ALLOCATED}, {keys.POD_NODE} are written only by hami-dcu" in message
+    assert f"annotations {DCU.pod_devices_allocated}, {keys.POD_NODE} are written only by hami-dcu" in message
     assert f"system:serviceaccount:{cluster.namespace}:{TENANT} may not" in message
     _refused(cluster.kube.create_pod, cluster.namespace, opted_out)  # system:masters too
     assert phase(cluster.kube, cluster.namespace, "forged") == "Gone"
@@ -141,7 +143,7 @@ def test_a_holding_patched_onto_an_existing_pod_is_refused(cluster: RealCluster)
     assert "are written only by hami-dcu" in message
     tenant.patch_pod_metadata(cluster.namespace, "victim", annotations={"team": "a"})  # other keys: fine
     annotations = cluster.kube.get_pod(cluster.namespace, "victim")["metadata"].get("annotations") or {}
-    assert keys.POD_DEVICES_ALLOCATED not in annotations and annotations["team"] == "a"
+    assert DCU.pod_devices_allocated not in annotations and annotations["team"] == "a"
 
 
 # --- finding 2: post-bind edits -----------------------------------------------------------
@@ -156,9 +158,9 @@ def test_the_owner_cannot_rewrite_the_allocation_after_the_binding(cluster: Real
                timeout=60)
     pod = cluster.kube.get_pod(cluster.namespace, "shared")
     node, recorded = pod["spec"]["nodeName"], pod["metadata"]["annotations"]
-    card = recorded[keys.POD_DEVICES_ALLOCATED].split(",")[0]
+    card = recorded[DCU.pod_devices_allocated].split(",")[0]
     for rewrite in (f"{card},DCU,65520,100:;", f"{card},DCU,60000,10:;"):
-        for key in (keys.POD_DEVICES_TO_ALLOCATE, keys.POD_DEVICES_ALLOCATED):
+        for key in (DCU.pod_devices_to_allocate, DCU.pod_devices_allocated):
             message = _refused(tenant.patch_pod_metadata, cluster.namespace, "shared", annotations={key: rewrite})
             assert f"annotations {key} are written only by hami-dcu" in message
     _refused(tenant.patch_pod_metadata, cluster.namespace, "shared", annotations={keys.POD_BIND_PHASE: None})
@@ -201,14 +203,14 @@ def test_a_binding_carries_an_allocation_only_from_the_extender(cluster: RealClu
 def test_a_device_plugin_writes_only_its_own_node(cluster: RealCluster) -> None:
     plugin = _plugin(cluster, "node0")
     handshake = encode_reported(dt.datetime.now(dt.UTC))
-    plugin.patch_node_metadata("node0", annotations={keys.NODE_HANDSHAKE: handshake})
-    message = _refused(plugin.patch_node_metadata, "node1", annotations={keys.NODE_HANDSHAKE: handshake})
+    plugin.patch_node_metadata("node0", annotations={DCU.node_handshake: handshake})
+    message = _refused(plugin.patch_node_metadata, "node1", annotations={DCU.node_handshake: handshake})
     assert "the hami-dcu device plugin of node node0 may write only its own node" in message
     assert "not node node1" in message
     _refused(plugin.patch_node_metadata, "node1", labels={"dcu": "off"})  # any change, not only our keys
     unbound = cluster.kube_as(PLUGIN_SA)  # the plugin's ServiceAccount, but a token bound to no pod
     assert "its token names no node" in _refused(unbound.patch_node_metadata, "node0",
-                                                 annotations={keys.NODE_HANDSHAKE: handshake})
+                                                 annotations={DCU.node_handshake: handshake})
     # Nobody else writes the registration or the lock, the node's own kubelet included.
     kubelet = Kube.from_kubeconfig(str(cluster.control_plane.node_kubeconfig("node0")))
     assert "are written only by hami-dcu" in _refused(kubelet.patch_node_metadata, "node0",
@@ -241,7 +243,7 @@ def test_filter_and_bind_are_out_of_reach_of_other_pods(cluster: RealCluster) ->
                                           label_selector="app.kubernetes.io/component=scheduler").items
     ip = scheduler["status"]["podIP"]
     victim = {"metadata": {"name": "victim", "namespace": cluster.namespace, "uid": "forged-uid"},
-              "spec": {"containers": [{"name": "c", "resources": {"limits": {keys.DEFAULT_COUNT_RESOURCE: "1"}}}]}}
+              "spec": {"containers": [{"name": "c", "resources": {"limits": {DCU.resources.count: "1"}}}]}}
     script = f"""
 import json, socket, ssl, urllib.error, urllib.request
 ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
@@ -448,7 +450,7 @@ def test_pods_past_a_webhook_that_is_down_get_no_card(cluster: RealCluster, webh
         manifest = build(name)
         manifest["spec"]["schedulerName"] = keys.DEFAULT_SCHEDULER_NAME
         pod = tenant.create_pod(cluster.namespace, manifest)  # admitted: nobody reviewed it
-        refusal = refusal_of(pod, CheckSettings(), Stage.PLACE)
+        refusal = refusal_of(pod, CheckSettings(DCU.resources), Stage.PLACE)
         assert refusal is not None
         expected[name] = refusal.message
 
@@ -462,7 +464,7 @@ def test_pods_past_a_webhook_that_is_down_get_no_card(cluster: RealCluster, webh
     for name in expected:
         pod = cluster.kube.get_pod(cluster.namespace, name)
         assert not pod["spec"].get("nodeName"), name
-        assert keys.POD_DEVICES_ALLOCATED not in (pod["metadata"].get("annotations") or {})
+        assert DCU.pod_devices_allocated not in (pod["metadata"].get("annotations") or {})
 
 
 def test_a_native_sidecar_holds_a_share(cluster: RealCluster) -> None:

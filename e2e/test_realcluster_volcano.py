@@ -15,7 +15,6 @@ import pytest
 from e2e.realcluster.cluster import RealCluster, unavailable
 from e2e.volcano_scenarios import VOLCANO_SCENARIOS, VolcanoScenario
 from hami_dcu.cli.localcluster.pods import default_cards
-from hami_dcu.common import keys
 
 _REASON = unavailable()
 pytestmark = pytest.mark.realcluster
@@ -26,12 +25,8 @@ VALUES = {"naming": "hcu", "volcano": {"enabled": True}}
 def volcano_cluster() -> Iterator[RealCluster]:
     if _REASON:
         pytest.skip(_REASON)
-    keys.select_naming("hcu")  # this process reads and writes what the hcu-speaking cluster does
-    try:
-        with RealCluster({"node0": default_cards("node0", 2)}, values=VALUES) as cluster:
-            yield cluster
-    finally:
-        keys.select_naming("dcu")
+    with RealCluster({"node0": default_cards("node0", 2)}, values=VALUES) as cluster:
+        yield cluster
 
 
 

@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hami_dcu.cli.cardusage import cluster_usage
 from hami_dcu.cli.status import LIVE_PODS
+from hami_dcu.common.keys import Naming
 from hami_dcu.common.kube import Kube
 
 Totals = dict[tuple[str, str], tuple[int, int, int]]  # (node, card) -> (slots, memory MiB, cores %)
@@ -18,8 +19,9 @@ _FAMILIES = {"hami_dcu_card_allocated_slots": 0, "hami_dcu_card_allocated_memory
              "hami_dcu_card_allocated_cores_percent": 2}
 
 
-def status_totals(kube: Kube) -> Totals:
-    usage = cluster_usage(kube.list_nodes().items, kube.list_pods(field_selector=LIVE_PODS).items, datetime.now(UTC))
+def status_totals(kube: Kube, naming: Naming) -> Totals:
+    usage = cluster_usage(kube.list_nodes().items, kube.list_pods(field_selector=LIVE_PODS).items, datetime.now(UTC),
+                          naming)
     return {(node.name, card.id): (card.slots_used, card.memory_used_mib, card.cores_used_percent)
             for node in usage.nodes for card in node.cards}
 
@@ -38,9 +40,10 @@ def extender_totals(metrics_url: str) -> Totals:
     return {key: (v[0], v[1], v[2]) for key, v in values.items()}
 
 
-def disagreement(kube: Kube, metrics_url: str) -> str | None:
-    """None when both count the same on every card, else the cards where they differ."""
-    ours, theirs = status_totals(kube), extender_totals(metrics_url)
+def disagreement(kube: Kube, metrics_url: str, naming: Naming) -> str | None:
+    """None when both count the same on every card (read in `naming`, the cluster's set),
+    else the cards where they differ."""
+    ours, theirs = status_totals(kube, naming), extender_totals(metrics_url)
     differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
     if not differ:
         return None

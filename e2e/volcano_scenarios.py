@@ -2,8 +2,8 @@
 
 The backend runs hami-dcu in Volcano mode (chart values `naming: hcu`, `volcano.enabled`, a
 register interval of at most 30 s) and gives what the shared scenarios use: a Kube client,
-a namespace, its nodes and mock cards, the vdev files a node's plugin wrote. The test process
-must speak the hcu names (`keys.select_naming("hcu")`) while these run. Volcano itself is
+a namespace, its nodes and mock cards, the vdev files a node's plugin wrote. The scenarios
+read and write the hcu names (`HCU` below), as the cluster does. Volcano itself is
 played by the stand-in (volcano_standin.py), authenticated as the chart's `volcano.identity`,
 so the real admission chain judges its writes; the real kubelet (or its stand-in) admits the
 pods it binds, and hami-dcu's device plugin serves them without a node lock.
@@ -33,6 +33,7 @@ from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
 from hami_dcu.common import keys
 
 JSON = dict[str, Any]
+HCU = fork.NAMING  # the naming set of a cluster in Volcano mode, and of these scenarios
 VOLCANO_SCHEDULER = "volcano"  # the chart's volcano.schedulerName
 SERVED, REFUSED = "served", "refused"
 # The words of the device plugin's refusal when several pods await on its node (lockless.py).
@@ -114,14 +115,14 @@ def assert_served_its_own_cards(b: ClusterBackend, name: str) -> None:
     pod = b.kube.get_pod(b.namespace, name)
     annotations = pod["metadata"]["annotations"]
     assert annotations[keys.POD_BIND_PHASE] == keys.BIND_PHASE_SUCCESS, annotations
-    assert not annotations[keys.POD_DEVICES_ALLOCATED].endswith(";"), "not the fork's encoding"
+    assert not annotations[HCU.pod_devices_allocated].endswith(";"), "not the fork's encoding"
     node = pod["spec"]["nodeName"]
-    entries = allocation(pod)
+    entries = allocation(pod, HCU)
     containers = [c["name"] for c in fork.hcu_containers(pod)]
     assert len(entries) == len(containers), (entries, containers)
     for container, entry in zip(containers, entries, strict=True):
         (device,) = entry
-        card = card_of(b, node, device.uuid)
+        card = card_of(b, node, device.uuid, HCU)
         conf = vdev_for(b, pod, container)
         assert conf["PciBusId"] == card.pci_bus_id, f"{name}/{container} got {conf['PciBusId']}, not {device.uuid}"
         assert conf["mem"] == f"{device.usedmem} MiB"
@@ -129,7 +130,7 @@ def assert_served_its_own_cards(b: ClusterBackend, name: str) -> None:
 
 
 def shared(memory: int = 2000, cores: int = 10) -> Ctr:
-    return Ctr("main", 1, memory, cores)
+    return Ctr("main", 1, memory, cores, names=HCU.resources)
 
 
 def served_until_done(b: ClusterBackend, standin: VolcanoStandIn, specs: dict[str, tuple[list[Ctr], JSON]],
@@ -175,16 +176,16 @@ def what_volcano_reads_is_there_and_the_plugin_answers_its_handshake(b: ClusterB
     assert sorted(first.cards) == sorted(b.cards), first.dropped
     for node, cards in b.cards.items():
         obj = b.kube.get_node(node)
-        handshake = obj["metadata"]["annotations"][keys.NODE_HANDSHAKE]
+        handshake = obj["metadata"]["annotations"][HCU.node_handshake]
         assert handshake.startswith("Requesting_") and "." in handshake, handshake
         allocatable = obj["status"]["allocatable"]
-        assert allocatable[keys.DEFAULT_COUNT_RESOURCE] == str(4 * len(cards))
-        assert allocatable[keys.DEFAULT_MEMORY_RESOURCE] == str(sum(c.memory_mib for c in cards))
-        assert allocatable[keys.DEFAULT_CORES_RESOURCE] == str(100 * len(cards))
-        assert [c.uuid for c in first.cards[node]] == [c.id for c in cards]
+        assert allocatable[HCU.resources.count] == str(4 * len(cards))
+        assert allocatable[HCU.resources.memory] == str(sum(c.memory_mib for c in cards))
+        assert allocatable[HCU.resources.cores] == str(100 * len(cards))
+        assert [c.uuid for c in first.cards[node]] == [c.id_in(HCU) for c in cards]
     for node in b.cards:
         wait_until(f"the plugin of {node} answering Volcano's handshake", lambda n=node: b.kube.get_node(n)[
-            "metadata"]["annotations"][keys.NODE_HANDSHAKE].startswith(keys.HANDSHAKE_REPORTED), timeout=40)
+            "metadata"]["annotations"][HCU.node_handshake].startswith(keys.HANDSHAKE_REPORTED), timeout=40)
     again = standin.open_session(sorted(b.cards))
     assert sorted(again.cards) == sorted(b.cards), again.dropped
 
@@ -197,7 +198,7 @@ def single_pods_with_and_without_the_lock(b: ClusterBackend) -> None:
     node = the_node(b)
     for name, lock in (("vc-nolock", False), ("vc-lock", True)):
         standin = volcano(b, node_lock=lock)
-        pod = volcano_pod(b, name, [Ctr("side"), Ctr("main", 1, 3000, 25)])
+        pod = volcano_pod(b, name, [Ctr("side"), Ctr("main", 1, 3000, 25, names=HCU.resources)])
         place_together(b, standin, [pod], node)
         assert outcome(b, name) == SERVED
         assert_served_its_own_cards(b, name)
@@ -205,7 +206,7 @@ def single_pods_with_and_without_the_lock(b: ClusterBackend) -> None:
         uid = running["metadata"]["uid"]
         assert not [d for d in b.vdev_files(node) if d.startswith(f"{uid}_side_")], "the plain container got a vDCU"
         assert_no_lock_left(b)
-    assert_no_card_over_capacity(b)
+    assert_no_card_over_capacity(b, HCU)
 
 
 @volcano_scenario
@@ -216,14 +217,14 @@ def two_pods_allocating_on_one_node_at_once_never_get_the_wrong_card(b: ClusterB
     pod only when it alone awaits: each ends on its own card, never the other's."""
     node = the_node(b)
     first, second = b.cards[node][:2]
-    specs = {"vc-a": ([shared(2000, 20)], {keys.USE_DCU_UUID: first.id}),
-             "vc-b": ([shared(3000, 30)], {keys.USE_DCU_UUID: second.id})}
+    specs = {"vc-a": ([shared(2000, 20)], {keys.USE_DCU_UUID: first.id_in(HCU)}),
+             "vc-b": ([shared(3000, 30)], {keys.USE_DCU_UUID: second.id_in(HCU)})}
     running, refused = served_until_done(b, volcano(b), specs, node, rounds=4)
     print(f"two pods at once: refused per round {refused}")
     for spec, card in (("vc-a", first), ("vc-b", second)):
         pod = b.kube.get_pod(b.namespace, running[spec])
-        assert allocation(pod)[0][0].uuid == card.id
-    assert_no_card_over_capacity(b)
+        assert allocation(pod, HCU)[0][0].uuid == card.id_in(HCU)
+    assert_no_card_over_capacity(b, HCU)
     assert_no_lock_left(b)
 
 
@@ -243,7 +244,7 @@ def a_gang_of_four_on_one_node_runs_one_member_at_a_time(b: ClusterBackend) -> N
     running, refused = served_until_done(b, volcano(b), specs, node, rounds=6)
     print(f"gang of four: refused per round {refused}")
     assert len(running) == 4
-    assert_no_card_over_capacity(b)
+    assert_no_card_over_capacity(b, HCU)
     assert_no_lock_left(b)
 
 
@@ -273,4 +274,4 @@ def release_strips_the_allocation_of_pods_never_served(b: ClusterBackend) -> Non
     time.sleep(0.5)
     again = standin.open_session([node])
     used = {c.uuid: c.used_mem for c in again.cards[node]}
-    assert sum(used.values()) == allocation(b.kube.get_pod(b.namespace, "vc-served"))[0][0].usedmem
+    assert sum(used.values()) == allocation(b.kube.get_pod(b.namespace, "vc-served"), HCU)[0][0].usedmem

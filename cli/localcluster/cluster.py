@@ -99,8 +99,10 @@ class LocalCluster:
         device_policy: str = "spread",
         register_interval: float = 1.0,
         workdir: str | Path | None = None,
+        naming: keys.Naming = keys.DCU_NAMING,
     ) -> None:
         self.node_specs = nodes if nodes is not None else {n: default_cards(n) for n in ("node0", "node1")}
+        self.naming = naming  # what every component of this cluster speaks
         self.namespace = namespace
         self.node_policy = node_policy
         self.device_policy = device_policy
@@ -175,7 +177,7 @@ class LocalCluster:
                                         for name in ("tls.crt", "tls.key")})
         tls = ReloadingTLS(str(tls_dir / "tls.crt"), str(tls_dir / "tls.key"))
         self.webhook = AppThread(
-            "webhook", lambda: build_webhook_app(WebhookSettings(identities=IDENTITIES)), port=port,
+            "webhook", lambda: build_webhook_app(WebhookSettings(naming=self.naming, identities=IDENTITIES)), port=port,
             ssl_context=tls.context
         ).start()
         WebhookDispatcher(self.api, resolve_service=lambda ns, name, _port: f"https://127.0.0.1:{port}").install()
@@ -184,7 +186,7 @@ class LocalCluster:
 
     def _start_scheduler(self) -> None:
         settings = ServiceSettings(
-            filter=FilterSettings(node_policy=self.node_policy, card_policy=self.device_policy),
+            filter=FilterSettings(node_policy=self.node_policy, card_policy=self.device_policy, naming=self.naming),
             # The scheduler loop gives up on a bind after kube-scheduler's default 5 s, so a
             # bind waits for a node at most 4 s (the chart keeps lockWait below httpTimeout too).
             bind=BindSettings(lock_timeout=timedelta(seconds=300), lock_wait=4.0),
@@ -226,7 +228,7 @@ class LocalCluster:
         root.mkdir(parents=True, exist_ok=True)
         mock_file.write_text(yaml.safe_dump([c.as_mock_entry() for c in cards]))
         lay_out(MockBackend(mock_file).cards(), root / "sys", root / "dev")
-        kubelet = LocalKubelet(self.kube, name, plugin_dir).start()
+        kubelet = LocalKubelet(self.kube, name, plugin_dir, self.naming.resources.count).start()
         node = LocalNode(name, cards, root, plugin_dir, kubelet)
         self.nodes[name] = node
         self._start_plugin(node)
@@ -234,17 +236,17 @@ class LocalCluster:
     def _start_plugin(self, node: LocalNode) -> None:
         mock_file = node.root / "mock-devices.yaml"
         backend = MockBackend(mock_file)
-        served = discover(backend.cards(), node.root / "sys", node.root / "dev")
+        served = discover(backend.cards(), node.root / "sys", node.root / "dev", self.naming)
         # The plugin's token is bound to its node, as the kubelet binds a projected token to the pod.
         kube = (Kube.from_kubeconfig(str(self.api.credentials(PLUGIN_IDENTITY, {NODE_NAME_EXTRA: [node.name]})))
                 if self.api else self.kube)
-        node.core = PluginCore(kube, node.name, served, node.paths)
+        node.core = PluginCore(kube, node.name, served, node.paths, naming=self.naming)
         node.server = DevicePluginServer(
             node.core,
             node.plugin_dir,
-            keys.DEFAULT_COUNT_RESOURCE,
+            self.naming.resources.count,
             poll_interval=0.2,
-            health=lambda: {f"DCU-{c.serial}": c.healthy for c in backend.cards()},
+            health=lambda: {f"{self.naming.id_prefix}{c.serial}": c.healthy for c in backend.cards()},
         )
         node.server.refresh_health()
         node.server.start()

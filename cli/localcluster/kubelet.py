@@ -61,7 +61,7 @@ class LocalKubelet:
         self.kube = kube
         self.node = node
         self.plugin_dir = Path(plugin_dir)
-        self.resource = resource or keys.DEFAULT_COUNT_RESOURCE
+        self.resource = resource or keys.DCU_NAMING.resources.count  # the plugin's advertised resource
         self.labels = labels or {"dcu": "on"}
         self.endpoints: dict[str, PluginEndpoint] = {}
         # Resources a plugin served before the last restart (the real kubelet checkpoints them).

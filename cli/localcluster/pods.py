@@ -27,7 +27,11 @@ class MockCard:
 
     @property
     def id(self) -> str:
-        return keys.DEVICE_ID_PREFIX + self.serial
+        """The card's id in the dcu set, the one the shared scenarios run in."""
+        return self.id_in(keys.DCU_NAMING)
+
+    def id_in(self, naming: keys.Naming) -> str:
+        return naming.id_prefix + self.serial
 
     def as_mock_entry(self) -> JSON:
         return {
@@ -55,15 +59,16 @@ class Ctr:
     memory: int | None = None
     cores: int | None = None
     init: bool = False
+    names: keys.ResourceNames = keys.DCU_NAMING.resources  # the naming set the container is written in
 
     def manifest(self) -> JSON:
         limits: JSON = {}
         if self.count is not None:
-            limits[keys.DEFAULT_COUNT_RESOURCE] = str(self.count)
+            limits[self.names.count] = str(self.count)
         if self.memory is not None:
-            limits[keys.DEFAULT_MEMORY_RESOURCE] = str(self.memory)
+            limits[self.names.memory] = str(self.memory)
         if self.cores is not None:
-            limits[keys.DEFAULT_CORES_RESOURCE] = str(self.cores)
+            limits[self.names.cores] = str(self.cores)
         return {
             "name": self.name,
             "image": POD_IMAGE,

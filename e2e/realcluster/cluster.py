@@ -54,6 +54,8 @@ class RealCluster:
         self.node_specs = nodes if nodes is not None else {n: default_cards(n) for n in ("node0", "node1")}
         self.namespace = namespace
         self.extra_values = values or {}
+        # The set the chart is installed with (value `naming`), which the harness reads and writes too.
+        self.naming = keys.naming_by_name(self.extra_values.get("naming", keys.DCU_NAMING.name))
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="hami-rc-", dir="/tmp"))
         self.workdir.chmod(0o755)  # pods running as non-root read their volumes below it
@@ -112,7 +114,7 @@ class RealCluster:
         runtime = PodRuntime(node_kube, node, root, {PLUGIN_SOCKET_DIR: plugin_dir}, self.network, images,
                              (self.control_plane.address, self.control_plane.port))
         kubelet = RealKubelet(node_kube, node, plugin_dir, runtime, self.network.gateway, root / "pods",
-                              labels={"dcu": "on"})
+                              labels={"dcu": "on"}, resource=self.naming.resources.count)
         self.node_roots[node] = root
         self.kubelets[node] = kubelet.start()
 
@@ -170,9 +172,9 @@ class RealCluster:
             for node, cards in self.node_specs.items():
                 obj = self.kube.get_node(node)
                 allocatable = (obj.get("status") or {}).get("allocatable") or {}
-                if allocatable.get(keys.DEFAULT_COUNT_RESOURCE) != str(4 * len(cards)):
+                if allocatable.get(self.naming.resources.count) != str(4 * len(cards)):
                     return False
-                if keys.NODE_REGISTER not in (obj["metadata"].get("annotations") or {}):
+                if self.naming.node_register not in (obj["metadata"].get("annotations") or {}):
                     return False
             return True
 

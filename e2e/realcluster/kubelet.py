@@ -42,8 +42,8 @@ def _micro_now() -> str:
 
 class RealKubelet(LocalKubelet):
     def __init__(self, kube: Kube, node: str, plugin_dir: Path, runtime: PodRuntime, address: str,
-                 workdir: Path, labels: dict[str, str] | None = None) -> None:
-        super().__init__(kube, node, plugin_dir, labels=labels)
+                 workdir: Path, labels: dict[str, str] | None = None, resource: str | None = None) -> None:
+        super().__init__(kube, node, plugin_dir, resource, labels=labels)
         self.runtime = runtime
         self.address = address
         self.workdir = workdir

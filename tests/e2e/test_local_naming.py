@@ -1,10 +1,7 @@
-"""The whole system speaking the hcu names (HAMi master, Hygon's plugin v3), switched by one
-setting: the plugin registers and advertises hcu names, the extender reads them, the
-allocation carries HCU ids, and a pod written with the dcu names is renamed at admission."""
-
-from collections.abc import Iterator
-
-import pytest
+"""The whole system speaking the hcu names (HAMi master, Hygon's plugin v3), built with the
+hcu Naming: the plugin registers and advertises hcu names, the extender reads them, the
+allocation carries HCU ids, and a pod written with the dcu names is renamed at admission.
+Nothing in the test process is switched to build it."""
 
 from e2e.scenarios import wait_running
 from hami_dcu.cli.localcluster.cluster import LocalCluster
@@ -12,16 +9,13 @@ from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
 from hami_dcu.common import keys
 from hami_dcu.common.codec import decode_node_devices, decode_pod_devices
 
-
-@pytest.fixture
-def hcu() -> Iterator[keys.Naming]:
-    yield keys.select_naming("hcu")
-    keys.select_naming("dcu")
+HCU = keys.HCU_NAMING
 
 
-def test_the_hcu_set_end_to_end(hcu):
-    with LocalCluster({"node0": default_cards("node0")}) as cluster:
-        created = cluster.kube.create_pod(cluster.namespace, pod_manifest("shared", [Ctr("main", 1, 2000, 15)]))
+def test_the_hcu_set_end_to_end():
+    with LocalCluster({"node0": default_cards("node0")}, naming=HCU) as cluster:
+        written = [Ctr("main", 1, 2000, 15, names=HCU.resources)]
+        created = cluster.kube.create_pod(cluster.namespace, pod_manifest("shared", written))
         assert created["spec"]["containers"][0]["resources"]["limits"] == {
             "hygon.com/hcunum": "1", "hygon.com/hcumem": "2k", "hygon.com/hcucores": "15"}
         pod = wait_running(cluster, "shared")

@@ -15,7 +15,7 @@ def assert_status_agrees_with_the_extender(cluster: LocalCluster, timeout: float
     # The extender's cache follows the API by watch: give it until the watch has caught up.
     deadline = time.monotonic() + timeout
     while True:
-        differ = disagreement(cluster.kube, f"http://127.0.0.1:{cluster.scheduler_port}/metrics")
+        differ = disagreement(cluster.kube, f"http://127.0.0.1:{cluster.scheduler_port}/metrics", cluster.naming)
         if differ is None:
             return
         if time.monotonic() > deadline:

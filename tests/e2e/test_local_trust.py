@@ -22,6 +22,8 @@ from hami_dcu.common.kube import Kube, KubeError
 from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
 from hami_dcu.webhook import certs
 
+DCU = keys.DCU_NAMING  # the naming set these tests speak
+
 OPTED_OUT = {keys.WEBHOOK_LABEL: keys.WEBHOOK_IGNORE}
 HAMI_SCHEDULER = "system:serviceaccount:kube-system:hami-scheduler"  # HAMi's own, beside us
 
@@ -41,7 +43,7 @@ def privileged(name: str = "priv") -> dict:
 def init_share(name: str = "initshare") -> dict:
     manifest = pod_manifest(name, [Ctr("main", count=1)])
     manifest["spec"]["initContainers"] = [{"name": "setup", "image": "x", "resources": {"limits": {
-        keys.DEFAULT_COUNT_RESOURCE: "1", keys.DEFAULT_MEMORY_RESOURCE: "500"}}}]
+        DCU.resources.count: "1", DCU.resources.memory: "500"}}}]
     return manifest
 
 
@@ -86,7 +88,7 @@ def test_a_pod_past_a_webhook_that_is_down_is_refused_by_the_extender(cluster, w
     manifest = build(f"bypass-{build.__name__.replace('_', '-')}")
     manifest["spec"]["schedulerName"] = keys.DEFAULT_SCHEDULER_NAME  # set by hand: no webhook routed it
     pod = cluster.kube.create_pod(cluster.namespace, manifest)
-    expected = refusal_of(pod, CheckSettings(), Stage.PLACE)
+    expected = refusal_of(pod, CheckSettings(DCU.resources), Stage.PLACE)
     assert expected is not None
     name = pod["metadata"]["name"]
 
@@ -97,7 +99,7 @@ def test_a_pod_past_a_webhook_that_is_down_is_refused_by_the_extender(cluster, w
     wait_until(f"{name} refused by the extender", refusal_event, timeout=30)
     stored = cluster.kube.get_pod(cluster.namespace, name)
     assert not stored["spec"].get("nodeName")
-    assert keys.POD_DEVICES_ALLOCATED not in (stored["metadata"].get("annotations") or {})
+    assert DCU.pod_devices_allocated not in (stored["metadata"].get("annotations") or {})
     assert cluster.vdev_files("node0") == {} or all(pod["metadata"]["uid"] not in d
                                                     for d in cluster.vdev_files("node0"))
 
@@ -109,7 +111,7 @@ def test_updates_and_bindings_meet_the_one_writer_rule(cluster):
     # The owner rewrites its share into a whole card after the bind: refused at UPDATE.
     whole = "DCU-node0-0,DCU,65520,100:;"
     message = refused(cluster.kube.patch_pod_metadata, cluster.namespace, "shared",
-                      {keys.POD_DEVICES_ALLOCATED: whole})
+                      {DCU.pod_devices_allocated: whole})
     assert "written only by hami-dcu" in message and "local-cluster may not" in message
     assert refused(cluster.kube.patch_pod_metadata, cluster.namespace, "shared", {keys.POD_BIND_PHASE: None})
     # Other changes of the same pod go through.
@@ -119,8 +121,8 @@ def test_updates_and_bindings_meet_the_one_writer_rule(cluster):
     victim["spec"]["schedulerName"] = "elsewhere"
     cluster.kube.create_pod(cluster.namespace, victim)
     message = refused(cluster.kube.create_binding, cluster.namespace, "victim", "node0", None,
-                      {keys.POD_DEVICES_TO_ALLOCATE: whole, keys.POD_DEVICES_ALLOCATED: whole})
-    assert keys.POD_DEVICES_TO_ALLOCATE in message
+                      {DCU.pod_devices_to_allocate: whole, DCU.pod_devices_allocated: whole})
+    assert DCU.pod_devices_to_allocate in message
     assert not cluster.kube.get_pod(cluster.namespace, "victim")["spec"].get("nodeName")
 
 
