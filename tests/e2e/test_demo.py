@@ -18,6 +18,14 @@ def test_demo_places_pods_explains_the_rest_and_exits_zero(capsys):
     assert out.rstrip().endswith("local cluster stopped")
 
 
+def test_demo_speaks_the_naming_set_it_is_given(capsys):
+    assert main(["demo", "--naming", "hcu"]) == 0
+    out = capsys.readouterr().out
+    train = next(line.split() for line in out.splitlines() if line.startswith("train-15pct"))
+    assert train[3].startswith("HCU-NODE0S") and train[4:7] == ["2000", "MiB", "15%"]
+    assert "DCU-" not in out and "renamed" not in out  # its pods were written in the hcu names
+
+
 def test_cli_lists_every_subcommand(capsys):
     try:
         main(["--help"])
