@@ -22,7 +22,7 @@ BUG = "internal error in the device-plugin (ZeroDivisionError); its log has the 
 
 @pytest.fixture
 def served(dcu_node) -> Iterator[tuple[DevicePluginServer, api_pb2_grpc.DevicePluginStub]]:
-    server = DevicePluginServer(dcu_node.core(), dcu_node.plugin_dir, keys.DEFAULT_COUNT_RESOURCE).start()
+    server = DevicePluginServer(dcu_node.core(), dcu_node.plugin_dir, keys.DCU_NAMING.resources.count).start()
     try:
         with grpc.insecure_channel(f"unix://{server.socket}") as channel:
             yield server, api_pb2_grpc.DevicePluginStub(channel)
