@@ -1,7 +1,7 @@
 """A node for device plugin tests: mock cards, fake /sys and /dev, the local API server."""
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -30,10 +30,13 @@ class Node:
     mock_file: Path
     paths: Paths
     plugin_dir: Path
+    cores: list[PluginCore] = field(default_factory=list)
 
     def core(self, **kwargs) -> PluginCore:
         cards = discover(MockBackend(self.mock_file).cards(), self.root / "sys", self.root / "dev", DCU)
-        return PluginCore(self.kube, NODE, cards, self.paths, **kwargs)
+        core = PluginCore(self.kube, NODE, cards, self.paths, **kwargs)
+        self.cores.append(core)
+        return core
 
     def bind(
         self,
@@ -79,6 +82,10 @@ class Node:
         return self.kube.get_pod("default", pod["metadata"]["name"])
 
     def lock_value(self) -> str | None:
+        # Allocate answers before its lock release is done (the release follows the answer):
+        # read the lock once every core here has finished what it started.
+        for core in self.cores:
+            assert core.idle(timeout=10), "an Allocate's lock release did not finish in 10 s"
         return (self.kube.get_node(NODE)["metadata"].get("annotations") or {}).get(keys.NODE_LOCK)
 
     def annotation(self, name: str, key: str) -> str | None:
