@@ -9,20 +9,21 @@ decision, for the shell to create: this module does no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonpatch
 
 from hami_dcu.common import keys
-from hami_dcu.common.podchecks import CheckSettings, Stage, dcu_pod, first_refusal
+from hami_dcu.common.podchecks import CheckSettings, DcuPod, Stage, dcu_pod, first_refusal
 from hami_dcu.common.requests import RequestError
 from hami_dcu.common.writers import Identities
 from hami_dcu.dra.translate import TranslateError, translate
 from hami_dcu.webhook.advice import scheduling_warnings
 from hami_dcu.webhook.draquota import ClaimShapeError, claim_shape_problem
 from hami_dcu.webhook.quotacheck import QuotaLookup, quota_problem
-from hami_dcu.webhook.rename import adopt_names
+from hami_dcu.webhook.rename import Adopted, adopt_names
 from hami_dcu.webhook.volcano import memory_unit_problem
 
 JSON = dict[str, Any]
@@ -81,50 +82,99 @@ def _deny(reason: str, message: str) -> Decision:
 DEFAULT_SETTINGS = Settings()
 
 
-def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
-    # A pod written for the other naming set is judged (and patched) as this set names it.
-    adopted = adopt_names(pod, settings.naming)
-    if adopted.conflict:
-        return _deny("mixed-naming", adopted.conflict)
-    original, pod = pod, adopted.pod
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    parsed = dcu_pod(pod, settings.resources)
-    # `dcunum: 0` alone asks for no DCU (as in HAMi): such a pod is not ours to route.
-    if not parsed.asks:
-        # The opt-out label exempts only such pods: a DCU pod wearing it is judged as any other
-        # (the extender and the device plugin would refuse it anyway, with the same words).
-        labels = meta.get("labels") or {}
-        opted_out = labels.get(keys.WEBHOOK_LABEL) == keys.WEBHOOK_IGNORE
-        return Decision(allowed=True, reason="ignored" if opted_out else "no-dcu")
-    refused = first_refusal(parsed, CheckSettings(settings.resources, settings.scheduler_name), Stage.CREATE)
-    if refused is not None:
-        return _deny(refused.check, refused.message)
+@dataclass(frozen=True)
+class Admission:
+    """What every admission step reads: the pod as the API server holds it, the pod renamed to
+    this naming set, its parsed DCU asks, and the settings."""
 
-    if settings.mode == DRA:
-        # kube-scheduler places claims itself: no extender quota book or policy annotations apply.
-        return _as_claims(original, pod, settings, adopted.warnings(settings.naming))
-    hints = adopted.warnings(settings.naming) + scheduling_warnings(meta.get("annotations") or {})
-    current = spec.get("schedulerName") or ""
-    if settings.volcano_scheduler and current == settings.volcano_scheduler:
-        unit = memory_unit_problem(pod, settings.resources)
-        if unit:
-            return _deny("volcano-memory-unit", unit)
-        over = quota_problem(pod, settings.resources, settings.quota)
-        if over:
-            return _deny("quota-exceeded", f"pod {over}")
-        return Decision(allowed=True, reason="left-to-volcano", warnings=adopted.warnings(settings.naming),
-                        patch=_renames_only(original, pod) if adopted.renames else [])
-    if current and current != settings.scheduler_name and current not in settings.overwritable_schedulers:
-        return Decision(allowed=True, reason="other-scheduler",
-                        warnings=[f"schedulerName {current} is kept: its DCU request will not be honoured by "
-                                  f"{settings.scheduler_name}"[:120]])
-    problem = quota_problem(pod, settings.resources, settings.quota)
-    if problem:
-        return _deny("quota-exceeded", f"pod {problem}")
-    if current == settings.scheduler_name and not adopted.renames:
+    original: JSON
+    pod: JSON
+    adopted: Adopted
+    parsed: DcuPod
+    settings: Settings
+
+    @property
+    def meta(self) -> JSON:
+        return self.pod.get("metadata") or {}
+
+    @property
+    def spec(self) -> JSON:
+        return self.pod.get("spec") or {}
+
+    @property
+    def scheduler(self) -> str:
+        return self.spec.get("schedulerName") or ""
+
+    @property
+    def rename_warnings(self) -> list[str]:
+        return self.adopted.warnings(self.settings.naming)
+
+
+# One admission rule: a decision when the rule settles the pod, None to go on to the next.
+Step = Callable[[Admission], Decision | None]
+
+
+def not_a_dcu_pod(a: Admission) -> Decision | None:
+    """`dcunum: 0` alone asks for no DCU (as in HAMi): such a pod is not ours to route. The
+    opt-out label exempts only such pods: a DCU pod wearing it is judged as any other (the
+    extender and the device plugin would refuse it anyway, with the same words)."""
+    if a.parsed.asks:
+        return None
+    opted_out = (a.meta.get("labels") or {}).get(keys.WEBHOOK_LABEL) == keys.WEBHOOK_IGNORE
+    return Decision(allowed=True, reason="ignored" if opted_out else "no-dcu")
+
+
+def deny_rules(a: Admission) -> Decision | None:
+    """The rules every stage shares (common/podchecks.py), as at creation."""
+    checks = CheckSettings(a.settings.resources, a.settings.scheduler_name)
+    refused = first_refusal(a.parsed, checks, Stage.CREATE)
+    return None if refused is None else _deny(refused.check, refused.message)
+
+
+def claims_in_dra_mode(a: Admission) -> Decision | None:
+    """DRA mode: kube-scheduler places claims itself; no extender quota book or policy
+    annotations apply."""
+    if a.settings.mode != DRA:
+        return None
+    return _as_claims(a.original, a.pod, a.settings, a.rename_warnings)
+
+
+def left_to_volcano(a: Admission) -> Decision | None:
+    """Volcano mode: Volcano's pods keep their scheduler, under its memory unit and the quota."""
+    if not a.settings.volcano_scheduler or a.scheduler != a.settings.volcano_scheduler:
+        return None
+    unit = memory_unit_problem(a.pod, a.settings.resources)
+    if unit:
+        return _deny("volcano-memory-unit", unit)
+    over = quota_problem(a.pod, a.settings.resources, a.settings.quota)
+    if over:
+        return _deny("quota-exceeded", f"pod {over}")
+    return Decision(allowed=True, reason="left-to-volcano", warnings=a.rename_warnings,
+                    patch=_renames_only(a.original, a.pod) if a.adopted.renames else [])
+
+
+def other_scheduler(a: Admission) -> Decision | None:
+    """A schedulerName the user chose is kept, with a warning that no DCU will be honoured."""
+    current, ours = a.scheduler, a.settings.scheduler_name
+    if not current or current == ours or current in a.settings.overwritable_schedulers:
+        return None
+    return Decision(allowed=True, reason="other-scheduler",
+                    warnings=[f"schedulerName {current} is kept: its DCU request will not be honoured by {ours}"[:120]])
+
+
+def namespace_quota(a: Admission) -> Decision | None:
+    problem = quota_problem(a.pod, a.settings.resources, a.settings.quota)
+    return None if not problem else _deny("quota-exceeded", f"pod {problem}")
+
+
+def route_to_scheduler(a: Admission) -> Decision:
+    """The last step: schedulerName set to hami-scheduler (and the other set's names renamed)."""
+    settings, original, spec, meta = a.settings, a.original, a.spec, a.meta
+    hints = a.rename_warnings + scheduling_warnings(meta.get("annotations") or {})
+    current = a.scheduler
+    if current == settings.scheduler_name and not a.adopted.renames:
         return Decision(allowed=True, reason="already-routed", warnings=hints)
-    if not adopted.renames:
+    if not a.adopted.renames:
         # The common case: one field set. Written out, as jsonpatch.make_patch would write it
         # (its diff of the spec was most of a review's CPU time).
         op = "replace" if "schedulerName" in (original.get("spec") or {}) else "add"
@@ -134,12 +184,37 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
     # Only spec (and renamed annotations) change, so only they are diffed (the whole pod costs 3x the time).
     before: JSON = {"spec": original.get("spec") or {}}
     after: JSON = {"spec": {**spec, "schedulerName": settings.scheduler_name}}
-    if adopted.renames and meta.get("annotations") != (original.get("metadata") or {}).get("annotations"):
+    if meta.get("annotations") != (original.get("metadata") or {}).get("annotations"):
         before["metadata"] = {"annotations": (original.get("metadata") or {}).get("annotations") or {}}
         after["metadata"] = {"annotations": meta.get("annotations") or {}}
     patch = jsonpatch.make_patch(before, after).patch
     reason = "routed" if current != settings.scheduler_name else "renamed"
     return Decision(allowed=True, reason=reason, patch=patch, warnings=hints)
+
+
+# The admission rules, in the order they are asked; the first decision stands, and a pod no
+# rule settles is routed to hami-scheduler.
+STEPS: tuple[Step, ...] = (
+    not_a_dcu_pod,
+    deny_rules,
+    claims_in_dra_mode,
+    left_to_volcano,
+    other_scheduler,
+    namespace_quota,
+)
+
+
+def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
+    # A pod written for the other naming set is judged (and patched) as this set names it.
+    adopted = adopt_names(pod, settings.naming)
+    if adopted.conflict:
+        return _deny("mixed-naming", adopted.conflict)
+    admission = Admission(pod, adopted.pod, adopted, dcu_pod(adopted.pod, settings.resources), settings)
+    for step in STEPS:
+        decision = step(admission)
+        if decision is not None:
+            return decision
+    return route_to_scheduler(admission)
 
 
 def _renames_only(original: JSON, pod: JSON) -> list[JSON]:
