@@ -1,0 +1,1 @@
+"""Generated stubs; see hami_dcu.node.api.podresources."""
