@@ -38,6 +38,7 @@ from hami_dcu.common.podtimes import bound_at, seconds_between
 from hami_dcu.deviceplugin import lockless
 from hami_dcu.deviceplugin import plan as planning
 from hami_dcu.deviceplugin.grantstore import GrantStore
+from hami_dcu.deviceplugin.kubeletids import KubeletIds
 from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.node import layout
 from hami_dcu.node.allocator import AllocationError, Grant, NodeState
@@ -128,6 +129,8 @@ class PluginCore:
         self.metrics = metrics or PluginMetrics()
         self.metrics.unknown_models.labels(node).set(sum(1 for c in cards if c.card.model == FALLBACK_MODEL))
         self.grants = GrantStore(self.paths.state_dir)
+        # Beside each grant record (<dirname>.ids): the kubelet ids it serves, for usage metrics.
+        self.kubelet_ids = KubeletIds(self.paths.state_dir)
         self.rebuild()
 
     # --- restart safety ------------------------------------------------------------------
@@ -280,12 +283,12 @@ class PluginCore:
                     # pod failed and releases the lock.
                     update[keys.POD_BIND_PHASE] = keys.BIND_PHASE_SUCCESS
                     last_write = self._io.submit(self._patch_pod, namespace, name, update)
-                    responses.append(self._serve_container(pod, container_plan, written))
+                    responses.append(self._serve_container(pod, container_plan, written, ids))
                     pod = last_write.result()
                     release = self._io.submit(self._release, namespace, name, node_obj)
                     finished = True
                 else:  # the next container's plan reads what this write erased
-                    responses.append(self._serve_container(pod, container_plan, written))
+                    responses.append(self._serve_container(pod, container_plan, written, ids))
                     pod = self._patch_pod(namespace, name, update)
                 log.info(
                     "pod %s/%s container %s: allocated %s on node %s",
@@ -447,7 +450,8 @@ class PluginCore:
         return lock.namespace, lock.name
 
     def _serve_container(
-        self, pod: dict, container_plan: planning.ContainerPlan, written: list[tuple[Grant, VdevSpec]]
+        self, pod: dict, container_plan: planning.ContainerPlan, written: list[tuple[Grant, VdevSpec]],
+        kubelet_ids: list[str],
     ) -> ContainerResponse:
         response = ContainerResponse()
         for path in (layout.KFD, layout.MKFD):
@@ -481,6 +485,7 @@ class PluginCore:
             )
             written.append((grant, spec))
             self.grants.save(spec)  # first: a vdev dir never exists without the plugin's record
+            self.kubelet_ids.save(spec.dirname, kubelet_ids)
             host_dir = self.paths.vdev_dir / spec.dirname
             # The record just written is the durable copy (rebuild restores this one from it):
             # no fsync here, on the Allocate's critical path.
@@ -642,6 +647,7 @@ class PluginCore:
 
     def _remove_vdev(self, dirname: str, vdev: int) -> None:
         self.grants.remove(dirname)
+        self.kubelet_ids.remove(dirname)
         shutil.rmtree(self.paths.vdev_dir / dirname, ignore_errors=True)
         (self.paths.etc_vdev / f"vdev{vdev}.conf").unlink(missing_ok=True)
 

@@ -75,6 +75,17 @@ def conf_bus_id(text: str) -> str | None:
     return None
 
 
+def conf_share(text: str) -> tuple[int, int] | None:
+    """(`cu_count`, `mem` in MiB) of a vDCU config file, None when either is missing or
+    malformed."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        values.setdefault(key.strip(), value.strip())
+    cu, mem = values.get("cu_count", ""), values.get("mem", "").removesuffix("MiB").strip()
+    return (int(cu), int(mem)) if cu.isdigit() and mem.isdigit() else None
+
+
 @dataclass(frozen=True)
 class VdevDir:
     """What a directory name records: enough to rebuild the node state after a restart."""
