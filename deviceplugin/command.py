@@ -11,12 +11,15 @@ from pathlib import Path
 from hami_dcu.common import keys
 from hami_dcu.common.cannotstart import CannotStart
 from hami_dcu.common.connlimits import connection_limits_from
+from hami_dcu.common.failures import Component
 from hami_dcu.common.kube import Kube, KubeError
 from hami_dcu.common.metricsserver import serve
 from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.deviceplugin.namingwatch import check_node_naming
 from hami_dcu.deviceplugin.plugin import Paths, PluginCore
 from hami_dcu.deviceplugin.server import DevicePluginServer
+from hami_dcu.deviceplugin.usageview import plugin_view
+from hami_dcu.node import usagemetrics
 from hami_dcu.node.flags import add_node_arguments, make_backend, served_cards
 from hami_dcu.node.health import SmiHealth
 from hami_dcu.node.smi import FALLBACK_MODEL, SmiError
@@ -116,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         raise CannotStart(f"node {args.node_name}: {exc}") from exc
     log.info("node %s: serving %d cards: %s", args.node_name, len(core.cards), ", ".join(sorted(core.cards)))
     if args.metrics_bind:
+        usagemetrics.register(core.metrics.registry, Component.DEVICE_PLUGIN, lambda: plugin_view(core), args)
         try:
             serve(core.metrics, args.metrics_bind, connection_limits_from(args))
         except (OSError, ValueError) as exc:

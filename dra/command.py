@@ -13,11 +13,14 @@ from pathlib import Path
 from hami_dcu.common import keys
 from hami_dcu.common.cannotstart import CannotStart
 from hami_dcu.common.connlimits import connection_limits_from
+from hami_dcu.common.failures import Component
 from hami_dcu.common.kube import Kube, KubeError
 from hami_dcu.common.metricsserver import serve
 from hami_dcu.dra.core import DraPaths, DriverCore
 from hami_dcu.dra.server import KubeletPluginServer
 from hami_dcu.dra.service import DriverService
+from hami_dcu.dra.usageview import driver_view
+from hami_dcu.node import usagemetrics
 from hami_dcu.node.flags import add_node_arguments, make_backend, served_cards
 from hami_dcu.node.health import SmiHealth
 from hami_dcu.node.smi import SmiError
@@ -97,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     log.info("node %s: DRA driver serving %d cards: %s", args.node_name, len(service.core.cards),
              ", ".join(sorted(service.core.cards)))
     if args.metrics_bind:
+        usagemetrics.register(service.metrics.registry, Component.DRA_DRIVER, lambda: driver_view(service.core), args)
         try:
             serve(service.metrics, args.metrics_bind, connection_limits_from(args))
         except (OSError, ValueError) as exc:

@@ -14,6 +14,7 @@ from hami_dcu.common.keys import Naming
 from hami_dcu.node import layout
 from hami_dcu.node.discovery import DcuCard, discover
 from hami_dcu.node.faketree import lay_out
+from hami_dcu.node.podresources import DEFAULT_SOCKET
 from hami_dcu.node.smi import SAMPLE_MOCK_DEVICES, MockBackend, RsmiBackend, SmiBackend, SmiError
 
 log = logging.getLogger(__name__)
@@ -21,7 +22,8 @@ log = logging.getLogger(__name__)
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     """The node's flags: which node, where its cards come from, the host paths a vDCU uses,
-    slots per card, and the metrics port (with its connection limits)."""
+    slots per card, and the metrics port (with its connection limits) and the usage metrics'
+    sources."""
     parser.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
                         help="this node's name (default: $NODE_NAME, from the downward API)")
     parser.add_argument("--smi", choices=["rsmi", "mock"], default="rsmi",
@@ -43,7 +45,12 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slots-per-card", type=int, default=keys.DEFAULT_SLOTS_PER_CARD,
                         help="vDCU slots per card: at most this many shares of one card at once (default %(default)s)")
     parser.add_argument("--metrics-bind", default="",
-                        help="serve Prometheus /metrics on HOST:PORT (default: off)")
+                        help="serve Prometheus /metrics on HOST:PORT, per-pod usage included (default: off)")
+    parser.add_argument("--pod-resources-socket", default=DEFAULT_SOCKET,
+                        help="the kubelet's pod resources socket: which container each vDCU and card serves, for "
+                             "the usage metrics (empty: usage without namespace/pod/container; default %(default)s)")
+    parser.add_argument("--hydmi-library", default="libhydmi.so",
+                        help="Hygon's DMI library, for each vDCU's usage (with --metrics-bind and --smi rsmi)")
     add_connection_arguments(parser)
 
 
