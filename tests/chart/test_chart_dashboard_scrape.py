@@ -16,6 +16,9 @@ from hami_dcu.common.kube import AsyncKube
 from hami_dcu.common.metricsserver import serve
 from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.dra.metrics import DriverMetrics
+from hami_dcu.node.usage import CardFacts, NodeView, VdevFacts
+from hami_dcu.node.usagecollector import UsageCollector
+from hami_dcu.node.usagesmi import MockUsage
 from hami_dcu.scheduler.app import build_app
 from hami_dcu.scheduler.service import SchedulerService
 from hami_dcu.webhook import certs
@@ -24,6 +27,7 @@ from hami_dcu.webhook.server import WebhookMetrics
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 
 METRIC_NAME = re.compile(r"\bhami_dcu_[a-z0-9_]+\b")
+USAGE_NAME = re.compile(r"\b(v?(?:dcu|hcu)_[a-z_]+)\{")  # Hygon's exporter series: name{selector}
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
 LATENCY = ("hami_dcu_scheduler_filter_seconds", "hami_dcu_scheduler_bind_seconds", "hami_dcu_scheduler_preempt_seconds",
            "hami_dcu_scheduler_node_lock_wait_seconds", "hami_dcu_pod_create_to_bound_seconds",
@@ -85,6 +89,10 @@ async def test_every_dashboard_query_names_a_series_a_scrape_returns(kube, aioht
     served = names_in(await (await client.get("/metrics")).text())
 
     plugin, driver = PluginMetrics(), DriverMetrics()
+    # Their usage series, one naming set each (a process serves the set it runs with).
+    view = NodeView("n1", (CardFacts(0, "S0", "K100_AI", "0000:3D:00.0", 65520),), (VdevFacts(1, 0, 18, 2000),))
+    for metrics, naming in ((plugin, "dcu"), (driver, "hcu")):
+        metrics.registry.register(UsageCollector(naming, "n1", lambda: view, MockUsage(), None))
     for metrics in (plugin, driver):
         server = serve(metrics, "127.0.0.1:0")
         try:
@@ -94,8 +102,9 @@ async def test_every_dashboard_query_names_a_series_a_scrape_returns(kube, aioht
 
     dashboard = json.loads((CHART / "dashboards" / "hami-dcu.json").read_text())
     queries = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
-    named = {name for q in queries for name in METRIC_NAME.findall(q)}
+    named = {name for q in queries for name in METRIC_NAME.findall(q) + USAGE_NAME.findall(q)}
     assert named - served == set()
+    assert {"vdcu_utilizationrate", "vhcu_usedmemory_bytes", "hami_dcu_usage_source_up"} <= named
     for histogram in LATENCY:
         bucket = f"rate({histogram}_bucket[5m])"
         assert histogram + "_bucket" in served

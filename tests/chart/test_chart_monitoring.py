@@ -10,12 +10,17 @@ from prometheus_client import CollectorRegistry
 
 from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.dra.metrics import DriverMetrics
+from hami_dcu.node.usage import NodeView
+from hami_dcu.node.usagecollector import UsageCollector
+from hami_dcu.node.usagesmi import MockUsage
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.metrics import SchedulerMetrics
 from hami_dcu.webhook import certs
 from hami_dcu.webhook.server import WebhookMetrics
 
 METRIC_NAME = re.compile(r"\bhami_dcu_[a-z0-9_]+\b")
+# Hygon's exporter series (per-pod usage): a name, not a label, is followed by its selector.
+USAGE_NAME = re.compile(r"\b(v?(?:dcu|hcu)_[a-z_]+)\{")
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
 ON = ["--set", "metrics.dashboard.enabled=true", "--set", "metrics.serviceMonitor.enabled=true",
       "--set", "metrics.podMonitor.enabled=true", "--set", "devicePlugin.metricsPort=9400"]
@@ -33,6 +38,9 @@ def exposed(tmp_path_factory) -> set[str]:
     for registry in (scheduler.registry, PluginMetrics(CollectorRegistry()).registry, DriverMetrics().registry):
         for family in registry.collect():
             names |= {family.name + suffix for suffix in SUFFIXES[family.type]}
+    for naming in ("dcu", "hcu"):  # the node's usage series, in either naming set
+        usage = UsageCollector(naming, "n1", lambda: NodeView("n1", ()), MockUsage(), None)
+        names |= {family.name for family in usage.describe()}
     return names
 
 
@@ -55,8 +63,11 @@ def test_every_dashboard_query_names_a_metric_that_exists(render, exposed):
     dashboard = dashboard_of(render(*ON))
     queries = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     assert len(queries) >= 20
-    named = {name for q in queries for name in METRIC_NAME.findall(q)}
+    named = {name for q in queries for name in METRIC_NAME.findall(q) + USAGE_NAME.findall(q)}
     assert named - exposed == set()
+    # per-pod usage in both naming sets, vDCUs and cards held whole
+    assert {"vdcu_utilizationrate", "vhcu_utilizationrate", "vdcu_usedmemory_bytes", "vhcu_usedmemory_bytes",
+            "dcu_utilizationrate", "hcu_usedmemory_bytes", "hami_dcu_usage_source_up"} <= named
     # capacity sits beside allocation, so utilisation is computed, and the certificate is watched
     assert {"hami_dcu_card_memory_mib", "hami_dcu_card_allocated_memory_mib",
             "hami_dcu_certificate_expiry_timestamp_seconds", "hami_dcu_pods_bind_phase",
