@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from pytest_kind import KindCluster
 
 from e2e.scenarios import wait_until
@@ -39,6 +40,7 @@ NAMESPACE = "hami-e2e"
 RELEASE, RELEASE_NAMESPACE = "hami-dcu", "kube-system"
 # What a node with Hygon's software has installed; the plugin mounts these into containers.
 DRIVER_DIR, HYHAL_DIR = "/opt/dtk", "/opt/hyhal"
+METRICS_PORT = 9400  # the device plugin's and the DRA driver's /metrics, per-pod usage included
 JSON = dict[str, Any]
 
 
@@ -183,8 +185,8 @@ class KindBackend:
             "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
             "mode": "dra" if mode == "dra" else "devicePlugin",
             "devicePlugin": {"smi": "mock", "mockDevicesPerNode": mock, "registerIntervalSeconds": 5,
-                             "driverDir": DRIVER_DIR, "hyhalDir": HYHAL_DIR},
-            "draDriver": {"registerIntervalSeconds": 5},
+                             "driverDir": DRIVER_DIR, "hyhalDir": HYHAL_DIR, "metricsPort": METRICS_PORT},
+            "draDriver": {"registerIntervalSeconds": 5, "metricsPort": METRICS_PORT},
         }
 
     def prepare_nodes(self) -> None:
@@ -312,6 +314,15 @@ class KindBackend:
                 return str(pod["metadata"]["name"])
         return None
 
+    def node_metrics(self, node: str) -> str:
+        """What the node's device plugin (or DRA driver) serves on /metrics, asked from inside
+        its pod (the chart's NetworkPolicy lets only metricsFrom peers reach the port)."""
+        pod = self.plugin_pod(node)
+        assert pod, f"no device plugin or DRA driver pod on {node}"
+        fetch = ("import urllib.request; print(urllib.request.urlopen("
+                 f"'http://127.0.0.1:{METRICS_PORT}/metrics', timeout=10).read().decode())")
+        return self.kubectl("-n", RELEASE_NAMESPACE, "exec", pod, "--", "python3", "-c", fetch, timeout=60)
+
     def restart_device_plugin(self, node: str) -> None:
         old = self.plugin_pod(node)
         assert old, f"no device plugin pod on {node}"
@@ -412,6 +423,18 @@ class KindBackend:
             return True
 
         wait_until("the previous test's pods gone", gone, timeout=120, interval=0.5)
+
+
+def usage_of(exposition: str, labels: dict[str, str]) -> dict[str, object] | None:
+    """The vDCU usage samples whose labels include `labels`: series name -> value, and the
+    card's `device_id`; None while there are none."""
+    found: dict[str, object] = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            if sample.name.startswith(("vdcu_", "vhcu_")) and labels.items() <= sample.labels.items():
+                found[sample.name] = sample.value
+                found["device_id"] = sample.labels["device_id"]
+    return found or None
 
 
 def create_cluster(world: KindWorld, workdir: Path, progress: Callable[[str], None],

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 
@@ -24,6 +25,7 @@ from e2e.kindcluster import (
     RELEASE_NAMESPACE,
     WORKERS,
     KindBackend,
+    usage_of,
 )
 from e2e.scenarios import (
     SCENARIOS,
@@ -261,3 +263,27 @@ def _uid(b: KindBackend, pod: str | None) -> str | None:
 def _settled_phase(b: KindBackend, name: str) -> str | None:
     state = phase(b.kube, b.namespace, name)
     return state if state in ("Running", "Failed") else None
+
+
+# --- per-pod usage --------------------------------------------------------------------------------
+
+
+def test_usage_metrics_name_the_pod_and_change_between_scrapes(dp: KindBackend) -> None:
+    """The plugin asks the real kubelet's pod resources API whose each vDCU is: the pod's
+    namespace, name and container come out on the node's /metrics with hcu-exporter's series,
+    and the mock SMI's numbers move between two scrapes."""
+    dp.kube.create_pod(dp.namespace, pod_manifest("usage", [Ctr("main", 1, 2000, 15)]))
+    pod = wait_running(dp, "usage", timeout=120)
+    node = pod["spec"]["nodeName"]
+    labels = {"dcu_pod_namespace": dp.namespace, "dcu_pod_name": "usage", "container": "main", "node": node,
+              "vdcu_memory_cap": str(2000 * 1024 * 1024)}
+    first = wait_until("the pod's vDCU in the usage metrics", lambda: usage_of(dp.node_metrics(node), labels),
+                       timeout=60, interval=1)
+    time.sleep(2)  # the mock SMI's numbers step every second
+    second = usage_of(dp.node_metrics(node), labels)
+    print(f"usage of {dp.namespace}/usage on {node}: {first} then {second}")
+    assert second and second != first
+    assert first["vdcu_utilizationrate"] != second["vdcu_utilizationrate"]
+    assert 0 < first["vdcu_usedmemory_bytes"] < 2000 * 1024 * 1024
+    card = card_of(dp, node, allocation(pod)[0][0].uuid)
+    assert first["device_id"] == card.serial

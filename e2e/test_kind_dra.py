@@ -10,11 +10,12 @@ the container, which sees its vDCU. Runs after e2e/test_kind.py (same session cl
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
-from e2e.kindcluster import CARDS_PER_NODE, WORKERS, KindBackend
+from e2e.kindcluster import CARDS_PER_NODE, WORKERS, KindBackend, usage_of
 from e2e.scenarios import phase, wait_until
 from hami_dcu.cli.localcluster.pods import POD_IMAGE
 from hami_dcu.dra import names
@@ -123,3 +124,19 @@ def test_a_hami_style_pod_is_rewritten_into_a_claim_and_runs(dra: KindBackend) -
     running(dra, "hami-style")
     conf = dra.vdev_conf_inside("hami-style")
     assert conf["mem"] == ["2000 MiB"] and conf["cu_count"] == ["30"]  # 25 % of 120 CUs
+
+
+def test_usage_metrics_name_the_pod_of_a_claim_and_change_between_scrapes(dra: KindBackend) -> None:
+    """The driver finds a container's share by the CDI id the real kubelet reports for it in the
+    pod resources API: the pod's namespace, name and container label its vDCU's usage."""
+    share(dra, "usage-dra", cores="30", memory="2Gi")
+    node = running(dra, "usage-dra")["spec"]["nodeName"]
+    labels = {"dcu_pod_namespace": dra.namespace, "dcu_pod_name": "usage-dra", "container": "main", "node": node,
+              "vdcu_computer_unit": "30", "vdcu_memory_cap": str(2 * 1024**3)}
+    first = wait_until("the claim's vDCU in the usage metrics", lambda: usage_of(dra.node_metrics(node), labels),
+                       timeout=60, interval=1)
+    time.sleep(2)  # the mock SMI's numbers step every second
+    second = usage_of(dra.node_metrics(node), labels)
+    print(f"usage of {dra.namespace}/usage-dra on {node}: {first} then {second}")
+    assert second and second["vdcu_utilizationrate"] != first["vdcu_utilizationrate"]
+    assert second["vdcu_usedmemory_bytes"] != first["vdcu_usedmemory_bytes"]
