@@ -194,6 +194,9 @@ class KindBackend:
         earlier run on a reused cluster is uninstalled first."""
         releases = _run(self.helm, "list", "-q", "--namespace", RELEASE_NAMESPACE, "--kubeconfig", self.kubeconfig)
         if RELEASE in releases.split():
+            # Pods and claims first, while a DRA release's driver still runs: without it the
+            # kubelet cannot unprepare their claims and their deletion never ends.
+            self.clean_claims()
             self.uninstall()
         for node in WORKERS:
             self.kubectl("label", "node", node, "dcu=on", "--overwrite")
