@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,9 @@ PLUGIN_SOCKET_DIR = "/var/lib/kubelet/device-plugins"
 
 class RealCluster:
     def __init__(self, nodes: dict[str, list[MockCard]] | None = None, namespace: str = "hami-e2e",
-                 values: JSON | None = None, workdir: Path | None = None) -> None:
+                 values: JSON | None = None, workdir: Path | None = None,
+                 controller_manager_args: Sequence[str] = ()) -> None:
+        self.controller_manager_args = controller_manager_args
         self.node_specs = nodes if nodes is not None else {n: default_cards(n) for n in ("node0", "node1")}
         self.namespace = namespace
         self.extra_values = values or {}
@@ -90,7 +93,8 @@ class RealCluster:
         binaries = upstream.binaries()
         self.kube_version = upstream.kube_version(binaries)
         self.network = PodNetwork().start()
-        self.control_plane = ControlPlane(binaries, self.workdir / "control-plane", self.network.gateway).start()
+        self.control_plane = ControlPlane(binaries, self.workdir / "control-plane", self.network.gateway,
+                                          self.controller_manager_args).start()
         self.kubeconfig = self.control_plane.admin_kubeconfig
         self.kube = Kube.from_kubeconfig(str(self.kubeconfig))
         images = Images(IMAGE_REPOSITORY, KUBE_SCHEDULER_IMAGE, self.kube_version, binaries)

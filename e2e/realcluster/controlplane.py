@@ -16,6 +16,7 @@ import logging
 import socket
 import ssl
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from e2e.realcluster.pki import KeyPair, Pki, kubeconfig
@@ -34,8 +35,10 @@ def free_port(host: str) -> int:
 
 
 class ControlPlane:
-    def __init__(self, binaries: Path, workdir: Path, address: str) -> None:
+    def __init__(self, binaries: Path, workdir: Path, address: str,
+                 controller_manager_args: Sequence[str] = ()) -> None:
         self.binaries = binaries
+        self.controller_manager_args = list(controller_manager_args)  # appended to its defaults
         self.workdir = workdir
         self.address = address  # where the apiserver listens: the pod network's gateway
         self.pki = Pki(workdir / "pki")
@@ -142,6 +145,7 @@ class ControlPlane:
             "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port('127.0.0.1')}",
             # Pods go away as fast as the stand-in kubelets finish them.
             "--terminated-pod-gc-threshold=100",
+            *self.controller_manager_args,
         ], self.workdir / "logs/kube-controller-manager.log").start()
 
     def start_scheduler(self, name: str, config: Path | None = None, kubeconfig_path: Path | None = None,

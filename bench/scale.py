@@ -1,0 +1,231 @@
+"""Scheduling at scale through the real kube-scheduler and our extender, on kwok's fake nodes
+(e2e/realcluster/kwokscale.py: the real control plane, the chart installed with helm, kwok,
+and the node-side simulator running the device plugin's own Allocate per pod).
+
+    python bench/scale.py --nodes 1000 --pods 2000
+    python bench/scale.py --nodes 20,1000,5000 --pods 100,2000,10000
+
+For each node count (ascending, on one cluster that grows), a burst of `--pods` pods in the mix
+of e2e/realcluster/scalemix.py (shares, whole cards, two and four cards, per-pod policies) is
+created by 8 threads as fast as the API takes them, twice: first their plain twins (no DCU
+limits: the default kube-scheduler, the same binary without the extender), then the DCU pods
+(webhook, hami-scheduler's kube-scheduler, /filter and /bind, node lock, the simulated
+Allocate). Printed per node count, each DCU figure beside the baseline's from the same run:
+
+* pods/s bound (first create sent to last pod bound) and the ratio plain / DCU;
+* create-to-bound p50 / p99, bound-to-Running (DCU: until the Allocate released the lock);
+* the extender's CPU seconds per scheduled pod (its /proc, over the burst) and its RSS;
+* API requests per pod by verb and resource (kube-apiserver's apiserver_request_total,
+  background included: kwok's Leases and the plugins' 30 s reports run in both bursts);
+* where a DCU pod's time goes: /filter and /bind calls per pod and their mean, lock waits
+  (the extender's own metrics), binds that failed and went back to kube-scheduler's queue
+  (FailedScheduling events), the node side (waiting for the node's turn, bound to allocated).
+
+The last line is `scale: nodes=N pods=M dcu_pods_per_s=X plain_pods_per_s=Y ratio=Z` for the
+largest run. Needs what the real-cluster suite needs (root, Go and the module proxy for the
+first build of the control plane and kwok).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from benchlib import cpu_seconds, memory_mib
+
+from hami_dcu.e2e.realcluster import scalemix
+from hami_dcu.e2e.realcluster import scalestats as st
+from hami_dcu.e2e.realcluster.cluster import unavailable
+from hami_dcu.e2e.realcluster.kwokscale import CARDS_PER_NODE, NAMESPACE, KwokScale
+
+EXT = "hami_dcu_scheduler_"
+SIM = "hami_dcu_nodesim_"
+
+
+@dataclass
+class Scrape:
+    apiserver: str = ""
+    extender: str = ""
+    nodesim: str = ""
+    cpu: float = 0.0
+
+
+@dataclass
+class Measured:
+    burst: st.Burst
+    before: Scrape
+    after: Scrape
+    events: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def scrape(scale: KwokScale, pid: int, cpu_first: bool) -> Scrape:
+    """Metrics of the apiserver, the extender and the simulator. The extender's CPU is read on
+    the side of the scrape that keeps the scrape's own cost out of the burst's figure."""
+    found = Scrape()
+    if cpu_first:
+        found.cpu = cpu_seconds(pid)
+    found.apiserver = scale.apiserver_metrics()
+    found.extender = scale.extender_metrics()
+    found.nodesim = scale.nodesim_metrics()
+    if not cpu_first:
+        found.cpu = cpu_seconds(pid)
+    return found
+
+
+def events_by_reason(scale: KwokScale, run: str) -> dict[str, float]:
+    """Events of the burst's pods, by reason (deduplicated events carry their count)."""
+    counts: dict[str, float] = {}
+    prefix = f"{run}-"
+    for event in scale.kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/events").get("items") or []:
+        if not ((event.get("involvedObject") or {}).get("name") or "").startswith(prefix):
+            continue
+        reason = event.get("reason") or "?"
+        counts[reason] = counts.get(reason, 0) + float(event.get("count") or 1)
+    return counts
+
+
+def measure(scale: KwokScale, run: str, shapes: list[scalemix.Shape], dcu: bool) -> Measured:
+    pid = scale.extender_pid()
+    before = scrape(scale, pid, cpu_first=False)
+    started = time.monotonic()
+    burst = scale.burst(run, shapes, dcu=dcu)
+    seconds = time.monotonic() - started
+    after = scrape(scale, pid, cpu_first=True)
+    measured = Measured(burst, before, after, events_by_reason(scale, run), seconds)
+    scale.delete_run(run)
+    return measured
+
+
+def gained(m: Measured, source: str, family: str, by: tuple[str, ...] = (), suffix: str = "") -> dict:
+    return st.deltas(st.samples(getattr(m.before, source), family, by, suffix),
+                     st.samples(getattr(m.after, source), family, by, suffix))
+
+
+def total(m: Measured, source: str, family: str, suffix: str = "", by: tuple[str, ...] = (),
+          match: tuple[str, ...] | None = None) -> float:
+    return sum(v for k, v in gained(m, source, family, by, suffix).items() if match is None or k == match)
+
+
+def mean_ms(m: Measured, source: str, family: str, by: tuple[str, ...] = (), match: tuple[str, ...] | None = None
+            ) -> float:
+    count = total(m, source, family, "_count", by, match)
+    return 1000 * total(m, source, family, "_sum", by, match) / count if count else 0.0
+
+
+def requests_line(m: Measured) -> str:
+    per = st.per_pod(gained(m, "apiserver", "apiserver_request_total", ("verb", "resource", "subresource")),
+                     m.burst.pods, top=7)
+    return ", ".join(f"{verb} {resource}{'/' + sub if sub else ''} {value:.2f}"
+                     for (verb, resource, sub), value in per)
+
+
+def report(nodes: int, plain: Measured, dcu: Measured, pid: int) -> tuple[float, float]:
+    p, d = plain.burst, dcu.burst
+    plain_rate, dcu_rate = p.pods_per_second(), d.pods_per_second()
+    fewest = scalemix.fewest_nodes(scalemix.shapes(d.pods), CARDS_PER_NODE)
+    print(f"\nnodes={nodes} (x {CARDS_PER_NODE} mock cards) pods={d.pods}   load average {os.getloadavg()[0]:.1f}")
+    for label, m, rate in (("plain (default kube-scheduler)", plain, plain_rate),
+                           ("DCU (hami-scheduler + extender)", dcu, dcu_rate)):
+        b = m.burst
+        lat = b.create_to_bound()
+        run = b.bound_to_running()
+        print(f"  {label:32} {len(b.bound):6d} bound {rate:7.1f} pods/s   create-to-bound p50 "
+              f"{1000 * st.quantile(lat, .5):7.0f} ms p99 {1000 * st.quantile(lat, .99):7.0f} ms   bound-to-Running "
+              f"p50 {1000 * st.quantile(run, .5):6.0f} ms p99 {1000 * st.quantile(run, .99):6.0f} ms   "
+              f"on {st.nodes_used(b.nodes.values())} nodes")
+        if b.refused or b.failed:
+            print(f"    refused at create: {len(b.refused)}, Failed: {len(b.failed)} "
+                  f"(e.g. {next(iter({**b.refused, **b.failed}.values()))})")
+    print(f"  ratio plain/DCU: {st.ratio(plain_rate, dcu_rate):.2f}x   (DCU packing: {st.nodes_used(d.nodes.values())} "
+          f"nodes, no fewer than {fewest} could hold the burst)")
+    cpu = dcu.after.cpu - dcu.before.cpu
+    rss, peak = memory_mib(pid)
+    print(f"  extender: {1000 * cpu / max(1, len(d.bound)):.2f} ms CPU per scheduled DCU pod "
+          f"({cpu:.1f} s over {dcu.seconds:.0f} s), RSS {rss:.0f} MiB (peak {peak:.0f} MiB); during the plain "
+          f"burst {plain.after.cpu - plain.before.cpu:.1f} s")
+    pods = max(1, len(d.bound))
+    filters = total(dcu, "extender", EXT + "filter_seconds", "_count")
+    binds_ok = total(dcu, "extender", EXT + "bind_seconds", "_count", ("result",), ("ok",))
+    binds_err = total(dcu, "extender", EXT + "bind_seconds", "_count", ("result",), ("error",))
+    waits = total(dcu, "extender", EXT + "node_lock_wait_seconds", "_count")
+    filter_ms = mean_ms(dcu, "extender", EXT + "filter_seconds")
+    print(f"  per DCU pod: /filter {filters / pods:.2f} calls (mean {filter_ms:.1f} ms), "
+          f"/bind {binds_ok / pods:.2f} ok + {binds_err / pods:.2f} failed (mean ok "
+          f"{mean_ms(dcu, 'extender', EXT + 'bind_seconds', ('result',), ('ok',)):.0f} ms), API calls per bind "
+          f"{total(dcu, 'extender', EXT + 'bind_api_calls', '_sum') / max(1, binds_ok):.2f}")
+    print(f"  lock: waits {waits / pods:.2f} per pod, mean wait "
+          f"{mean_ms(dcu, 'extender', EXT + 'node_lock_wait_seconds'):.0f} ms, contended "
+          f"{total(dcu, 'extender', EXT + 'node_lock_contention', '_total'):.0f}, taken over "
+          f"{total(dcu, 'extender', EXT + 'node_lock_takeovers', '_total'):.0f}, duplicate binds "
+          f"{total(dcu, 'extender', EXT + 'duplicate_binds', '_total'):.0f}")
+    print(f"  node side: waiting for the node's turn {mean_ms(dcu, 'nodesim', SIM + 'queued_seconds'):.0f} ms, "
+          f"bound to allocated (lock released) {mean_ms(dcu, 'nodesim', SIM + 'bound_to_allocated_seconds'):.0f} ms, "
+          f"Allocate {mean_ms(dcu, 'nodesim', 'hami_dcu_plugin_allocate_seconds'):.0f} ms (mean)")
+    print(f"  events: DCU {_events(dcu.events)}; plain {_events(plain.events)}")
+    print(f"  API requests per pod, DCU:   {requests_line(dcu)}")
+    print(f"  API requests per pod, plain: {requests_line(plain)}", flush=True)
+    return dcu_rate, plain_rate
+
+
+def _events(counts: dict[str, float]) -> str:
+    shown = {k: v for k, v in counts.items() if k not in ("Scheduled",)}
+    return ", ".join(f"{k} {v:.0f}" for k, v in sorted(shown.items())) or "none but Scheduled"
+
+
+def _counts(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", default="1000", help="fake node counts, comma-separated (ascending)")
+    parser.add_argument("--pods", default="", help="pods per burst, one value or one per node count "
+                        "(default: twice the nodes)")
+    parser.add_argument("--register-interval", type=float, default=30.0,
+                        help="seconds between two reports of a fake node's plugin (the chart's default)")
+    parser.add_argument("--values", help="a YAML file of chart values to install with (e.g. another node policy)")
+    parser.add_argument("--workdir", help="keep the cluster's files (every component's log) here afterwards")
+    args = parser.parse_args()
+    reason = unavailable()
+    if reason:
+        raise SystemExit(reason)
+    nodes = sorted(_counts(args.nodes))
+    pods = _counts(args.pods) or [2 * n for n in nodes]
+    if len(pods) == 1:
+        pods *= len(nodes)
+    if len(pods) != len(nodes):
+        raise SystemExit("--pods: one value, or one per node count")
+    for n, m in zip(nodes, pods, strict=True):
+        need = scalemix.fewest_nodes(scalemix.shapes(m), CARDS_PER_NODE)
+        if need > n:
+            raise SystemExit(f"{m} pods of the mix need at least {need} nodes x {CARDS_PER_NODE} cards, not {n}")
+    logging.basicConfig(level=logging.WARNING)
+    started = time.monotonic()
+    print(f"starting the real control plane, the chart and kwok (load average {os.getloadavg()[0]:.1f}) ...",
+          flush=True)
+    last = (0, 0, 0.0, 0.0)
+    values = yaml.safe_load(Path(args.values).read_text()) if args.values else None
+    workdir = Path(args.workdir) if args.workdir else None
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+    with KwokScale(workdir, register_interval=args.register_interval, values=values) as scale:
+        print(f"  up in {time.monotonic() - started:.0f} s (Kubernetes {scale.cluster.kube_version})", flush=True)
+        for n, m in zip(nodes, pods, strict=True):
+            scale.grow(n)
+            shapes = scalemix.shapes(m)
+            plain = measure(scale, f"plain-{n}", shapes, dcu=False)
+            dcu = measure(scale, f"dcu-{n}", shapes, dcu=True)
+            dcu_rate, plain_rate = report(n, plain, dcu, scale.extender_pid())
+            last = (n, m, dcu_rate, plain_rate)
+    print(f"\nall done in {time.monotonic() - started:.0f} s")
+    print(st.final_line(*last))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,336 @@
+"""A scale harness on the real control plane: kwok's fake nodes beside one stand-in node.
+
+    with KwokScale() as scale:
+        scale.grow(1000)                      # 1,000 fake nodes x 8 mock cards, registered
+        burst = scale.burst("dcu-1", scalemix.shapes(2000), dcu=True)
+
+What runs (RealCluster, as the real-cluster suite has it): etcd, kube-apiserver,
+kube-controller-manager and the cluster's default kube-scheduler; `helm install` of the chart,
+whose scheduler pod (the bundled kube-scheduler with the chart's KubeSchedulerConfiguration, and
+our extender serving the webhook) and device plugin run on one stand-in node. Then:
+
+* kwok (kwok.py) keeps the fake nodes Ready (node status and Leases) and turns the pods bound to
+  them Running, a DCU pod only once its allocation is done;
+* every fake node carries the `kwok.x-k8s.io/node=fake:NoSchedule` taint, which the chart's pods
+  do not tolerate, so its DaemonSet, Deployment and Jobs stay on the stand-in node; the burst's
+  pods tolerate it and select the fake nodes;
+* the node-side simulator (nodesim.py, its own process) registers each fake node's cards and
+  keeps the handshake fresh, and serves every DCU pod bound to a fake node with the device
+  plugin's own Allocate, as the plugin's identity on that node.
+
+The baseline of a burst is the same pods without DCU limits: the webhook leaves them alone and
+the cluster's default kube-scheduler (the same binary, no extender) places them.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import ssl
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from hami_dcu.common import keys
+from hami_dcu.common.kube import GoneError, Kube, KubeError
+from hami_dcu.e2e.realcluster import kwok, scalemix
+from hami_dcu.e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster
+from hami_dcu.e2e.realcluster.controlplane import free_port
+from hami_dcu.e2e.realcluster.processes import Process, wait_for
+from hami_dcu.e2e.realcluster.scalestats import Burst
+from hami_dcu.e2e.scenarios import default_cards
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+STANDIN = "standin"
+NAMESPACE = "scale"
+CARDS_PER_NODE = 8
+CARD_MEMORY_MIB = 65520
+# kwok renews each fake node's Lease every LEASE_SECONDS / 4. A kubelet's 40 s (every 10 s)
+# would be 500 writes/s at 5,000 nodes, more than this 2-core machine's control plane has to
+# spare for them; the controller manager's grace period grows with it, as kwokctl's
+# heartbeat factor does for large clusters.
+LEASE_SECONDS = 240
+NODE_MONITOR_GRACE_SECONDS = 300
+FAKE_CPU, FAKE_MEMORY, FAKE_PODS = "64", "512Gi", "110"
+
+
+def fake_node(name: str, cards: int = CARDS_PER_NODE, slots_per_card: int = keys.DEFAULT_SLOTS_PER_CARD) -> JSON:
+    """A Node object kwok manages, as a kubelet with the device plugin registered reports it."""
+    resources = {"cpu": FAKE_CPU, "memory": FAKE_MEMORY, "pods": FAKE_PODS,
+                 keys.DEFAULT_COUNT_RESOURCE: str(cards * slots_per_card)}
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "annotations": {kwok.MANAGED_ANNOTATION: kwok.MANAGED_VALUE},
+                     "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                scalemix.FAKE_NODE_LABEL: "kwok"}},
+        "spec": {"taints": [dict(kwok.TAINT)]},
+        "status": {"capacity": dict(resources), "allocatable": dict(resources)},
+    }
+
+
+def fake_node_names(count: int) -> list[str]:
+    return [f"kwok-{i:05d}" for i in range(count)]
+
+
+class KwokScale:
+    def __init__(self, workdir: Path | None = None, register_interval: float = 30.0, sim_workers: int = 8,
+                 say: Callable[[str], None] = lambda line: print(line, flush=True), values: JSON | None = None) -> None:
+        self.register_interval = register_interval
+        self.sim_workers = sim_workers
+        self.say = say
+        self._own_workdir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="hami-kwok-", dir="/tmp"))
+        self.workdir.chmod(0o755)
+        (self.workdir / "cluster").mkdir(exist_ok=True)
+        self.cluster = RealCluster({STANDIN: default_cards(STANDIN, 1)}, namespace=NAMESPACE, values=values,
+                                   workdir=self.workdir / "cluster",
+                                   controller_manager_args=[f"--node-monitor-grace-period={NODE_MONITOR_GRACE_SECONDS}s"])
+        self.kwok: Process | None = None
+        self.nodesim: Process | None = None
+        self.nodesim_port = 0
+        self.nodes: list[str] = []
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def __enter__(self) -> KwokScale:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> KwokScale:
+        binary = kwok.binary()
+        self.cluster.start()
+        assert self.cluster.control_plane is not None
+        self.kwok = kwok.start(binary, self.cluster.kubeconfig, self.workdir / "kwok", LEASE_SECONDS)
+        return self
+
+    def stop(self) -> None:
+        for process in (self.nodesim, self.kwok):
+            if process is not None:
+                process.stop(grace=5)
+        self.cluster.stop()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    @property
+    def kube(self) -> Kube:
+        """The cluster's admin client."""
+        return self.cluster.kube
+
+    @property
+    def processes(self) -> list[Process]:
+        assert self.cluster.control_plane is not None
+        return [*self.cluster.control_plane.processes, *(p for p in (self.kwok, self.nodesim) if p)]
+
+    # --- fake nodes ----------------------------------------------------------------------
+
+    def grow(self, total: int) -> None:
+        """Fake nodes up to `total`, Ready and schedulable, each registered by the simulator;
+        then one DCU pod through the whole path, so the first measured pod finds it warm."""
+        names = fake_node_names(total)
+        new = names[len(self.nodes):]
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            for done in [pool.submit(self._create_node, name) for name in new]:
+                done.result()
+        self.nodes = names
+        wait_for(f"{total} fake nodes Ready and schedulable", lambda: self._schedulable() >= total,
+                 120 + total / 20, self.processes, interval=2)
+        self.say(f"  {len(new)} fake nodes created and Ready in {time.monotonic() - started:.1f} s")
+        self._restart_nodesim()
+        self._canary()
+
+    def _create_node(self, name: str) -> None:
+        try:
+            self.kube.create_node(fake_node(name))
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+
+    def _schedulable(self) -> int:
+        items = self.kube.list_nodes(label_selector=f"{scalemix.FAKE_NODE_LABEL}=kwok").items
+        return sum(1 for node in items if _ready(node) and not any(
+            t.get("key") != kwok.TAINT["key"] for t in node["spec"].get("taints") or []))
+
+    def _restart_nodesim(self) -> None:
+        if self.nodesim is not None:
+            self.nodesim.stop(grace=5)
+        nodes_file = self.workdir / "fake-nodes.txt"
+        nodes_file.write_text("\n".join(self.nodes) + "\n")
+        self.nodesim_port = free_port("127.0.0.1")
+        started = time.monotonic()
+        log_file = self.workdir / "logs" / f"nodesim-{len(self.nodes)}.log"
+        self.nodesim = Process("nodesim", [
+            sys.executable, "-m", "hami_dcu.e2e.realcluster.nodesim", f"--kubeconfig={self.cluster.kubeconfig}",
+            f"--nodes={nodes_file}", f"--cards={CARDS_PER_NODE}", f"--workdir={self.workdir / 'nodesim'}",
+            f"--metrics-port={self.nodesim_port}", f"--register-interval={self.register_interval}",
+            f"--workers={self.sim_workers}",
+            f"--plugin-user=system:serviceaccount:{SYSTEM_NAMESPACE}:{RELEASE}-device-plugin",
+        ], log_file).start()
+        wait_for("the node simulator's first registration of every fake node",
+                 lambda: "registered" in log_file.read_text(), 60 + len(self.nodes) / 20, self.processes, interval=1)
+        self.say(f"  node simulator registered {len(self.nodes)} nodes in {time.monotonic() - started:.1f} s")
+
+    def _canary(self) -> None:
+        burst = self.burst(f"canary-{len(self.nodes)}", [scalemix.MIX[0]], dcu=True, timeout=120)
+        if burst.failed or burst.refused or len(burst.running) != 1:
+            raise RuntimeError(f"the canary DCU pod did not run: {burst.failed or burst.refused}\n"
+                               f"{self.cluster.diagnose()}")
+        self.delete_run(f"canary-{len(self.nodes)}")
+
+    # --- bursts --------------------------------------------------------------------------
+
+    def burst(self, run: str, shapes: list[scalemix.Shape], dcu: bool, creators: int = 8, timeout: float = 900,
+              until_running: bool = True) -> Burst:
+        """Create one pod per shape as fast as `creators` threads get them accepted, and wait
+        until every pod is bound (and Running, unless `until_running` is False) or Failed."""
+        result = Burst(pods=len(shapes))
+        watcher = _RunWatch(self, run, result)
+        watcher.start()
+        names = [f"{run}-{i:05d}" for i in range(len(shapes))]
+
+        def create(i: int) -> None:
+            name = names[i]
+            manifest = scalemix.manifest(name, shapes[i], run, dcu)
+            result.created[name] = time.monotonic()
+            try:
+                self.kube.create_pod(NAMESPACE, manifest)
+            except KubeError as exc:
+                result.refused[name] = str(exc)
+
+        try:
+            with ThreadPoolExecutor(max_workers=creators) as pool:
+                list(pool.map(create, range(len(names))))
+            expected = len(names) - len(result.refused)
+
+            def settled() -> bool:
+                done = result.running if until_running else result.bound
+                return len(set(done) | set(result.failed)) >= expected
+
+            wait_for(f"burst {run}: {expected} pods {'Running' if until_running else 'bound'}", settled, timeout,
+                     self.processes, interval=0.2)
+        finally:
+            watcher.stop()
+        return result
+
+    def delete_run(self, run: str, timeout: float = 600) -> None:
+        """Delete a burst's pods and wait until they are gone (kwok finishes deleted pods)."""
+        selector = f"{scalemix.RUN_LABEL}={run}"
+        self.kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods", query={"labelSelector": selector})
+        wait_for(f"the pods of {run} gone", lambda: not self.kube.list_pods(
+            namespace=NAMESPACE, label_selector=selector).items, timeout, self.processes, interval=1)
+
+    # --- what the measurements read --------------------------------------------------------
+
+    def extender_pid(self) -> int:
+        """The extender process of the scheduler pod (its container's process is the command)."""
+        kubelet = self.cluster.kubelets[STANDIN]
+        for running in list(kubelet.running.values()):
+            process = running.containers.get("extender")
+            if process is not None and process.popen is not None and process.running:
+                return process.popen.pid
+        raise RuntimeError("no running extender container on the stand-in node")
+
+    def extender_metrics(self) -> str:
+        pods = self.kube.list_pods(namespace=SYSTEM_NAMESPACE,
+                                   label_selector="app.kubernetes.io/component=scheduler").items
+        ip = next(p["status"]["podIP"] for p in pods if (p.get("status") or {}).get("podIP"))
+        port = self.cluster.values().get("scheduler", {}).get("metricsPort", 9395)
+        with urllib.request.urlopen(f"http://{ip}:{port}/metrics", timeout=60) as answer:
+            return answer.read().decode()
+
+    def apiserver_metrics(self) -> str:
+        plane = self.cluster.control_plane
+        assert plane is not None
+        context = ssl.create_default_context(cafile=str(plane.pki.ca))
+        context.load_cert_chain(str(plane.admin.cert), str(plane.admin.key))
+        with urllib.request.urlopen(f"{plane.url}/metrics", timeout=60, context=context) as answer:
+            return answer.read().decode()
+
+    def nodesim_metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.nodesim_port}/metrics", timeout=30) as answer:
+            return answer.read().decode()
+
+    def vdev_files(self, node: str) -> dict[str, str]:
+        """vdev directory -> its vdev0.conf, as the simulated plugin of `node` wrote them."""
+        base = self.workdir / "nodesim" / node / "vdev"
+        if not base.is_dir():
+            return {}
+        return {d.name: (d / "vdev0.conf").read_text() for d in sorted(base.iterdir()) if (d / "vdev0.conf").is_file()}
+
+    def locks_left(self) -> list[str]:
+        from hami_dcu.e2e.invariants import locks_left
+
+        return locks_left(self.kube.list_nodes(label_selector=f"{scalemix.FAKE_NODE_LABEL}=kwok").items)
+
+
+def _ready(node: JSON) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (node.get("status") or {}).get("conditions") or [])
+
+
+class _RunWatch:
+    """Watches one burst's pods and notes, per pod, when it was first seen bound, Running or
+    Failed (the harness's clock, the same one that timed the creates)."""
+
+    def __init__(self, scale: KwokScale, run: str, result: Burst) -> None:
+        self.kube = scale.kube
+        self.selector = f"{scalemix.RUN_LABEL}={run}"
+        self.result = result
+        self._stopping = threading.Event()
+        listed = self.kube.list_pods(namespace=NAMESPACE, label_selector=self.selector)
+        self._version = listed.resource_version
+        self._thread = threading.Thread(target=self._run, name=f"watch-{run}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                for event in self._events():
+                    self._note(event.get("object") or {})
+                    if self._stopping.is_set():
+                        return
+            except GoneError:
+                self._version = self.kube.list_pods(namespace=NAMESPACE, label_selector=self.selector).resource_version
+            except KubeError as exc:
+                log.warning("burst watch broken, again: %s", exc)
+                time.sleep(0.2)
+
+    def _events(self) -> Iterator[JSON]:
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        for event in self.kube.watch(path, self._version, timeout_seconds=5, label_selector=self.selector):
+            self._version = ((event.get("object") or {}).get("metadata") or {}).get("resourceVersion") or self._version
+            yield event
+
+    def _note(self, pod: JSON) -> None:
+        now = time.monotonic()
+        name = (pod.get("metadata") or {}).get("name")
+        if not name:
+            return
+        node = (pod.get("spec") or {}).get("nodeName")
+        status = pod.get("status") or {}
+        if node and name not in self.result.bound:
+            self.result.bound[name] = now
+            self.result.nodes[name] = node
+        if status.get("phase") == "Running" and name not in self.result.running:
+            self.result.running[name] = now
+        if status.get("phase") == "Failed" and name not in self.result.failed:
+            self.result.failed[name] = status.get("message") or status.get("reason") or "Failed"

@@ -1,0 +1,317 @@
+"""The node side of kwok's fake nodes: what each node's device plugin and kubelet do on the API,
+done by the device plugin's own code (`PluginCore`), in a process of its own.
+
+    python -m hami_dcu.e2e.realcluster.nodesim --kubeconfig admin.kubeconfig --nodes nodes.txt \
+        --cards 8 --workdir DIR --metrics-port P
+
+Per fake node, one `PluginCore` (the device plugin minus gRPC and the SMI) over mock cards:
+* registration: `register_node` publishes the cards and the handshake at start and again every
+  `--register-interval` seconds (the chart's registerIntervalSeconds), spread over the interval,
+  followed by the plugin's `reconcile` (vDCUs of pods gone, a lock nobody needs) on every node
+  that has served a pod: on the others it would list no pod, and at 5,000 nodes those lists
+  alone would be 170 requests/s that this 2-core machine cannot spare;
+* Allocate: for every DCU pod bound to the node, in the order the pods arrive, what the kubelet
+  does per container: GetPreferredAllocation (`preferred`) over the node's free slot ids, then
+  `allocate`, which finds the pod by the node lock, writes its vDCU files, records the outcome
+  on the pod and releases the lock. A refused Allocate fails the pod as the kubelet does
+  (UnexpectedAdmissionError). Pods of one node are served one at a time, as a kubelet admits
+  them; nodes are served in parallel by `--workers` threads.
+
+Every write is made as the chart's device plugin identity on that node: the admin credential
+impersonates the plugin's ServiceAccount with the node name a kubelet-bound token carries
+(`authentication.kubernetes.io/node-name`), so RBAC and the chart's admission policies judge
+each write exactly as they judge the real plugin's.
+
+Its own figures (per pod: waiting for the node's turn, bound-to-allocated) are Prometheus
+metrics on `--metrics-port`, beside the plugin's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+from hami_dcu.common import keys
+from hami_dcu.common.kube import GoneError, Kube, KubeError, NotFoundError, load_api_client
+from hami_dcu.common.requests import pod_containers
+from hami_dcu.deviceplugin.discovery import DcuCard, DrmNodes
+from hami_dcu.deviceplugin.metrics import PluginMetrics
+from hami_dcu.deviceplugin.plan import fake_device_id
+from hami_dcu.deviceplugin.plugin import AllocateFailed, Paths, PluginCore
+from hami_dcu.deviceplugin.smi import Card
+from hami_dcu.e2e.scenarios import MockCard, default_cards
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30)
+
+
+def served_cards(cards: list[MockCard]) -> list[DcuCard]:
+    """Mock cards as discovery reports them (index order; device nodes by index)."""
+    return [DcuCard(Card(index=i, serial=c.serial, model=c.model, memory_mib=c.memory_mib,
+                         compute_units=c.compute_units, pci_bus_id=c.pci_bus_id, numa=c.numa),
+                    DrmNodes(card=f"/dev/dri/card{i}", render=f"/dev/dri/renderD{128 + i}"))
+            for i, c in enumerate(cards)]
+
+
+def impersonating(base: Kube, user: str, node: str) -> Kube:
+    """A client acting as `user` with the node name of a token bound to a pod on `node`,
+    sharing `base`'s connections (one TLS pool for every node)."""
+    api_client = copy.copy(base.api_client)
+    api_client.default_headers = {**base.api_client.default_headers, "Impersonate-User": user,
+                                  f"Impersonate-Extra-{NODE_NAME_EXTRA.replace('/', '%2F')}": node}
+    return Kube(api_client, timeout=base.timeout)
+
+
+def count_needed(container: JSON, resource: str) -> int:
+    limits = (container.get("resources") or {}).get("limits") or {}
+    try:
+        return int(limits.get(resource, 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+class SimMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.plugin = PluginMetrics(self.registry)
+        self.queued_seconds = Histogram(
+            "hami_dcu_nodesim_queued_seconds", "From the pod seen bound to its node's turn (pods of one node "
+            "are admitted one at a time)", buckets=_BUCKETS, registry=self.registry)
+        self.bound_to_allocated_seconds = Histogram(
+            "hami_dcu_nodesim_bound_to_allocated_seconds", "From the pod seen bound to its last Allocate done "
+            "(the node lock released)", buckets=_BUCKETS, registry=self.registry)
+        self.pods = Counter("hami_dcu_nodesim_pods", "DCU pods admitted, by result", ["result"],
+                            registry=self.registry)
+        self.registrations = Counter("hami_dcu_nodesim_registrations", "Node registrations, by result",
+                                     ["result"], registry=self.registry)
+
+
+class NodeSimulator:
+    def __init__(self, admin: Kube, plugin_user: str, nodes: dict[str, list[MockCard]], workdir: Path,
+                 register_interval: float = 30.0, workers: int = 8, resource: str = keys.DEFAULT_COUNT_RESOURCE,
+                 slots_per_card: int = keys.DEFAULT_SLOTS_PER_CARD, metrics: SimMetrics | None = None) -> None:
+        self.admin = admin
+        self.resource = resource
+        self.register_interval = register_interval
+        self.metrics = metrics or SimMetrics()
+        self.cores: dict[str, PluginCore] = {}
+        self.slot_ids: dict[str, list[str]] = {}
+        for node, cards in nodes.items():
+            served = served_cards(cards)
+            root = workdir / node
+            paths = Paths(vdev_dir=root / "vdev", etc_vdev=root / "etc-vdev", state_dir=root / "state",
+                          dev_root=root / "dev", driver_dir=root / "dtk", hyhal_dir=root / "hyhal")
+            self.cores[node] = PluginCore(impersonating(admin, plugin_user, node), node, served, paths,
+                                          slots_per_card, metrics=self.metrics.plugin, resource=resource)
+            self.slot_ids[node] = [fake_device_id(c.id, s) for c in served for s in range(slots_per_card)]
+        self.assigned: dict[str, dict[str, set[str]]] = {node: {} for node in nodes}  # node -> uid -> ids
+        self._queues: dict[str, deque[tuple[JSON, float]]] = {node: deque() for node in nodes}
+        self._ready: deque[str] = deque()  # nodes with pods waiting and no worker on them
+        self._busy: set[str] = set()
+        self._handled: set[str] = set()
+        self.served: set[str] = set()  # nodes that have had a DCU pod to admit
+        self._cond = threading.Condition()
+        self._stopping = threading.Event()
+        self._registrar = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nodesim-register")
+        self._threads = [threading.Thread(target=self._work, name=f"nodesim-{i}", daemon=True)
+                         for i in range(workers)]
+        self._threads += [threading.Thread(target=self._watch, name="nodesim-watch", daemon=True),
+                          threading.Thread(target=self._refresh, name="nodesim-register", daemon=True)]
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> NodeSimulator:
+        self.register(self.cores)
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+        self._registrar.shutdown(wait=False, cancel_futures=True)
+
+    # --- registration --------------------------------------------------------------------
+
+    def register(self, nodes: Iterable[str]) -> None:
+        """Register these nodes now, a few at a time (start-up takes seconds at 5,000 nodes)."""
+        for done in [self._registrar.submit(self._register_one, node) for node in nodes]:
+            done.result()
+
+    def _register_one(self, node: str, reconcile: bool = False) -> None:
+        """What the plugin's loop does each interval (deviceplugin/command.py NodeLoop.once)."""
+        try:
+            self.cores[node].register_node(now=datetime.now(UTC))
+            self.metrics.registrations.labels("ok").inc()
+            if reconcile and node in self.served:
+                self.cores[node].reconcile()
+        except (KubeError, OSError) as exc:
+            self.metrics.registrations.labels("failed").inc()
+            log.warning("node %s: registration or reconcile failed: %s", node, exc)
+
+    def _refresh(self) -> None:
+        """Every node again within each interval, evenly spread: a device plugin's reports."""
+        nodes = sorted(self.cores)
+        gap = self.register_interval / max(1, len(nodes))
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            for i, node in enumerate(nodes):
+                delay = started + i * gap - time.monotonic()
+                if delay > 0 and self._stopping.wait(delay):
+                    return
+                # Not waited for: one slow write must not delay every later node's report.
+                self._registrar.submit(self._register_one, node, True)
+            rest = started + self.register_interval - time.monotonic()
+            if rest > 0 and self._stopping.wait(rest):
+                return
+
+    # --- pods bound to the fake nodes ----------------------------------------------------
+
+    def _watch(self) -> None:
+        resource_version = ""
+        while not self._stopping.is_set():
+            try:
+                if not resource_version:
+                    listed = self.admin.list_pods()
+                    for pod in listed.items:
+                        self._seen(pod, "ADDED")
+                    resource_version = listed.resource_version
+                for event in self.admin.watch_pods(resource_version, timeout_seconds=60):
+                    pod = event.get("object") or {}
+                    resource_version = (pod.get("metadata") or {}).get("resourceVersion") or resource_version
+                    if event.get("type") != "BOOKMARK":
+                        self._seen(pod, event.get("type", ""))
+            except GoneError:
+                resource_version = ""
+            except KubeError as exc:
+                log.warning("pod watch broken, again in a second: %s", exc)
+                self._stopping.wait(1)
+
+    def _seen(self, pod: JSON, kind: str) -> None:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        node, uid = spec.get("nodeName"), meta.get("uid", "")
+        if node not in self.cores:
+            return
+        if kind == "DELETED" or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            with self._cond:
+                self.assigned[node].pop(uid, None)
+            return
+        if uid in self._handled or meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") != "Pending":
+            return
+        if not any(count_needed(c, self.resource) for c in pod_containers(pod)):
+            return
+        with self._cond:
+            self._handled.add(uid)
+            self.served.add(node)
+            self._queues[node].append((pod, time.monotonic()))
+            if node not in self._busy and node not in self._ready:
+                self._ready.append(node)
+                self._cond.notify()
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._ready and not self._stopping.is_set():
+                    self._cond.wait()
+                if self._stopping.is_set():
+                    return
+                node = self._ready.popleft()
+                pod, seen = self._queues[node].popleft()
+                self._busy.add(node)
+            try:
+                self.metrics.queued_seconds.observe(time.monotonic() - seen)
+                self._admit(node, pod)
+                self.metrics.bound_to_allocated_seconds.observe(time.monotonic() - seen)
+            finally:
+                with self._cond:
+                    self._busy.discard(node)
+                    if self._queues[node]:
+                        self._ready.append(node)
+                        self._cond.notify()
+
+    def _admit(self, node: str, pod: JSON) -> None:
+        """The kubelet's device-manager part of admitting one pod: per container that asks for
+        cards, advice then Allocate, with slot ids no other live pod holds."""
+        core, uid = self.cores[node], pod["metadata"]["uid"]
+        try:
+            for container in pod_containers(pod):
+                need = count_needed(container, self.resource)
+                if not need:
+                    continue
+                with self._cond:
+                    used = set().union(*self.assigned[node].values())
+                free = [i for i in self.slot_ids[node] if i not in used]
+                if len(free) < need:
+                    raise AllocateFailed(f"{need} {self.resource} requested, {len(free)} free")
+                advice = [i for i in core.preferred(free, [], need) if i in free]
+                chosen = advice if len(advice) == need else free[:need]
+                with self._cond:
+                    self.assigned[node].setdefault(uid, set()).update(chosen)
+                core.allocate([chosen])
+        except AllocateFailed as exc:
+            self.metrics.pods.labels("failed").inc()
+            self._fail(pod, str(exc))
+            return
+        self.metrics.pods.labels("allocated").inc()
+
+    def _fail(self, pod: JSON, message: str) -> None:
+        meta = pod["metadata"]
+        log.warning("pod %s/%s on %s failed admission: %s", meta["namespace"], meta["name"],
+                    pod["spec"]["nodeName"], message)
+        try:
+            self.admin.patch_pod_status(meta["namespace"], meta["name"], {
+                "phase": "Failed", "reason": "UnexpectedAdmissionError",
+                "message": f"Allocate failed due to {message}, which is unexpected"})
+        except NotFoundError:
+            pass
+        except KubeError as exc:
+            log.warning("pod %s/%s: could not mark it Failed: %s", meta["namespace"], meta["name"], exc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--nodes", required=True, help="a file naming one fake node per line")
+    parser.add_argument("--cards", type=int, default=8, help="mock cards per node")
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--metrics-port", type=int, required=True)
+    parser.add_argument("--register-interval", type=float, default=30.0)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--plugin-user", required=True, help="the device plugin's ServiceAccount username")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    names = [n.strip() for n in Path(args.nodes).read_text().splitlines() if n.strip()]
+    api_client = load_api_client(args.kubeconfig)
+    # Every node's client shares this pool: enough connections for each worker, the watch and
+    # the registration threads, so none is opened and dropped per request.
+    api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = args.workers * 2 + 12
+    admin = Kube(api_client, timeout=30)
+    simulator = NodeSimulator(admin, args.plugin_user, {n: default_cards(n, args.cards) for n in names},
+                              Path(args.workdir), args.register_interval, args.workers)
+    start_http_server(args.metrics_port, addr="127.0.0.1", registry=simulator.metrics.registry)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: stopping.set())
+    simulator.start()
+    print(f"nodesim: {len(names)} nodes registered", flush=True)
+    stopping.wait()
+    simulator.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
