@@ -21,8 +21,8 @@ trip, only then). If the chosen cards no longer fit, the pod is re-fitted on the
 
 On contention the bind waits (bounded: one deadline covers this process's queue for the
 node and the lock) for the lock to be released, watching the cache rather than polling
-the API, so bursts and gangs aimed at one node succeed. The informer wakes waiting binds
-after every event (signal.py), so the next bind writes its lock as soon as the watch
+the API, so bursts and gangs aimed at one node succeed. The informer wakes the binds waiting
+on a node after every event about that node (signal.py), so the next bind writes its lock as soon as the watch
 shows the release, with the version the watch showed: a contended bind, too, costs two
 round trips. A lock the cache shows held by a live bind is not asked about (the API would
 say the same); a lock write that finds the node changed waits for the watch to catch up
@@ -346,7 +346,7 @@ class Binder:
                     holder = lock.holder if lock else "an unreadable lock"
                     self._check_deadline(attempt, holder)
                     self._say_waiting(attempt, holder)
-                    await self._wait_for_cache(min(next_api_check, attempt.deadline) - self.monotonic())
+                    await self._wait_for_cache(args.node, min(next_api_check, attempt.deadline) - self.monotonic())
                     continue
                 unlocked_version = (entry.resource_version if entry is not None and entry.present
                                     and not entry.lock_value and entry.resource_version else None)
@@ -361,7 +361,7 @@ class Binder:
                     attempt.api_calls += exc.calls
                     stale_version = unlocked_version
                     self._check_deadline(attempt, "a newer version of the node")
-                    await self._wait_for_cache(_STALE_WAIT)
+                    await self._wait_for_cache(args.node, _STALE_WAIT)
                     continue
                 except LockContention as exc:
                     attempt.api_calls += 2
@@ -374,7 +374,7 @@ class Binder:
                     holder = "another bind of this pod" if exc.same_pod else exc.lock.holder
                     self._check_deadline(attempt, holder)
                     self._say_waiting(attempt, holder)
-                    await self._wait_for_cache(min(next_api_check, attempt.deadline) - self.monotonic())
+                    await self._wait_for_cache(args.node, min(next_api_check, attempt.deadline) - self.monotonic())
                     continue
                 except LockUncertain as exc:
                     attempt.lock_value = exc.value  # maybe in place: the undo removes it if so
@@ -400,14 +400,15 @@ class Binder:
             return False
         return self.wall_clock() - lock.since < self.settings.bind_window
 
-    async def _wait_for_cache(self, timeout: float) -> None:
-        """Until the informer applies the next event, at most `timeout` (and never longer than
-        _WAKE_AT_LEAST: deadlines and a newer /filter's choice come as no event)."""
+    async def _wait_for_cache(self, node: str, timeout: float) -> None:
+        """Until the informer applies the next event about `node` (or a relist), at most
+        `timeout` (and never longer than _WAKE_AT_LEAST: deadlines, a newer /filter's choice
+        and a lock holder gone before its bind come as no event about the node)."""
         timeout = min(max(timeout, 0.0), _WAKE_AT_LEAST)
         if self.changed is None:
             await asyncio.sleep(min(timeout, self.settings.poll))
         else:
-            await self.changed.wait(timeout)
+            await self.changed.wait(timeout, node)
 
     def _check_deadline(self, attempt: _Attempt, holder: str) -> None:
         if self.monotonic() >= attempt.deadline:
@@ -430,7 +431,7 @@ class Binder:
             entry = self.cache.nodes.get(args.node)
             if entry is not None and entry.lock_value == attempt.lock_value and self.cache.settled(args.node):
                 return
-            await self._wait_for_cache(deadline - self.monotonic())
+            await self._wait_for_cache(args.node, deadline - self.monotonic())
         # The watches lag (or a previous holder never bound): read the node's pods directly.
         log.info("bind %s: watches not settled for node %s, listing its pods", args.pod, args.node)
         attempt.api_calls += 1

@@ -77,8 +77,7 @@ class Informer:
                     async for event in self.kube.watch(path, rv, timeout_seconds=timeout):
                         rv = self._apply(resource, event) or rv
                         self._release_needless()
-                        if self.changed is not None:
-                            self.changed.notify()
+                        self._notify(resource, event)
             except GoneError:
                 log.info("%s watch expired (410): listing again", resource)
             except asyncio.CancelledError:
@@ -102,7 +101,7 @@ class Informer:
             count, rv = await self._list_pods()
         self._release_needless()
         if self.changed is not None:
-            self.changed.notify()
+            self.changed.notify_all()
         log.info("listed %d %s at resourceVersion %s", count, resource, rv)
         self._listed.add(resource)
         if self.on_listed is not None and resource in ("nodes", "pods"):
@@ -164,6 +163,20 @@ class Informer:
         else:
             self.cache.apply_pod(obj)
         return rv
+
+    def _notify(self, resource: str, event: JSON) -> None:
+        """Wake whoever waits on the node this event concerns: a node's own, or the node a pod
+        is bound to (a pod bound nowhere, a quota: no node in particular)."""
+        if self.changed is None:
+            return
+        obj = event.get("object") or {}
+        if resource == "nodes":
+            node = (obj.get("metadata") or {}).get("name")
+        elif resource == "pods":
+            node = (obj.get("spec") or {}).get("nodeName")
+        else:
+            node = None
+        self.changed.notify(node or None)
 
     def _release_needless(self) -> None:
         """Free the nodes whose lock holder the watch just showed to be done with them."""
