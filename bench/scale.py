@@ -52,7 +52,28 @@ class Scrape:
     apiserver: str = ""
     extender: str = ""
     nodesim: str = ""
-    cpu: float = 0.0
+    cpu: float = 0.0  # the extender's
+    cpus: dict[str, float] = field(default_factory=dict)  # every process of the cluster's, and this one's
+    machine: float = 0.0  # CPU seconds every process on the machine has used (/proc/stat)
+
+
+def machine_cpu_seconds() -> float:
+    """Busy CPU seconds of the whole machine since boot (all cores; idle and iowait left out)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    ticks = [int(x) for x in fields]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpus(scale: KwokScale) -> dict[str, float]:
+    found = {}
+    for name, pid in scale.pids().items():
+        try:
+            found[name] = cpu_seconds(pid)
+        except OSError:
+            pass
+    times = os.times()
+    found["harness"] = times.user + times.system  # pod creation, watches, this script
+    return found
 
 
 @dataclass
@@ -70,11 +91,13 @@ def scrape(scale: KwokScale, pid: int, cpu_first: bool) -> Scrape:
     found = Scrape()
     if cpu_first:
         found.cpu = cpu_seconds(pid)
+        found.cpus, found.machine = process_cpus(scale), machine_cpu_seconds()
     found.apiserver = scale.apiserver_metrics()
     found.extender = scale.extender_metrics()
     found.nodesim = scale.nodesim_metrics()
     if not cpu_first:
         found.cpu = cpu_seconds(pid)
+        found.cpus, found.machine = process_cpus(scale), machine_cpu_seconds()
     return found
 
 
@@ -167,6 +190,15 @@ def report(nodes: int, plain: Measured, dcu: Measured, pid: int) -> tuple[float,
     print(f"  node side: waiting for the node's turn {mean_ms(dcu, 'nodesim', SIM + 'queued_seconds'):.0f} ms, "
           f"bound to allocated (lock released) {mean_ms(dcu, 'nodesim', SIM + 'bound_to_allocated_seconds'):.0f} ms, "
           f"Allocate {mean_ms(dcu, 'nodesim', 'hami_dcu_plugin_allocate_seconds'):.0f} ms (mean)")
+    for label, m in (("DCU", dcu), ("plain", plain)):
+        spent = {k: v - m.before.cpus.get(k, v) for k, v in m.after.cpus.items()}
+        ours = sum(spent.values())
+        shown = ", ".join(f"{k} {1000 * v / m.burst.pods:.1f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1])
+                          if v > 0.005 * ours)
+        others = (m.after.machine - m.before.machine) - ours
+        cores = others / max(m.seconds, 1e-9)
+        print(f"  CPU ms per pod, {label + ':':6} {shown}; all of ours {1000 * ours / m.burst.pods:.1f}, other "
+              f"processes on the machine {1000 * others / m.burst.pods:.1f} ({cores:.2f} cores)")
     print(f"  events: DCU {_events(dcu.events)}; plain {_events(plain.events)}")
     print(f"  API requests per pod, DCU:   {requests_line(dcu)}")
     print(f"  API requests per pod, plain: {requests_line(plain)}", flush=True)

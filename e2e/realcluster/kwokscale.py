@@ -58,6 +58,10 @@ CARD_MEMORY_MIB = 65520
 # heartbeat factor does for large clusters.
 LEASE_SECONDS = 240
 NODE_MONITOR_GRACE_SECONDS = 300
+# The controller manager lifts the `not-ready` taint admission puts on every new Node, one
+# write per node, and its node TTL controller annotates each: at its default 20 requests/s,
+# 1,000 new nodes take minutes to become schedulable.
+CONTROLLER_MANAGER_QPS = 200
 FAKE_CPU, FAKE_MEMORY, FAKE_PODS = "64", "512Gi", "110"
 
 
@@ -80,7 +84,7 @@ def fake_node_names(count: int) -> list[str]:
 
 
 class KwokScale:
-    def __init__(self, workdir: Path | None = None, register_interval: float = 30.0, sim_workers: int = 8,
+    def __init__(self, workdir: Path | None = None, register_interval: float = 30.0, sim_workers: int = 32,
                  say: Callable[[str], None] = lambda line: print(line, flush=True), values: JSON | None = None) -> None:
         self.register_interval = register_interval
         self.sim_workers = sim_workers
@@ -91,7 +95,9 @@ class KwokScale:
         (self.workdir / "cluster").mkdir(exist_ok=True)
         self.cluster = RealCluster({STANDIN: default_cards(STANDIN, 1)}, namespace=NAMESPACE, values=values,
                                    workdir=self.workdir / "cluster",
-                                   controller_manager_args=[f"--node-monitor-grace-period={NODE_MONITOR_GRACE_SECONDS}s"])
+                                   controller_manager_args=[f"--node-monitor-grace-period={NODE_MONITOR_GRACE_SECONDS}s",
+                                                            f"--kube-api-qps={CONTROLLER_MANAGER_QPS}",
+                                                            f"--kube-api-burst={2 * CONTROLLER_MANAGER_QPS}"])
         self.kwok: Process | None = None
         self.nodesim: Process | None = None
         self.nodesim_port = 0
@@ -228,7 +234,9 @@ class KwokScale:
     def delete_run(self, run: str, timeout: float = 600) -> None:
         """Delete a burst's pods and wait until they are gone (kwok finishes deleted pods)."""
         selector = f"{scalemix.RUN_LABEL}={run}"
-        self.kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods", query={"labelSelector": selector})
+        # One call marks them all; thousands of pods take the API server a while.
+        self.kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods", query={"labelSelector": selector},
+                          timeout=timeout)
         wait_for(f"the pods of {run} gone", lambda: not self.kube.list_pods(
             namespace=NAMESPACE, label_selector=selector).items, timeout, self.processes, interval=1)
 
@@ -236,12 +244,22 @@ class KwokScale:
 
     def extender_pid(self) -> int:
         """The extender process of the scheduler pod (its container's process is the command)."""
-        kubelet = self.cluster.kubelets[STANDIN]
-        for running in list(kubelet.running.values()):
-            process = running.containers.get("extender")
-            if process is not None and process.popen is not None and process.running:
-                return process.popen.pid
-        raise RuntimeError("no running extender container on the stand-in node")
+        pid = self.pids().get("extender")
+        if pid is None:
+            raise RuntimeError("no running extender container on the stand-in node")
+        return pid
+
+    def pids(self) -> dict[str, int]:
+        """Every process of the cluster by role: the control plane, kwok, the node simulator and
+        the chart's containers on the stand-in node (hami-scheduler's kube-scheduler, the
+        extender, the device plugin). Each is the process its command runs as: the wrappers
+        that start it (setpriv, ip netns exec, unshare, sh) exec it in their place."""
+        found = {p.name: p.popen.pid for p in self.processes if p.popen is not None and p.running}
+        for running in list(self.cluster.kubelets[STANDIN].running.values()):
+            for name, process in running.containers.items():
+                if process.popen is not None and process.running:
+                    found["hami-kube-scheduler" if name == "kube-scheduler" else name] = process.popen.pid
+        return found
 
     def extender_metrics(self) -> str:
         pods = self.kube.list_pods(namespace=SYSTEM_NAMESPACE,

@@ -102,7 +102,7 @@ class SimMetrics:
 
 class NodeSimulator:
     def __init__(self, admin: Kube, plugin_user: str, nodes: dict[str, list[MockCard]], workdir: Path,
-                 register_interval: float = 30.0, workers: int = 8, resource: str = keys.DEFAULT_COUNT_RESOURCE,
+                 register_interval: float = 30.0, workers: int = 32, resource: str = keys.DEFAULT_COUNT_RESOURCE,
                  slots_per_card: int = keys.DEFAULT_SLOTS_PER_CARD, metrics: SimMetrics | None = None) -> None:
         self.admin = admin
         self.resource = resource
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--metrics-port", type=int, required=True)
     parser.add_argument("--register-interval", type=float, default=30.0)
-    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=32)
     parser.add_argument("--plugin-user", required=True, help="the device plugin's ServiceAccount username")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
