@@ -14,16 +14,20 @@ Allocate). Printed per node count, each DCU figure beside the baseline's from th
 
 * pods/s bound (first create sent to last pod bound) and the ratio plain / DCU;
 * create-to-bound p50 / p99, bound-to-Running (DCU: until the Allocate released the lock);
-* the extender's CPU seconds per scheduled pod (its /proc, over the burst) and its RSS;
-* API requests per pod by verb and resource (kube-apiserver's apiserver_request_total,
-  background included: kwok's Leases and the plugins' 30 s reports run in both bursts);
+* CPU per pod of every process of ours (their /proc: the extender's per scheduled pod, the
+  control plane's, kwok's, the simulated node side's), and the extender's RSS;
+* API requests per pod by verb and resource (kube-apiserver's apiserver_request_total) and
+  watch events it sent, its admission time (our webhook, the admission policies);
 * where a DCU pod's time goes: /filter and /bind calls per pod and their mean, lock waits
   (the extender's own metrics), binds that failed and went back to kube-scheduler's queue
   (FailedScheduling events), the node side (waiting for the node's turn, bound to allocated).
 
-The last line is `scale: nodes=N pods=M dcu_pods_per_s=X plain_pods_per_s=Y ratio=Z` for the
-largest run. Needs what the real-cluster suite needs (root, Go and the module proxy for the
-first build of the control plane and kwok).
+Counters are read before and after each burst, and given net of the background measured over
+20 s without pods (kwok's Leases, the plugins' 30 s reports, controllers): a slow burst would
+otherwise be charged more of it per pod than a fast one. The last line is
+`scale: nodes=N pods=M dcu_pods_per_s=X plain_pods_per_s=Y ratio=Z` for the largest run.
+Needs what the real-cluster suite needs (root, Go and the module proxy for the first build of
+the control plane and kwok).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from hami_dcu.e2e.realcluster.kwokscale import CARDS_PER_NODE, NAMESPACE, KwokSc
 
 EXT = "hami_dcu_scheduler_"
 SIM = "hami_dcu_nodesim_"
+BACKGROUND_SECONDS = 20.0
 
 
 @dataclass
@@ -53,6 +58,7 @@ class Scrape:
     extender: str = ""
     nodesim: str = ""
     cpu: float = 0.0  # the extender's
+    at: float = 0.0  # monotonic time the CPU figures were read
     cpus: dict[str, float] = field(default_factory=dict)  # every process of the cluster's, and this one's
     machine: float = 0.0  # CPU seconds every process on the machine has used (/proc/stat)
 
@@ -83,6 +89,11 @@ class Measured:
     after: Scrape
     events: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+    background: Measured | None = None  # the same figures over a quiet spell, to subtract
+
+    @property
+    def span(self) -> float:
+        return self.after.at - self.before.at
 
 
 def scrape(scale: KwokScale, pid: int, cpu_first: bool) -> Scrape:
@@ -90,13 +101,13 @@ def scrape(scale: KwokScale, pid: int, cpu_first: bool) -> Scrape:
     the side of the scrape that keeps the scrape's own cost out of the burst's figure."""
     found = Scrape()
     if cpu_first:
-        found.cpu = cpu_seconds(pid)
+        found.cpu, found.at = cpu_seconds(pid), time.monotonic()
         found.cpus, found.machine = process_cpus(scale), machine_cpu_seconds()
     found.apiserver = scale.apiserver_metrics()
     found.extender = scale.extender_metrics()
     found.nodesim = scale.nodesim_metrics()
     if not cpu_first:
-        found.cpu = cpu_seconds(pid)
+        found.cpu, found.at = cpu_seconds(pid), time.monotonic()
         found.cpus, found.machine = process_cpus(scale), machine_cpu_seconds()
     return found
 
@@ -113,21 +124,47 @@ def events_by_reason(scale: KwokScale, run: str) -> dict[str, float]:
     return counts
 
 
-def measure(scale: KwokScale, run: str, shapes: list[scalemix.Shape], dcu: bool) -> Measured:
+def measure(scale: KwokScale, run: str, shapes: list[scalemix.Shape], dcu: bool, background: Measured) -> Measured:
     pid = scale.extender_pid()
     before = scrape(scale, pid, cpu_first=False)
     started = time.monotonic()
     burst = scale.burst(run, shapes, dcu=dcu)
     seconds = time.monotonic() - started
     after = scrape(scale, pid, cpu_first=True)
-    measured = Measured(burst, before, after, events_by_reason(scale, run), seconds)
+    measured = Measured(burst, before, after, events_by_reason(scale, run), seconds, background)
     scale.delete_run(run)
     return measured
 
 
-def gained(m: Measured, source: str, family: str, by: tuple[str, ...] = (), suffix: str = "") -> dict:
-    return st.deltas(st.samples(getattr(m.before, source), family, by, suffix),
-                     st.samples(getattr(m.after, source), family, by, suffix))
+def measure_background(scale: KwokScale, seconds: float) -> Measured:
+    """The same figures over a spell without pods: kwok's Leases, the plugins' reports, the
+    controllers' resyncs; each burst's figures are given net of them."""
+    pid = scale.extender_pid()
+    before = scrape(scale, pid, cpu_first=False)
+    time.sleep(seconds)
+    after = scrape(scale, pid, cpu_first=True)
+    return Measured(st.Burst(pods=0), before, after, seconds=seconds)
+
+
+def gained(m: Measured, source: str, family: str, by: tuple[str, ...] = (), suffix: str = "",
+           net: bool = False) -> dict:
+    """What the counters gained over the burst; `net`: beyond the background's rate."""
+    found = st.deltas(st.samples(getattr(m.before, source), family, by, suffix),
+                      st.samples(getattr(m.after, source), family, by, suffix))
+    if net and m.background is not None:
+        found = st.net_of_background(found, gained(m.background, source, family, by, suffix), m.background.span,
+                                     m.span)
+    return found
+
+
+def cpu_spent(m: Measured) -> dict[str, float]:
+    """CPU seconds per process over the burst, net of the background's rate."""
+    spent = {(k,): v - m.before.cpus.get(k, v) for k, v in m.after.cpus.items()}
+    if m.background is not None:
+        bg = m.background
+        spent = st.net_of_background(spent, {(k,): v - bg.before.cpus.get(k, v) for k, v in bg.after.cpus.items()},
+                                     bg.span, m.span)
+    return {k[0]: v for k, v in spent.items()}
 
 
 def total(m: Measured, source: str, family: str, suffix: str = "", by: tuple[str, ...] = (),
@@ -142,7 +179,7 @@ def mean_ms(m: Measured, source: str, family: str, by: tuple[str, ...] = (), mat
 
 
 def requests_line(m: Measured) -> str:
-    per = st.per_pod(gained(m, "apiserver", "apiserver_request_total", ("verb", "resource", "subresource")),
+    per = st.per_pod(gained(m, "apiserver", "apiserver_request_total", ("verb", "resource", "subresource"), net=True),
                      m.burst.pods, top=7)
     return ", ".join(f"{verb} {resource}{'/' + sub if sub else ''} {value:.2f}"
                      for (verb, resource, sub), value in per)
@@ -167,11 +204,11 @@ def report(nodes: int, plain: Measured, dcu: Measured, pid: int) -> tuple[float,
                   f"(e.g. {next(iter({**b.refused, **b.failed}.values()))})")
     print(f"  ratio plain/DCU: {st.ratio(plain_rate, dcu_rate):.2f}x   (DCU packing: {st.nodes_used(d.nodes.values())} "
           f"nodes, no fewer than {fewest} could hold the burst)")
-    cpu = dcu.after.cpu - dcu.before.cpu
+    cpu = cpu_spent(dcu).get("extender", 0.0)
     rss, peak = memory_mib(pid)
     print(f"  extender: {1000 * cpu / max(1, len(d.bound)):.2f} ms CPU per scheduled DCU pod "
-          f"({cpu:.1f} s over {dcu.seconds:.0f} s), RSS {rss:.0f} MiB (peak {peak:.0f} MiB); during the plain "
-          f"burst {plain.after.cpu - plain.before.cpu:.1f} s")
+          f"({cpu:.1f} s over {dcu.seconds:.0f} s, net of its background), RSS {rss:.0f} MiB (peak {peak:.0f} MiB); "
+          f"during the plain burst {cpu_spent(plain).get('extender', 0.0):.1f} s")
     pods = max(1, len(d.bound))
     filters = total(dcu, "extender", EXT + "filter_seconds", "_count")
     binds_ok = total(dcu, "extender", EXT + "bind_seconds", "_count", ("result",), ("ok",))
@@ -191,14 +228,25 @@ def report(nodes: int, plain: Measured, dcu: Measured, pid: int) -> tuple[float,
           f"bound to allocated (lock released) {mean_ms(dcu, 'nodesim', SIM + 'bound_to_allocated_seconds'):.0f} ms, "
           f"Allocate {mean_ms(dcu, 'nodesim', 'hami_dcu_plugin_allocate_seconds'):.0f} ms (mean)")
     for label, m in (("DCU", dcu), ("plain", plain)):
-        spent = {k: v - m.before.cpus.get(k, v) for k, v in m.after.cpus.items()}
+        spent = cpu_spent(m)
         ours = sum(spent.values())
         shown = ", ".join(f"{k} {1000 * v / m.burst.pods:.1f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1])
                           if v > 0.005 * ours)
-        others = (m.after.machine - m.before.machine) - ours
-        cores = others / max(m.seconds, 1e-9)
-        print(f"  CPU ms per pod, {label + ':':6} {shown}; all of ours {1000 * ours / m.burst.pods:.1f}, other "
+        raw = sum(v - m.before.cpus.get(k, v) for k, v in m.after.cpus.items())
+        others = (m.after.machine - m.before.machine) - raw
+        cores = others / max(m.span, 1e-9)
+        print(f"  CPU ms per pod (net), {label + ':':6} {shown}; all of ours {1000 * ours / m.burst.pods:.1f}, other "
               f"processes on the machine {1000 * others / m.burst.pods:.1f} ({cores:.2f} cores)")
+    for label, m in (("DCU", dcu), ("plain", plain)):
+        n = m.burst.pods
+        watch = gained(m, "apiserver", "apiserver_watch_events_total", ("resource",), net=True)
+        shown = ", ".join(f"{res} {v / n:.1f}" for (res,), v in sorted(watch.items(), key=lambda kv: -kv[1])[:4])
+        webhook = 1000 * total(m, "apiserver", "apiserver_admission_webhook_admission_duration_seconds", "_sum") / n
+        policies = 1000 * total(m, "apiserver", "apiserver_validating_admission_policy_check_duration_seconds",
+                                "_sum") / n
+        requests = 1000 * total(m, "apiserver", "apiserver_request_duration_seconds", "_sum") / n
+        print(f"  kube-apiserver per pod, {label + ':':6} webhook admission {webhook:.1f} ms, admission policies "
+              f"{policies:.2f} ms, all requests' time {requests:.0f} ms; watch events sent: {shown}")
     print(f"  events: DCU {_events(dcu.events)}; plain {_events(plain.events)}")
     print(f"  API requests per pod, DCU:   {requests_line(dcu)}")
     print(f"  API requests per pod, plain: {requests_line(plain)}", flush=True)
@@ -251,8 +299,9 @@ def main() -> None:
         for n, m in zip(nodes, pods, strict=True):
             scale.grow(n)
             shapes = scalemix.shapes(m)
-            plain = measure(scale, f"plain-{n}", shapes, dcu=False)
-            dcu = measure(scale, f"dcu-{n}", shapes, dcu=True)
+            background = measure_background(scale, BACKGROUND_SECONDS)
+            plain = measure(scale, f"plain-{n}", shapes, dcu=False, background=background)
+            dcu = measure(scale, f"dcu-{n}", shapes, dcu=True, background=background)
             dcu_rate, plain_rate = report(n, plain, dcu, scale.extender_pid())
             last = (n, m, dcu_rate, plain_rate)
     print(f"\nall done in {time.monotonic() - started:.0f} s")

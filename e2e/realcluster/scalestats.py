@@ -79,6 +79,16 @@ def deltas(before: Mapping[LabelKey, float], after: Mapping[LabelKey, float]) ->
     return {key: value - before.get(key, 0.0) for key, value in after.items() if value - before.get(key, 0.0)}
 
 
+def net_of_background(gained: Mapping[LabelKey, float], background: Mapping[LabelKey, float],
+                      background_seconds: float, seconds: float) -> dict[LabelKey, float]:
+    """What a burst of `seconds` gained beyond the background (what the same counters gained
+    over `background_seconds` with no burst: leases, plugin reports, watches), never below 0.
+    Without it a slow burst would be charged more of the background per pod than a fast one."""
+    scale = seconds / background_seconds if background_seconds > 0 else 0.0
+    net = {key: value - background.get(key, 0.0) * scale for key, value in gained.items()}
+    return {key: value for key, value in net.items() if value > 0}
+
+
 def per_pod(gained: Mapping[LabelKey, float], pods: int, top: int = 8) -> list[tuple[LabelKey, float]]:
     """The largest gains divided by the pods of the burst, largest first."""
     if pods <= 0:

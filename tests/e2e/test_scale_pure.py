@@ -133,6 +133,14 @@ def test_deltas_and_per_pod_figures():
     assert st.histogram_mean({}, {}) == 0.0
 
 
+def test_figures_net_of_the_background_rate():
+    gained = {("PATCH", "nodes"): 130.0, ("POST", "pods"): 100.0, ("PUT", "leases"): 40.0}
+    background = {("PATCH", "nodes"): 20.0, ("PUT", "leases"): 20.0}  # over 10 s without pods
+    # A 20 s burst: twice the background's 10 s is taken off; what falls to 0 or below is left out.
+    assert st.net_of_background(gained, background, 10.0, 20.0) == {("PATCH", "nodes"): 90.0, ("POST", "pods"): 100.0}
+    assert st.net_of_background(gained, background, 0.0, 20.0) == gained
+
+
 def test_the_final_line_is_exactly_what_the_issue_asks_for():
     line = st.final_line(1000, 2000, 25.04, 50.1)
     assert line == "scale: nodes=1000 pods=2000 dcu_pods_per_s=25.0 plain_pods_per_s=50.1 ratio=2.00"
