@@ -42,10 +42,10 @@ class CacheSignal:
         as an event)."""
         if key is None:
             event = self._any
+        elif key in self._keyed:
+            event = self._keyed[key]
         else:
-            event = self._keyed.get(key)
-            if event is None:
-                event = self._keyed[key] = asyncio.Event()
+            event = self._keyed[key] = asyncio.Event()
         try:
             await asyncio.wait_for(event.wait(), max(0.0, timeout))
         except TimeoutError:
