@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,10 +43,13 @@ from pathlib import Path
 import yaml
 from benchlib import cpu_seconds, memory_mib
 
-from hami_dcu.e2e.realcluster import scalemix
-from hami_dcu.e2e.realcluster import scalestats as st
-from hami_dcu.e2e.realcluster.cluster import unavailable
-from hami_dcu.e2e.realcluster.kwokscale import CARDS_PER_NODE, NAMESPACE, KwokScale
+# The test harness (e2e/) is not installed: it imports from the checkout this script is in.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
+
+from e2e.realcluster import scalemix
+from e2e.realcluster import scalestats as st
+from e2e.realcluster.cluster import unavailable
+from e2e.realcluster.kwokscale import CARDS_PER_NODE, NAMESPACE, KwokScale
 
 EXT = "hami_dcu_scheduler_"
 SIM = "hami_dcu_nodesim_"

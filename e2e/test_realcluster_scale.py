@@ -14,11 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from hami_dcu.e2e import invariants
-from hami_dcu.e2e.realcluster import scalemix
-from hami_dcu.e2e.realcluster.cluster import unavailable
-from hami_dcu.e2e.realcluster.kwokscale import NAMESPACE, KwokScale
-from hami_dcu.e2e.scenarios import wait_until
+from e2e import invariants
+from e2e.realcluster import scalemix
+from e2e.realcluster.cluster import unavailable
+from e2e.realcluster.kwokscale import NAMESPACE, KwokScale
+from e2e.scenarios import wait_until
 
 NODES, PODS = 30, 100
 _REASON = unavailable()

@@ -19,10 +19,10 @@ from typing import Any
 
 import yaml
 
+from e2e.realcluster import upstream
+from e2e.realcluster.processes import Process
+from e2e.tools import ROOT
 from hami_dcu.common import keys
-from hami_dcu.e2e.realcluster import upstream
-from hami_dcu.e2e.realcluster.processes import Process
-from hami_dcu.e2e.tools import ROOT
 
 BUILD_SCRIPT = ROOT / "e2e" / "upstream" / "build-kwok.sh"
 JSON = dict[str, Any]

@@ -37,14 +37,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from e2e.realcluster import kwok, scalemix
+from e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster
+from e2e.realcluster.controlplane import free_port
+from e2e.realcluster.processes import Process, wait_for
+from e2e.realcluster.scalestats import Burst
+from e2e.tools import ROOT
+from hami_dcu.cli.localcluster.pods import default_cards
 from hami_dcu.common import keys
 from hami_dcu.common.kube import GoneError, Kube, KubeError
-from hami_dcu.e2e.realcluster import kwok, scalemix
-from hami_dcu.e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster
-from hami_dcu.e2e.realcluster.controlplane import free_port
-from hami_dcu.e2e.realcluster.processes import Process, wait_for
-from hami_dcu.e2e.realcluster.scalestats import Burst
-from hami_dcu.e2e.scenarios import default_cards
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -65,10 +66,11 @@ CONTROLLER_MANAGER_QPS = 200
 FAKE_CPU, FAKE_MEMORY, FAKE_PODS = "64", "512Gi", "110"
 
 
-def fake_node(name: str, cards: int = CARDS_PER_NODE, slots_per_card: int = keys.DEFAULT_SLOTS_PER_CARD) -> JSON:
+def fake_node(name: str, cards: int = CARDS_PER_NODE, slots_per_card: int = keys.DEFAULT_SLOTS_PER_CARD,
+              naming: keys.Naming = keys.DCU_NAMING) -> JSON:
     """A Node object kwok manages, as a kubelet with the device plugin registered reports it."""
     resources = {"cpu": FAKE_CPU, "memory": FAKE_MEMORY, "pods": FAKE_PODS,
-                 keys.DEFAULT_COUNT_RESOURCE: str(cards * slots_per_card)}
+                 naming.resources.count: str(cards * slots_per_card)}
     return {
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "annotations": {kwok.MANAGED_ANNOTATION: kwok.MANAGED_VALUE},
@@ -160,7 +162,7 @@ class KwokScale:
 
     def _create_node(self, name: str) -> None:
         try:
-            self.kube.create_node(fake_node(name))
+            self.kube.create_node(fake_node(name, naming=self.cluster.naming))
         except KubeError as exc:
             if exc.status != 409:
                 raise
@@ -179,12 +181,13 @@ class KwokScale:
         started = time.monotonic()
         log_file = self.workdir / "logs" / f"nodesim-{len(self.nodes)}.log"
         self.nodesim = Process("nodesim", [
-            sys.executable, "-m", "hami_dcu.e2e.realcluster.nodesim", f"--kubeconfig={self.cluster.kubeconfig}",
+            sys.executable, "-m", "e2e.realcluster.nodesim", f"--kubeconfig={self.cluster.kubeconfig}",
             f"--nodes={nodes_file}", f"--cards={CARDS_PER_NODE}", f"--workdir={self.workdir / 'nodesim'}",
             f"--metrics-port={self.nodesim_port}", f"--register-interval={self.register_interval}",
             f"--workers={self.sim_workers}",
             f"--plugin-user=system:serviceaccount:{SYSTEM_NAMESPACE}:{RELEASE}-device-plugin",
-        ], log_file).start()
+            f"--naming={self.cluster.naming.name}",
+        ], log_file, cwd=ROOT).start()  # the harness (e2e/) imports from the checkout
         wait_for("the node simulator's first registration of every fake node",
                  lambda: "registered" in log_file.read_text(), 60 + len(self.nodes) / 20, self.processes, interval=1)
         self.say(f"  node simulator registered {len(self.nodes)} nodes in {time.monotonic() - started:.1f} s")
@@ -289,7 +292,7 @@ class KwokScale:
         return {d.name: (d / "vdev0.conf").read_text() for d in sorted(base.iterdir()) if (d / "vdev0.conf").is_file()}
 
     def locks_left(self) -> list[str]:
-        from hami_dcu.e2e.invariants import locks_left
+        from e2e.invariants import locks_left
 
         return locks_left(self.kube.list_nodes(label_selector=f"{scalemix.FAKE_NODE_LABEL}=kwok").items)
 

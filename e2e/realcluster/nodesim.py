@@ -1,7 +1,7 @@
 """The node side of kwok's fake nodes: what each node's device plugin and kubelet do on the API,
 done by the device plugin's own code (`PluginCore`), in a process of its own.
 
-    python -m hami_dcu.e2e.realcluster.nodesim --kubeconfig admin.kubeconfig --nodes nodes.txt \
+    python -m e2e.realcluster.nodesim --kubeconfig admin.kubeconfig --nodes nodes.txt \
         --cards 8 --workdir DIR --metrics-port P
 
 Per fake node, one `PluginCore` (the device plugin minus gRPC and the SMI) over mock cards:
@@ -43,15 +43,15 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
+from hami_dcu.cli.localcluster.pods import MockCard, default_cards
 from hami_dcu.common import keys
 from hami_dcu.common.kube import GoneError, Kube, KubeError, NotFoundError, load_api_client
 from hami_dcu.common.requests import pod_containers
-from hami_dcu.deviceplugin.discovery import DcuCard, DrmNodes
 from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.deviceplugin.plan import fake_device_id
 from hami_dcu.deviceplugin.plugin import AllocateFailed, Paths, PluginCore
-from hami_dcu.deviceplugin.smi import Card
-from hami_dcu.e2e.scenarios import MockCard, default_cards
+from hami_dcu.node.discovery import DcuCard, DrmNodes
+from hami_dcu.node.smi import Card
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -59,11 +59,11 @@ NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 _BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30)
 
 
-def served_cards(cards: list[MockCard]) -> list[DcuCard]:
+def served_cards(cards: list[MockCard], naming: keys.Naming = keys.DCU_NAMING) -> list[DcuCard]:
     """Mock cards as discovery reports them (index order; device nodes by index)."""
     return [DcuCard(Card(index=i, serial=c.serial, model=c.model, memory_mib=c.memory_mib,
                          compute_units=c.compute_units, pci_bus_id=c.pci_bus_id, numa=c.numa),
-                    DrmNodes(card=f"/dev/dri/card{i}", render=f"/dev/dri/renderD{128 + i}"))
+                    DrmNodes(card=f"/dev/dri/card{i}", render=f"/dev/dri/renderD{128 + i}"), naming.id_prefix)
             for i, c in enumerate(cards)]
 
 
@@ -102,21 +102,21 @@ class SimMetrics:
 
 class NodeSimulator:
     def __init__(self, admin: Kube, plugin_user: str, nodes: dict[str, list[MockCard]], workdir: Path,
-                 register_interval: float = 30.0, workers: int = 32, resource: str = keys.DEFAULT_COUNT_RESOURCE,
+                 register_interval: float = 30.0, workers: int = 32, naming: keys.Naming = keys.DCU_NAMING,
                  slots_per_card: int = keys.DEFAULT_SLOTS_PER_CARD, metrics: SimMetrics | None = None) -> None:
         self.admin = admin
-        self.resource = resource
+        self.resource = naming.resources.count
         self.register_interval = register_interval
         self.metrics = metrics or SimMetrics()
         self.cores: dict[str, PluginCore] = {}
         self.slot_ids: dict[str, list[str]] = {}
         for node, cards in nodes.items():
-            served = served_cards(cards)
+            served = served_cards(cards, naming)
             root = workdir / node
             paths = Paths(vdev_dir=root / "vdev", etc_vdev=root / "etc-vdev", state_dir=root / "state",
                           dev_root=root / "dev", driver_dir=root / "dtk", hyhal_dir=root / "hyhal")
             self.cores[node] = PluginCore(impersonating(admin, plugin_user, node), node, served, paths,
-                                          slots_per_card, metrics=self.metrics.plugin, resource=resource)
+                                          slots_per_card, metrics=self.metrics.plugin, naming=naming)
             self.slot_ids[node] = [fake_device_id(c.id, s) for c in served for s in range(slots_per_card)]
         self.assigned: dict[str, dict[str, set[str]]] = {node: {} for node in nodes}  # node -> uid -> ids
         self._queues: dict[str, deque[tuple[JSON, float]]] = {node: deque() for node in nodes}
@@ -293,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--register-interval", type=float, default=30.0)
     parser.add_argument("--workers", type=int, default=32)
     parser.add_argument("--plugin-user", required=True, help="the device plugin's ServiceAccount username")
+    parser.add_argument("--naming", default=keys.DCU_NAMING.name, choices=sorted(keys.NAMINGS),
+                        help="the naming set the chart speaks")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     names = [n.strip() for n in Path(args.nodes).read_text().splitlines() if n.strip()]
@@ -302,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = args.workers * 2 + 12
     admin = Kube(api_client, timeout=30)
     simulator = NodeSimulator(admin, args.plugin_user, {n: default_cards(n, args.cards) for n in names},
-                              Path(args.workdir), args.register_interval, args.workers)
+                              Path(args.workdir), args.register_interval, args.workers,
+                              keys.naming_by_name(args.naming))
     start_http_server(args.metrics_port, addr="127.0.0.1", registry=simulator.metrics.registry)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda _sig, _frame: stopping.set())

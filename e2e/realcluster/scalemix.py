@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
 from hami_dcu.common import keys
-from hami_dcu.e2e.scenarios import Ctr, pod_manifest
 
 JSON = dict[str, Any]
 FAKE_NODE_LABEL = "hami-dcu.io/fake-node"  # set on every kwok node: "kwok"

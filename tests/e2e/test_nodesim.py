@@ -5,18 +5,20 @@ fails as a kubelet fails it."""
 
 from datetime import UTC, datetime
 
+from e2e.realcluster.nodesim import NodeSimulator, impersonating
+from e2e.scenarios import wait_until
+from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, decode_node_devices, encode_pod_devices, encode_unix_seconds
 from hami_dcu.common.kube import Kube
 from hami_dcu.common.nodelock import NodeLock
-from hami_dcu.e2e.realcluster.nodesim import NodeSimulator, impersonating
-from hami_dcu.e2e.scenarios import Ctr, default_cards, pod_manifest, wait_until
 
 NS = "default"
+DCU = keys.DCU_NAMING
 
 
 def _node(kube: Kube, name: str) -> None:
-    kube.create_node({"metadata": {"name": name}, "status": {"allocatable": {keys.DEFAULT_COUNT_RESOURCE: "8"}}})
+    kube.create_node({"metadata": {"name": name}, "status": {"allocatable": {DCU.resources.count: "8"}}})
 
 
 def _bind(kube: Kube, name: str, node: str, card: str, lock: bool = True) -> dict:
@@ -24,10 +26,10 @@ def _bind(kube: Kube, name: str, node: str, card: str, lock: bool = True) -> dic
     pod = kube.create_pod(NS, pod_manifest(name, [Ctr("main", 1, 2000, 10)]))
     if lock:
         NodeLock(kube).take(node, NS, name)
-    devices = encode_pod_devices([[ContainerDevice(card, "DCU", 2000, 10)]])
+    devices = encode_pod_devices([[ContainerDevice(card, "DCU", 2000, 10)]], DCU.pod_devices_allocated)
     stamp = encode_unix_seconds(datetime.now(UTC))
     kube.create_binding(NS, name, node, pod["metadata"]["uid"], {
-        keys.POD_DEVICES_TO_ALLOCATE: devices, keys.POD_DEVICES_ALLOCATED: devices, keys.POD_NODE: node,
+        DCU.pod_devices_to_allocate: devices, DCU.pod_devices_allocated: devices, keys.POD_NODE: node,
         keys.POD_TIME: stamp, keys.POD_BIND_PHASE: keys.BIND_PHASE_ALLOCATING, keys.POD_BIND_TIME: stamp})
     return pod
 
@@ -39,9 +41,9 @@ def test_registers_the_cards_and_serves_a_bound_pod_with_the_plugins_allocate(ku
                               register_interval=3600, workers=2).start()
     try:
         annotations = kube.get_node("fake-0")["metadata"]["annotations"]
-        registered = decode_node_devices(annotations[keys.NODE_REGISTER])
+        registered = decode_node_devices(annotations[DCU.node_register], DCU.node_register)
         assert [(d.id, d.count) for d in registered] == [(c.id, keys.DEFAULT_SLOTS_PER_CARD) for c in cards]
-        assert annotations[keys.NODE_HANDSHAKE].startswith("Reported")
+        assert annotations[DCU.node_handshake].startswith("Reported")
 
         _bind(kube, "share", "fake-0", cards[1].id)
 

@@ -1,12 +1,13 @@
 """The pure parts of the kwok scale harness: the burst's pod mix, the fake nodes, kwok's
 narrowed pod-ready stage, and the arithmetic bench/scale.py prints."""
 
+from e2e.realcluster import kwok, scalemix
+from e2e.realcluster import scalestats as st
+from e2e.realcluster.kwokscale import fake_node
 from hami_dcu.common import keys
-from hami_dcu.e2e.realcluster import kwok, scalemix
-from hami_dcu.e2e.realcluster import scalestats as st
-from hami_dcu.e2e.realcluster.kwokscale import fake_node
 
-LIMITS = (keys.DEFAULT_COUNT_RESOURCE, keys.DEFAULT_MEMORY_RESOURCE, keys.DEFAULT_CORES_RESOURCE)
+NAMES = keys.DCU_NAMING.resources
+LIMITS = NAMES.all()
 
 
 def _limits(pod):
@@ -27,8 +28,8 @@ def test_a_dcu_pod_and_its_plain_twin_differ_only_in_the_dcu_limits():
     shape = next(s for s in scalemix.MIX if s.annotations)
     dcu = scalemix.manifest("p-1", shape, "run-a", dcu=True)
     plain = scalemix.manifest("p-1", shape, "run-a", dcu=False)
-    assert _limits(dcu) == {keys.DEFAULT_COUNT_RESOURCE: "1", keys.DEFAULT_MEMORY_RESOURCE: str(shape.memory),
-                            keys.DEFAULT_CORES_RESOURCE: str(shape.cores)}
+    assert _limits(dcu) == {NAMES.count: "1", NAMES.memory: str(shape.memory),
+                            NAMES.cores: str(shape.cores)}
     assert not set(_limits(plain)) & set(LIMITS)
     _limits(dcu).clear()
     assert dcu == plain
@@ -41,7 +42,7 @@ def test_a_dcu_pod_and_its_plain_twin_differ_only_in_the_dcu_limits():
 
 def test_whole_card_shapes_ask_for_cards_only():
     whole = scalemix.manifest("w", scalemix.Shape("whole-4", 4), "r", dcu=True)
-    assert _limits(whole) == {keys.DEFAULT_COUNT_RESOURCE: "4"}
+    assert _limits(whole) == {NAMES.count: "4"}
 
 
 def test_fewest_nodes_counts_whole_cards_and_the_binding_share_dimension():
@@ -64,7 +65,7 @@ def test_a_fake_node_is_kwoks_tainted_and_offers_the_cards_slots():
     assert node["metadata"]["labels"][scalemix.FAKE_NODE_LABEL] == "kwok"
     assert "dcu" not in node["metadata"]["labels"]  # the chart's device-plugin DaemonSet selects dcu=on
     assert node["spec"]["taints"] == [kwok.TAINT]
-    assert node["status"]["allocatable"][keys.DEFAULT_COUNT_RESOURCE] == str(8 * keys.DEFAULT_SLOTS_PER_CARD)
+    assert node["status"]["allocatable"][NAMES.count] == str(8 * keys.DEFAULT_SLOTS_PER_CARD)
     assert node["status"]["capacity"] == node["status"]["allocatable"]
 
 
