@@ -234,14 +234,26 @@ class KwokScale:
             watcher.stop()
         return result
 
-    def delete_run(self, run: str, timeout: float = 600) -> None:
+    def delete_run(self, run: str, timeout: float = 900) -> None:
         """Delete a burst's pods and wait until they are gone (kwok finishes deleted pods)."""
         selector = f"{scalemix.RUN_LABEL}={run}"
-        # One call marks them all; thousands of pods take the API server a while.
-        self.kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods", query={"labelSelector": selector},
-                          timeout=timeout)
-        wait_for(f"the pods of {run} gone", lambda: not self.kube.list_pods(
-            namespace=NAMESPACE, label_selector=selector).items, timeout, self.processes, interval=1)
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                # One call marks them all; the API server stops it after its own minute (504)
+                # with what it deleted so far deleted, and the next call goes on from there.
+                self.kube.request("DELETE", path, query={"labelSelector": selector}, timeout=120)
+            except KubeError as exc:
+                log.info("deleting the pods of %s: %s; again", run, exc)
+            try:
+                wait_for(f"the pods of {run} gone", lambda: not self.kube.request(
+                    "GET", path, query={"labelSelector": selector, "limit": 1}).get("items"),
+                    min(60.0, max(1.0, deadline - time.monotonic())), self.processes, interval=1)
+                return
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise
 
     # --- what the measurements read --------------------------------------------------------
 
