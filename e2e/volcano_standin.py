@@ -55,6 +55,7 @@ class Session:
     now: datetime
     cards: dict[str, list[fork.ForkCard]] = field(default_factory=dict)
     dropped: dict[str, str] = field(default_factory=dict)  # node -> why the fork does not use it
+    stamped: dict[str, str] = field(default_factory=dict)  # node -> the handshake it left there
 
 
 class VolcanoStandIn:
@@ -91,6 +92,7 @@ class VolcanoStandIn:
         step = fork.handshake_step(handshake, session.now)
         if step.write is not None:
             self._patch_node(node, {fork.NAMING.node_handshake: step.write})
+        session.stamped[node] = step.write or handshake
         if not step.usable:
             return f"handshake {handshake!r}"
         pods = self.kube.list_pods(field_selector=f"spec.nodeName={node}").items
