@@ -231,6 +231,7 @@ def report(nodes: int, plain: Measured, dcu: Measured, pid: int) -> tuple[float,
     print(f"  node side: waiting for the node's turn {mean_ms(dcu, 'nodesim', SIM + 'queued_seconds'):.0f} ms, "
           f"bound to allocated (lock released) {mean_ms(dcu, 'nodesim', SIM + 'bound_to_allocated_seconds'):.0f} ms, "
           f"Allocate {mean_ms(dcu, 'nodesim', 'hami_dcu_plugin_allocate_seconds'):.0f} ms (mean)")
+    print(f"  {reports_line(dcu)}")
     for label, m in (("DCU", dcu), ("plain", plain)):
         spent = cpu_spent(m)
         ours = sum(spent.values())
@@ -253,6 +254,19 @@ def report(nodes: int, plain: Measured, dcu: Measured, pid: int) -> tuple[float,
     print(f"  API requests per pod, DCU:   {requests_line(dcu)}")
     print(f"  API requests per pod, plain: {requests_line(plain)}", flush=True)
     return dcu_rate, plain_rate
+
+
+def reports_line(m: Measured) -> str:
+    """Whether the simulated plugins kept their nodes alive: one process writes every node's
+    report here, and a report later than the extender's 60 s limit makes a node look dead
+    (its /filter reason: device plugin not reporting), which is the harness, not the product."""
+    written = total(m, "nodesim", SIM + "report_delay_seconds", "_count")
+    late = total(m, "nodesim", SIM + "registrations", "_total", ("result",), ("late",))
+    silent = st.samples(m.after.extender, "hami_dcu_nodes_not_reporting").get((), 0.0)
+    warning = "   HARNESS BEHIND: nodes looked dead" if late or silent else ""
+    return (f"node reports (simulated plugins): {written:.0f} written, mean delay "
+            f"{mean_ms(m, 'nodesim', SIM + 'report_delay_seconds'):.0f} ms, {late:.0f} skipped while the "
+            f"previous one waited; nodes not reporting at the end: {silent:.0f}{warning}")
 
 
 def _events(counts: dict[str, float]) -> str:

@@ -103,8 +103,14 @@ class CardCollector(Collector):
         lock_held = GaugeMetricFamily("hami_dcu_node_lock_held", "1 while the node lock is held", labels=["node"])
         lock_age = GaugeMetricFamily("hami_dcu_node_lock_held_seconds", "How long the current node lock has been "
                                      "held (absent when free)", labels=["node"])
+        not_reporting = GaugeMetricFamily("hami_dcu_nodes_not_reporting", "Nodes with registered cards whose device "
+                                          "plugin has not reported within the handshake limit: /filter gives them "
+                                          "no DCU pod")
         now = self.wall_clock()
+        silent = 0
         for entry in list(self.cache.nodes.values()):
+            if entry.present and entry.cards and entry.handshake_fresh_until < now:  # CPU nodes: no cards
+                silent += 1
             for spec, used in zip(entry.cards, entry.used, strict=False):
                 values = [entry.name, spec.id, spec.model]
                 memory.add_metric(values, used.memory)
@@ -130,8 +136,9 @@ class CardCollector(Collector):
                                     "relist found and repaired", labels=["kind"])
         for kind, count in sorted(self.cache.drift.items()):
             drift.add_metric([kind], count)
+        not_reporting.add_metric([], silent)
         yield from (memory, cores, slots, memory_total, cores_total, slots_total, healthy, degraded, lock_held,
-                    lock_age, phases, drift)
+                    lock_age, not_reporting, phases, drift)
 
     def _namespaces(self) -> Iterator[GaugeMetricFamily]:
         """What each namespace's pods hold, summed over cards: set beside a ResourceQuota on

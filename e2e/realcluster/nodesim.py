@@ -9,7 +9,12 @@ Per fake node, one `PluginCore` (the device plugin minus gRPC and the SMI) over 
   `--register-interval` seconds (the chart's registerIntervalSeconds), spread over the interval,
   followed by the plugin's `reconcile` (vDCUs of pods gone, a lock nobody needs) on every node
   that has served a pod: on the others it would list no pod, and at 5,000 nodes those lists
-  alone would be 170 requests/s that this 2-core machine cannot spare;
+  alone would be 170 requests/s that this 2-core machine cannot spare. Each real node reports
+  from its own machine; here one process makes every node's report (167 writes/s at 5,000
+  nodes), so the writers are sized to the node count, a node whose previous report is still
+  queued is not queued again (a backlog would make every later report older), and how late
+  each report is goes into `hami_dcu_nodesim_report_delay_seconds`: reports later than the
+  extender's 60 s limit would make nodes look dead, and the bench says so;
 * Allocate: for every DCU pod bound to the node, in the order the pods arrive, what the kubelet
   does per container: GetPreferredAllocation (`preferred`) over the node's free slot ids, then
   `allocate`, which finds the pod by the node lock, writes its vDCU files, records the outcome
@@ -31,6 +36,7 @@ from __future__ import annotations
 import argparse
 import copy
 import logging
+import math
 import signal
 import threading
 import time
@@ -76,6 +82,13 @@ def impersonating(base: Kube, user: str, node: str) -> Kube:
     return Kube(api_client, timeout=base.timeout)
 
 
+def report_writers(nodes: int, write_seconds: float = 0.25, interval: float = 30.0) -> int:
+    """Threads enough to write every node's report within a third of the interval when a
+    write takes `write_seconds` (kube-apiserver's latency on a loaded 2-core machine): the
+    writes wait on the API, not on this process's CPU."""
+    return max(4, min(64, math.ceil(nodes * write_seconds / (interval / 3))))
+
+
 def count_needed(container: JSON, resource: str) -> int:
     limits = (container.get("resources") or {}).get("limits") or {}
     try:
@@ -96,13 +109,18 @@ class SimMetrics:
             "(the node lock released)", buckets=_BUCKETS, registry=self.registry)
         self.pods = Counter("hami_dcu_nodesim_pods", "DCU pods admitted, by result", ["result"],
                             registry=self.registry)
-        self.registrations = Counter("hami_dcu_nodesim_registrations", "Node registrations, by result",
+        self.registrations = Counter("hami_dcu_nodesim_registrations", "Node registrations, by result "
+                                     "(late: not queued again while the previous one still waited)",
                                      ["result"], registry=self.registry)
+        self.report_delay_seconds = Histogram(
+            "hami_dcu_nodesim_report_delay_seconds", "From a node's turn in the report schedule to its "
+            "report written", buckets=(*_BUCKETS, 60, 120), registry=self.registry)
 
 
 class NodeSimulator:
     def __init__(self, admin: Kube, plugin_user: str, nodes: dict[str, list[MockCard]], workdir: Path,
                  register_interval: float = 30.0, workers: int = 32, naming: keys.Naming = keys.DCU_NAMING,
+                 register_workers: int | None = None,
                  slots_per_card: int = keys.DEFAULT_SLOTS_PER_CARD, metrics: SimMetrics | None = None) -> None:
         self.admin = admin
         self.resource = naming.resources.count
@@ -126,7 +144,9 @@ class NodeSimulator:
         self.served: set[str] = set()  # nodes that have had a DCU pod to admit
         self._cond = threading.Condition()
         self._stopping = threading.Event()
-        self._registrar = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nodesim-register")
+        self._registrar = ThreadPoolExecutor(max_workers=register_workers or report_writers(len(nodes)),
+                                             thread_name_prefix="nodesim-register")
+        self._reporting: set[str] = set()  # nodes whose report is queued or being written
         self._threads = [threading.Thread(target=self._work, name=f"nodesim-{i}", daemon=True)
                          for i in range(workers)]
         self._threads += [threading.Thread(target=self._watch, name="nodesim-watch", daemon=True),
@@ -153,9 +173,11 @@ class NodeSimulator:
         for done in [self._registrar.submit(self._register_one, node) for node in nodes]:
             done.result()
 
-    def _register_one(self, node: str, reconcile: bool = False) -> None:
+    def _register_one(self, node: str, reconcile: bool = False, due: float | None = None) -> None:
         """What the plugin's loop does each interval (deviceplugin/command.py NodeLoop.once)."""
         try:
+            if due is not None:
+                self.metrics.report_delay_seconds.observe(max(0.0, time.monotonic() - due))
             self.cores[node].register_node(now=datetime.now(UTC))
             self.metrics.registrations.labels("ok").inc()
             if reconcile and node in self.served:
@@ -163,6 +185,9 @@ class NodeSimulator:
         except (KubeError, OSError) as exc:
             self.metrics.registrations.labels("failed").inc()
             log.warning("node %s: registration or reconcile failed: %s", node, exc)
+        finally:
+            with self._cond:
+                self._reporting.discard(node)
 
     def _refresh(self) -> None:
         """Every node again within each interval, evenly spread: a device plugin's reports."""
@@ -171,11 +196,18 @@ class NodeSimulator:
         while not self._stopping.is_set():
             started = time.monotonic()
             for i, node in enumerate(nodes):
-                delay = started + i * gap - time.monotonic()
+                due = started + i * gap
+                delay = due - time.monotonic()
                 if delay > 0 and self._stopping.wait(delay):
                     return
+                with self._cond:
+                    late = node in self._reporting
+                    self._reporting.add(node)
+                if late:
+                    self.metrics.registrations.labels("late").inc()
+                    continue
                 # Not waited for: one slow write must not delay every later node's report.
-                self._registrar.submit(self._register_one, node, True)
+                self._registrar.submit(self._register_one, node, True, due)
             rest = started + self.register_interval - time.monotonic()
             if rest > 0 and self._stopping.wait(rest):
                 return

@@ -66,3 +66,19 @@ def test_certificate_expiry_follows_the_file(tmp_path):
     assert renewed == expiry + 100 * 86400
     path.write_text("not a certificate")
     assert metrics.registry.get_sample_value("hami_dcu_certificate_expiry_timestamp_seconds", labels) is None
+
+
+def test_nodes_whose_plugin_stopped_reporting_are_counted():
+    """A node whose device plugin has not reported within the handshake limit takes no DCU
+    pod (`device plugin not reporting` in /filter); the gauge shows how many there are, so a
+    dashboard can tell that apart from a full cluster."""
+    cache = ClusterCache()
+    cache.apply_node(node_object("fresh", handshake=NOW - timedelta(seconds=10)), NOW)
+    cache.apply_node(node_object("silent", handshake=NOW - timedelta(minutes=5)), NOW)
+    cache.apply_node(node_object("late", handshake=NOW - timedelta(seconds=50)), NOW)
+    cache.apply_node({"metadata": {"name": "cpu-only", "resourceVersion": "1"}}, NOW)  # never had cards
+    at = {"now": NOW}
+    metrics = SchedulerMetrics(cache, wall_clock=lambda: at["now"].timestamp())
+    assert metrics.registry.get_sample_value("hami_dcu_nodes_not_reporting") == 1
+    at["now"] = NOW + timedelta(seconds=30)  # "late" is now 80 s old; "fresh" 40 s
+    assert metrics.registry.get_sample_value("hami_dcu_nodes_not_reporting") == 2
