@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -302,6 +303,9 @@ def main() -> None:
         if need > n:
             raise SystemExit(f"{m} pods of the mix need at least {need} nodes x {CARDS_PER_NODE} cards, not {n}")
     logging.basicConfig(level=logging.WARNING)
+    # A stopped bench tears its cluster down (the `with` below) instead of leaving a control
+    # plane, kwok and the simulator running.
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
     started = time.monotonic()
     print(f"starting the real control plane, the chart and kwok (load average {os.getloadavg()[0]:.1f}) ...",
           flush=True)
