@@ -1,23 +1,24 @@
 """DRA mode: list + watch of ResourceSlices and ResourceClaims into `DraUsage` (drausage.py),
 which /prioritize reads to pack pods onto the fullest nodes that fit.
 
-The same discipline as the pod and node informer (informer.py): list, watch from the list's
-resourceVersion, watch again from the last version seen when a stream ends, list again on
-410 Gone and every `resync` seconds, back off on errors up to 30 s. Each object is trimmed to
-the fields the usage reads as it arrives, so a cluster's claims never sit whole in memory.
+The same discipline as the pod and node informer (informer.py), from the same loop
+(listwatch.py): list, watch from the list's resourceVersion, watch again from the last version
+seen when a stream ends, list again on 410 Gone and every `resync` seconds, back off on errors
+up to 30 s. Each object is trimmed to the fields the usage reads as it arrives, so a cluster's
+claims never sit whole in memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
-from hami_dcu.common.kube import AsyncKube, GoneError
+from hami_dcu.common.kube import AsyncKube
 from hami_dcu.dra import names
 from hami_dcu.scheduler.drausage import DraUsage
+from hami_dcu.scheduler.listwatch import list_and_watch, list_pages
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -56,44 +57,22 @@ class DraInformer:
 
     async def _loop(self, resource: str) -> None:
         path = f"{names.RESOURCE_API}/{resource}"
-        backoff = 1.0
-        while True:
-            try:
-                rv = await self._list(resource, path)
-                backoff = 1.0
-                resync_at = time.monotonic() + self.resync
-                while (remaining := resync_at - time.monotonic()) > 0:
-                    timeout = max(1, min(self.watch_timeout, int(remaining)))
-                    async for event in self.kube.watch(path, rv, timeout_seconds=timeout):
-                        rv = self._apply(resource, event) or rv
-            except GoneError:
-                log.info("%s watch expired (410): listing again", resource)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the API server is down, or has no DRA: retry
-                log.warning("%s list/watch failed: %s; retrying in %.0fs", resource, exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 30.0)
+        await list_and_watch(self.kube, resource, path, lambda: self._list(resource, path),
+                             lambda event: self._apply(resource, event), resync=self.resync,
+                             watch_timeout=self.watch_timeout)
 
     async def _list(self, resource: str, path: str) -> str:
         keep: Callable[[JSON], JSON] = slim_slice if resource == SLICES else slim_claim
-        items: list[JSON] = []
-        token = ""
-        while True:
-            page = await self.kube.list_page(path, self.page_size, token, keep)
-            items.extend(page.items)
-            token = page.continue_token
-            if not token:
-                break
+        listing = await list_pages(self.kube, path, self.page_size, keep)
         if resource == SLICES:
-            self.usage.replace_slices(items)
+            self.usage.replace_slices(listing.items)
         else:
-            self.usage.replace_claims(items)
-        log.info("listed %d %s at resourceVersion %s", len(items), resource, page.resource_version)
+            self.usage.replace_claims(listing.items)
+        log.info("listed %d %s at resourceVersion %s", len(listing.items), resource, listing.resource_version)
         self._listed.add(resource)
         if self._listed == {SLICES, CLAIMS}:
             self.synced.set()
-        return page.resource_version
+        return listing.resource_version
 
     def _apply(self, resource: str, event: JSON) -> str | None:
         kind = event.get("type")

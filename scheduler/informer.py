@@ -1,10 +1,10 @@
 """List + watch of nodes and pods into the cache, and of ResourceQuotas into the quota book.
 
-Per resource: list (fill the cache, diffing out what vanished), watch from the list's
-resourceVersion, re-watch from the last seen version when a stream ends, list again on
-410 Gone, and list again every `resync` seconds anyway so a missed event cannot leave a
-stale holding behind for long (HAMi's did: Project-HAMi/HAMi#2923). Other errors back off 1 s
-doubling to 30 s. `synced` is set once every first list is in. Nodes and pods are listed in
+Per resource, in the loop both informers share (listwatch.py): list (fill the cache, diffing
+out what vanished), watch from the list's resourceVersion, re-watch from the last seen version
+when a stream ends, list again on 410 Gone, and list again every `resync` seconds anyway so a
+missed event cannot leave a stale holding behind for long (HAMi's did: Project-HAMi/HAMi#2923).
+Other errors back off 1 s doubling to 30 s. `synced` is set once every first list is in. Nodes and pods are listed in
 pages (`limit`/`continue`) and kept only in the fields the cache reads (slim.py).
 
 After every event and list, the node locks the cache found needless (their holder is
@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from hami_dcu.common.kube import AsyncKube, GoneError, ObjectList
+from hami_dcu.common.kube import AsyncKube
 from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock, PodRelist
+from hami_dcu.scheduler.listwatch import list_and_watch, list_pages
 from hami_dcu.scheduler.quotas import QuotaBook
 from hami_dcu.scheduler.signal import CacheSignal
 from hami_dcu.scheduler.slim import slim_node, slim_pod
@@ -65,31 +65,13 @@ class Informer:
         await asyncio.gather(*(self._loop(resource) for resource in sorted(self._resources)))
 
     async def _loop(self, resource: str) -> None:
-        path = f"/api/v1/{resource}"
-        backoff = 1.0
-        while True:
-            try:
-                rv = await self._list(resource)
-                backoff = 1.0
-                resync_at = time.monotonic() + self.resync
-                while (remaining := resync_at - time.monotonic()) > 0:
-                    timeout = max(1, min(self.watch_timeout, int(remaining)))
-                    async for event in self.kube.watch(path, rv, timeout_seconds=timeout):
-                        rv = self._apply(resource, event) or rv
-                        self._release_needless()
-                        self._notify(resource, event)
-            except GoneError:
-                log.info("%s watch expired (410): listing again", resource)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the API server is down or answered nonsense: retry
-                log.warning("%s list/watch failed: %s; retrying in %.0fs", resource, exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 30.0)
+        await list_and_watch(self.kube, resource, f"/api/v1/{resource}", lambda: self._list(resource),
+                             lambda event: self._take(resource, event), resync=self.resync,
+                             watch_timeout=self.watch_timeout)
 
     async def _list(self, resource: str) -> str:
         if resource == "nodes":
-            listing = await self._list_paged("/api/v1/nodes", slim_node)
+            listing = await list_pages(self.kube, "/api/v1/nodes", self.page_size, slim_node)
             self.cache.replace_nodes(listing.items, self.wall_clock())
             count, rv = len(listing.items), listing.resource_version
         elif resource == "resourcequotas":
@@ -127,17 +109,11 @@ class Informer:
         self.cache.pods_resource_version = page.resource_version
         return count, page.resource_version
 
-    async def _list_paged(self, path: str, keep: Callable[[JSON], JSON]) -> ObjectList:
-        """The whole list, `page_size` objects per request, each kept only in the fields we
-        read (slim.py): one page of full objects in memory at a time, never the whole list."""
-        items: list[JSON] = []
-        token = ""
-        while True:
-            page = await self.kube.list_page(path, self.page_size, token, keep)
-            items.extend(page.items)
-            token = page.continue_token
-            if not token:
-                return ObjectList(items, page.resource_version)
+    def _take(self, resource: str, event: JSON) -> str | None:
+        rv = self._apply(resource, event)
+        self._release_needless()
+        self._notify(resource, event)
+        return rv
 
     def _apply(self, resource: str, event: JSON) -> str | None:
         kind = event.get("type")
