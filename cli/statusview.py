@@ -22,9 +22,9 @@ import yaml
 from hami_dcu.cli.cardusage import ClusterUsage, LockInfo, NodeUsage, PluginReport, Share, Summary
 from hami_dcu.cli.drausage import ClaimShare, DraUsage
 from hami_dcu.cli.pending import PendingPod
+from hami_dcu.cli.tables import count_of, grouped_rows, shares_cell, table, usage_cells, usage_text
 from hami_dcu.common import keys
 from hami_dcu.common.codec import format_rfc3339
-from hami_dcu.common.untrusted import escape_controls
 
 FORMATS = ("table", "wide", "json", "yaml")
 
@@ -65,18 +65,18 @@ def render_table(usage: ClusterUsage, wide: bool = False, pending: Sequence[Pend
                  dra: DraUsage | None = None, *, naming: keys.Naming) -> str:
     parts = []
     if usage.nodes:
-        parts += [_table(_card_rows(usage.nodes, wide)), "", _table(_node_rows(usage.nodes, wide)), "",
+        parts += [table(_card_rows(usage.nodes, wide)), "", table(_node_rows(usage.nodes, wide)), "",
                   summary_line(usage.summary)]
     if dra is not None and (dra.cards or dra.problems):
         if parts:
             parts.append("")
-        parts += [_table(_dra_rows(dra, wide)), "", dra_summary_line(dra)]
+        parts += [table(_dra_rows(dra, wide)), "", dra_summary_line(dra)]
         parts += [f"problem: {problem}" for problem in dra.problems]
     if not parts:
         parts.append(f"no node has registered DCUs (no {naming.node_register} annotation and no ResourceSlice of "
                      "dra.hygon.com found)")
     if pending:
-        parts += ["", _table(_pending_rows(pending, wide))]
+        parts += ["", table(_pending_rows(pending, wide))]
     return "\n".join(parts) + "\n"
 
 
@@ -87,16 +87,13 @@ def _card_rows(nodes: Sequence[NodeUsage], wide: bool) -> list[list[str]]:
     for node in nodes:
         for card in node.cards:
             cells = [node.name, card.id, card.model, "healthy" if card.healthy else "UNHEALTHY",
-                     f"{card.slots_used}/{card.slots_total}",
-                     f"{card.memory_used_mib}/{card.memory_total_mib}",
-                     f"{card.cores_used_percent}/{card.cores_total_percent}"]
-            if not wide:
-                rows.append([*cells, ", ".join(f"{s.owner} {_share(s)}" for s in card.shares) or "-"])
-                continue
-            card_cells = [*cells, str(card.index), str(card.numa)]
-            rows.append([*card_cells, *_share_cells(card.shares[0] if card.shares else None)])
-            # Further shares of the same card: the card's cells left blank, as kubectl groups rows.
-            rows.extend([*([""] * len(card_cells)), *_share_cells(share)] for share in card.shares[1:])
+                     *usage_cells((card.slots_used, card.slots_total), (card.memory_used_mib, card.memory_total_mib),
+                                  (card.cores_used_percent, card.cores_total_percent))]
+            if wide:
+                rows += grouped_rows([*cells, str(card.index), str(card.numa)],
+                                     [_share_cells(share) for share in card.shares])
+            else:
+                rows.append([*cells, shares_cell(f"{s.owner} {_share(s)}" for s in card.shares)])
     return rows
 
 
@@ -105,15 +102,14 @@ def _dra_rows(dra: DraUsage, wide: bool) -> list[list[str]]:
     header += ["SERIAL", "CLAIM", "SHARE", "PODS"] if wide else ["CLAIMS"]
     rows = [header]
     for card in dra.cards:
-        cells = [card.node, card.device, card.model or "-", f"{card.slots_used}/{card.slots_total}",
-                 f"{card.memory_used_mib}/{card.memory_total_mib}", f"{card.cores_used}/{card.cores_total}"]
-        if not wide:
-            rows.append([*cells, ", ".join(f"{s.owner} {_claim_share(s, card.cores_total)}"
-                                           for s in card.shares) or "-"])
-            continue
-        card_cells = [*cells, card.serial or "-"]
-        rows.append([*card_cells, *_claim_cells(card.shares[0] if card.shares else None, card.cores_total)])
-        rows.extend([*([""] * len(card_cells)), *_claim_cells(share, card.cores_total)] for share in card.shares[1:])
+        cells = [card.node, card.device, card.model or "-",
+                 *usage_cells((card.slots_used, card.slots_total), (card.memory_used_mib, card.memory_total_mib),
+                              (card.cores_used, card.cores_total))]
+        if wide:
+            rows += grouped_rows([*cells, card.serial or "-"],
+                                 [_claim_cells(share, card.cores_total) for share in card.shares])
+        else:
+            rows.append([*cells, shares_cell(f"{s.owner} {_claim_share(s, card.cores_total)}" for s in card.shares)])
     return rows
 
 
@@ -124,9 +120,7 @@ def _claim_share(share: ClaimShare, cores_total: int) -> str:
     return f"({share.memory_mib} MiB, {share.cores} CU{percent})"
 
 
-def _claim_cells(share: ClaimShare | None, cores_total: int) -> list[str]:
-    if share is None:
-        return ["-", "", ""]
+def _claim_cells(share: ClaimShare, cores_total: int) -> list[str]:
     return [share.owner, _claim_share(share, cores_total).strip("()"), ", ".join(share.pods) or "(not in use)"]
 
 
@@ -136,10 +130,8 @@ def dra_summary_line(dra: DraUsage) -> str:
     slots = (sum(c.slots_used for c in cards), sum(c.slots_total for c in cards))
     memory = (sum(c.memory_used_mib for c in cards), sum(c.memory_total_mib for c in cards))
     cores = (sum(c.cores_used for c in cards), sum(c.cores_total for c in cards))
-    return (f"dra.hygon.com: {nodes} node{'s' if nodes != 1 else ''}, {len(cards)} cards, "
-            f"slots {slots[0]}/{slots[1]} ({_percent(*slots)}), memory {memory[0]}/{memory[1]} MiB "
-            f"({_percent(*memory)}), cores {cores[0]}/{cores[1]} CU ({_percent(*cores)}), "
-            f"{dra.claims} claim{'s' if dra.claims != 1 else ''}")
+    return (f"dra.hygon.com: {count_of(nodes, 'node')}, {len(cards)} cards, {usage_text(slots, memory, cores, ' CU')}, "
+            f"{count_of(dra.claims, 'claim')}")
 
 
 def _pending_rows(pending: Sequence[PendingPod], wide: bool) -> list[list[str]]:
@@ -155,9 +147,7 @@ def _share(share: Share) -> str:
     return f"({share.memory_mib} MiB, {share.cores_percent}%)"
 
 
-def _share_cells(share: Share | None) -> list[str]:
-    if share is None:
-        return ["-", "", ""]
+def _share_cells(share: Share) -> list[str]:
     return [share.owner, f"{share.memory_mib} MiB, {share.cores_percent}%", share.bind_phase or "-"]
 
 
@@ -212,22 +202,9 @@ def age(seconds: float | None) -> str:
     return f"{secs}s"
 
 
-def _percent(used: int, total: int) -> str:
-    return f"{100 * used / total:.1f}%" if total else "-"
-
-
 def summary_line(summary: Summary) -> str:
     s = summary
-    return (f"cluster: {s.nodes} node{'s' if s.nodes != 1 else ''}, {s.cards} cards ({s.healthy_cards} healthy), "
-            f"slots {s.slots_used}/{s.slots_total} ({_percent(s.slots_used, s.slots_total)}), "
-            f"memory {s.memory_used_mib}/{s.memory_total_mib} MiB ({_percent(s.memory_used_mib, s.memory_total_mib)}), "
-            f"cores {s.cores_used_percent}/{s.cores_total_percent}% "
-            f"({_percent(s.cores_used_percent, s.cores_total_percent)}), {s.pods} pod{'s' if s.pods != 1 else ''}")
-
-
-def _table(rows: list[list[str]]) -> str:
-    # Cells carry what pods and nodes say about themselves: nothing reaches the terminal unescaped.
-    rows = [[escape_controls(cell) for cell in row] for row in rows]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
-
+    figures = usage_text((s.slots_used, s.slots_total), (s.memory_used_mib, s.memory_total_mib),
+                         (s.cores_used_percent, s.cores_total_percent), "%")
+    return (f"cluster: {count_of(s.nodes, 'node')}, {s.cards} cards ({s.healthy_cards} healthy), {figures}, "
+            f"{count_of(s.pods, 'pod')}")
