@@ -1,29 +1,11 @@
-"""The committed pod resources stubs are what grpcio-tools generates from the committed proto,
-and their wire names are the kubelet's."""
+"""The committed pod resources stubs' wire names are the kubelet's (that they are what
+grpcio-tools generates from the committed proto: tests/test_stubs.py)."""
 
-import pytest
-
-from hami_dcu.node.api.podresources import regenerate
 from hami_dcu.node.api.podresources.v1 import api_pb2
 
 
 def numbers(message) -> dict[str, int]:
     return {f.name: f.number for f in message.DESCRIPTOR.fields}
-
-
-def test_stubs_match_a_fresh_generation(tmp_path):
-    pytest.importorskip("grpc_tools.protoc", reason="grpcio-tools is a test dependency")
-    stubs = regenerate.generate(tmp_path)
-    assert len(stubs) == len(regenerate.PROTOS) * len(regenerate.OUTPUTS)
-    assert regenerate.stale(stubs) == [], "regenerate: python -m hami_dcu.node.api.podresources.regenerate"
-
-
-def test_a_changed_stub_is_reported_stale(tmp_path):
-    pytest.importorskip("grpc_tools.protoc", reason="grpcio-tools is a test dependency")
-    stubs = regenerate.generate(tmp_path)
-    some = next(iter(stubs))
-    stubs[some] += "# edited\n"
-    assert regenerate.stale(stubs) == [some]
 
 
 def test_service_path_is_the_kubelets():

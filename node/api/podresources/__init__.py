@@ -2,7 +2,7 @@
 table, with its generated Python stubs: which container on this node got which device ids
 (device plugins) or which claim's devices (DRA).
 
-Regenerate the stubs after editing the .proto (grpcio-tools, a test extra):
+Regenerate the stubs after editing the .proto (grpcio-tools, a test extra), from the checkout:
 
-    python -m hami_dcu.node.api.podresources.regenerate
+    python .ci/stubs.py
 """
