@@ -1,6 +1,6 @@
-"""The reliability invariants (no card over capacity, no overlapping CU masks, no lock left behind,
-no pod Pending that a card could hold, no pod failed without an event), as pure checks over
-snapshots of the cluster.
+"""The reliability invariants (no card over capacity, in DRA mode no device over its capacity;
+no overlapping CU masks, no lock left behind, no pod Pending that a card could hold, no pod
+failed without an event), as pure checks over snapshots of the cluster.
 
 Each check takes plain API objects (and the vdev files of each node) and returns the
 violations in words, empty when the invariant holds. No I/O here: the fault test and
@@ -16,6 +16,7 @@ from typing import Any
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import decode_node_devices, decode_pod_devices
+from hami_dcu.dra.quantity import to_int
 
 JSON = dict[str, Any]
 FINISHED = ("Succeeded", "Failed")
@@ -66,6 +67,37 @@ def over_capacity(nodes: Iterable[JSON], pods: Iterable[JSON]) -> list[str]:
             f"{r.used_cores}/{r.cores}% cores"
             for card, r in sorted(card_rooms(nodes, pods).items())
             if r.used_slots > r.slots or r.used_memory > r.memory or r.used_cores > r.cores]
+
+
+def claims_over_capacity(slices: Iterable[JSON], claims: Iterable[JSON]) -> list[str]:
+    """DRA mode: per device of the ResourceSlices, what the allocated claims consume of each
+    capacity (a result without consumed capacity holds the whole device), against what the
+    device has; and no device allocated that no slice publishes."""
+    capacity: dict[tuple[str, str, str], dict[str, int]] = {}
+    for obj in slices:
+        spec = obj.get("spec") or {}
+        for device in spec.get("devices") or []:
+            key = (spec.get("driver") or "", (spec.get("pool") or {}).get("name") or "", device.get("name") or "")
+            capacity[key] = {name: to_int(c.get("value"), name) for name, c in (device.get("capacity") or {}).items()}
+    used: dict[tuple[str, str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            if result.get("adminAccess"):
+                continue
+            key = (result.get("driver") or "", result.get("pool") or "", result.get("device") or "")
+            consumed = result.get("consumedCapacity") or capacity.get(key, {})
+            for name, value in consumed.items():
+                used[key][name] += to_int(value, name)
+    found = []
+    for key, amounts in sorted(used.items()):
+        if key not in capacity:
+            found.append(f"device {'/'.join(key)}: allocated, but in no ResourceSlice")
+            continue
+        over = {n: f"{v}/{capacity[key].get(n, 0)}" for n, v in amounts.items() if v > capacity[key].get(n, 0)}
+        if over:
+            found.append(f"device {'/'.join(key)}: {over}")
+    return found
 
 
 def overlapping_masks(vdev_files: Mapping[str, Mapping[str, str]]) -> list[str]:

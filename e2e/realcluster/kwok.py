@@ -4,7 +4,9 @@ into a per-user cache, once).
 
 kwok runs the Stages it is given. Ours are kwok's own defaults (copied from its module by the
 build script): node-initialize, node-heartbeat-with-lease, pod-ready, pod-complete, pod-delete,
-with one change: pod-ready waits for a DCU pod's allocation. A real kubelet starts a DCU pod's
+with two changes: pod-ready waits for a DCU pod's allocation, and pod-complete leaves the
+harness's own pods running (a Job's pods finishing the moment they run would free their cards
+before the next pod is placed, and no packing could be seen). A real kubelet starts a DCU pod's
 containers only after the device plugin's Allocate; here the node-side simulator
 (nodesim.py) does Allocate's work, and kwok turns the pod Running once its bind phase says so.
 """
@@ -19,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from e2e.realcluster import upstream
+from e2e.realcluster import scalemix, upstream
 from e2e.realcluster.processes import Process
 from e2e.tools import ROOT
 from hami_dcu.common import keys
@@ -66,6 +68,8 @@ def stages(stage_dir: Path) -> list[JSON]:
     for stage in loaded:
         if stage["metadata"]["name"] == "pod-ready":
             narrow_pod_ready(stage)
+        if stage["metadata"]["name"] == "pod-complete":
+            narrow_pod_complete(stage)
     return loaded
 
 
@@ -75,6 +79,12 @@ def narrow_pod_ready(stage: JSON) -> None:
     expressions = stage["spec"]["selector"].setdefault("matchExpressions", [])
     expressions.append({"key": f'.metadata.annotations["{keys.POD_BIND_PHASE}"]', "operator": "NotIn",
                         "values": list(_NOT_STARTED)})
+
+
+def narrow_pod_complete(stage: JSON) -> None:
+    """The pods of the harness's runs (Job pods included) keep running until deleted."""
+    expressions = stage["spec"]["selector"].setdefault("matchExpressions", [])
+    expressions.append({"key": f'.metadata.labels["{scalemix.RUN_LABEL}"]', "operator": "DoesNotExist"})
 
 
 def start(kwok: Path, kubeconfig: Path, workdir: Path, lease_seconds: int) -> Process:

@@ -18,6 +18,12 @@ our extender serving the webhook) and device plugin run on one stand-in node. Th
   keeps the handshake fresh, and serves every DCU pod bound to a fake node with the device
   plugin's own Allocate, as the plugin's identity on that node.
 
+`KwokScale(mode="dra")` installs the chart in DRA mode instead (DraRealCluster: the stand-in
+node runs the DRA driver): the fake nodes offer no DCU resource, drasim.py publishes each one's
+ResourceSlice with the DRA driver's own code and prepares the claims of the pods bound there;
+the webhook rewrites the burst's pods into claims, which hami-scheduler's kube-scheduler
+allocates, ranking nodes by our extender's /prioritize.
+
 The baseline of a burst is the same pods without DCU limits: the webhook leaves them alone and
 the cluster's default kube-scheduler (the same binary, no extender) places them.
 """
@@ -40,12 +46,14 @@ from typing import Any
 from e2e.realcluster import kwok, scalemix
 from e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster
 from e2e.realcluster.controlplane import free_port
+from e2e.realcluster.dra_cluster import DraRealCluster
 from e2e.realcluster.processes import Process, wait_for
 from e2e.realcluster.scalestats import Burst
 from e2e.tools import ROOT
 from hami_dcu.cli.localcluster.pods import default_cards
 from hami_dcu.common import keys
 from hami_dcu.common.kube import GoneError, Kube, KubeError
+from hami_dcu.dra import names as dra_names
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -64,13 +72,17 @@ NODE_MONITOR_GRACE_SECONDS = 300
 # 1,000 new nodes take minutes to become schedulable.
 CONTROLLER_MANAGER_QPS = 200
 FAKE_CPU, FAKE_MEMORY, FAKE_PODS = "64", "512Gi", "110"
+DEVICE_PLUGIN, DRA = "devicePlugin", "dra"  # the chart's `mode` values
 
 
 def fake_node(name: str, cards: int = CARDS_PER_NODE, slots_per_card: int = keys.DEFAULT_SLOTS_PER_CARD,
-              naming: keys.Naming = keys.DCU_NAMING) -> JSON:
-    """A Node object kwok manages, as a kubelet with the device plugin registered reports it."""
-    resources = {"cpu": FAKE_CPU, "memory": FAKE_MEMORY, "pods": FAKE_PODS,
-                 naming.resources.count: str(cards * slots_per_card)}
+              naming: keys.Naming = keys.DCU_NAMING, mode: str = DEVICE_PLUGIN) -> JSON:
+    """A Node object kwok manages, as a kubelet with the device plugin registered reports it;
+    in DRA mode without the DCU resource (the cards are in the node's ResourceSlice, and a
+    device plugin's resource would make the DRA driver stand back)."""
+    resources = {"cpu": FAKE_CPU, "memory": FAKE_MEMORY, "pods": FAKE_PODS}
+    if mode != DRA:
+        resources[naming.resources.count] = str(cards * slots_per_card)
     return {
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "annotations": {kwok.MANAGED_ANNOTATION: kwok.MANAGED_VALUE},
@@ -87,7 +99,11 @@ def fake_node_names(count: int) -> list[str]:
 
 class KwokScale:
     def __init__(self, workdir: Path | None = None, register_interval: float = 30.0, sim_workers: int = 32,
-                 say: Callable[[str], None] = lambda line: print(line, flush=True), values: JSON | None = None) -> None:
+                 say: Callable[[str], None] = lambda line: print(line, flush=True), values: JSON | None = None,
+                 mode: str = DEVICE_PLUGIN) -> None:
+        if mode not in (DEVICE_PLUGIN, DRA):
+            raise ValueError(f"mode {mode!r}: {DEVICE_PLUGIN} or {DRA}")
+        self.mode = mode
         self.register_interval = register_interval
         self.sim_workers = sim_workers
         self.say = say
@@ -95,7 +111,8 @@ class KwokScale:
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="hami-kwok-", dir="/tmp"))
         self.workdir.chmod(0o755)
         (self.workdir / "cluster").mkdir(exist_ok=True)
-        self.cluster = RealCluster({STANDIN: default_cards(STANDIN, 1)}, namespace=NAMESPACE, values=values,
+        backend = DraRealCluster if mode == DRA else RealCluster
+        self.cluster = backend({STANDIN: default_cards(STANDIN, 1)}, namespace=NAMESPACE, values=values,
                                    workdir=self.workdir / "cluster",
                                    controller_manager_args=[f"--node-monitor-grace-period={NODE_MONITOR_GRACE_SECONDS}s",
                                                             f"--kube-api-qps={CONTROLLER_MANAGER_QPS}",
@@ -162,7 +179,7 @@ class KwokScale:
 
     def _create_node(self, name: str) -> None:
         try:
-            self.kube.create_node(fake_node(name, naming=self.cluster.naming))
+            self.kube.create_node(fake_node(name, naming=self.cluster.naming, mode=self.mode))
         except KubeError as exc:
             if exc.status != 409:
                 raise
@@ -180,13 +197,16 @@ class KwokScale:
         self.nodesim_port = free_port("127.0.0.1")
         started = time.monotonic()
         log_file = self.workdir / "logs" / f"nodesim-{len(self.nodes)}.log"
+        accounts = f"system:serviceaccount:{SYSTEM_NAMESPACE}:{RELEASE}"
+        if self.mode == DRA:  # the DRA driver's side: slices and Prepare (drasim.py)
+            module, identity = "drasim", f"--driver-user={accounts}-dra-driver"
+        else:
+            module, identity = "nodesim", f"--plugin-user={accounts}-device-plugin"
         self.nodesim = Process("nodesim", [
-            sys.executable, "-m", "e2e.realcluster.nodesim", f"--kubeconfig={self.cluster.kubeconfig}",
+            sys.executable, "-m", f"e2e.realcluster.{module}", f"--kubeconfig={self.cluster.kubeconfig}",
             f"--nodes={nodes_file}", f"--cards={CARDS_PER_NODE}", f"--workdir={self.workdir / 'nodesim'}",
             f"--metrics-port={self.nodesim_port}", f"--register-interval={self.register_interval}",
-            f"--workers={self.sim_workers}",
-            f"--plugin-user=system:serviceaccount:{SYSTEM_NAMESPACE}:{RELEASE}-device-plugin",
-            f"--naming={self.cluster.naming.name}",
+            f"--workers={self.sim_workers}", identity, f"--naming={self.cluster.naming.name}",
         ], log_file, cwd=ROOT).start()  # the harness (e2e/) imports from the checkout
         wait_for("the node simulator's first registration of every fake node",
                  lambda: "registered" in log_file.read_text(), 60 + len(self.nodes) / 20, self.processes, interval=1)
@@ -234,6 +254,33 @@ class KwokScale:
             watcher.stop()
         return result
 
+    def job(self, run: str, shape: scalemix.Shape, pods: int, timeout: float = 300) -> dict[str, str]:
+        """A Job of `pods` pods of one shape, run in parallel (the real Job controller creates
+        them): pod name -> node, once every pod is bound. `delete_job` removes it."""
+        template = scalemix.manifest(run, shape, run, dcu=True)
+        template["spec"]["restartPolicy"] = "Never"
+        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": run, "labels": {scalemix.RUN_LABEL: run}},
+               "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0,
+                        "template": {"metadata": {"labels": {scalemix.RUN_LABEL: run},
+                                                  "annotations": template["metadata"].get("annotations") or {}},
+                                     "spec": template["spec"]}}}
+        self.kube.request("POST", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs", body=job)
+        selector = f"{scalemix.RUN_LABEL}={run}"
+
+        def placed() -> dict[str, str] | None:
+            items = self.kube.list_pods(namespace=NAMESPACE, label_selector=selector).items
+            found = {p["metadata"]["name"]: (p.get("spec") or {}).get("nodeName") or "" for p in items}
+            return found if len(found) >= pods and all(found.values()) else None
+
+        wait_for(f"the {pods} pods of Job {run} bound", lambda: placed() is not None, timeout, self.processes,
+                 interval=0.5)
+        return placed() or {}
+
+    def delete_job(self, run: str) -> None:
+        self.kube.request("DELETE", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{run}",
+                          body={"propagationPolicy": "Background"})
+        self.delete_run(run)
+
     def delete_run(self, run: str, timeout: float = 900) -> None:
         """Delete a burst's pods and wait until they are gone (kwok finishes deleted pods)."""
         selector = f"{scalemix.RUN_LABEL}={run}"
@@ -250,12 +297,28 @@ class KwokScale:
                 wait_for(f"the pods of {run} gone", lambda: not self.kube.request(
                     "GET", path, query={"labelSelector": selector, "limit": 1}).get("items"),
                     min(60.0, max(1.0, deadline - time.monotonic())), self.processes, interval=1)
-                return
+                break
             except TimeoutError:
                 if time.monotonic() > deadline:
                     raise
+        if self.mode == DRA:
+            # The claim controller deletes the pods' generated claims after them: until then their
+            # allocations still hold capacity the next burst would be refused.
+            wait_for(f"the claims of {run}'s pods gone", lambda: not self.claims(limit=1),
+                     max(1.0, deadline - time.monotonic()), self.processes, interval=1)
 
     # --- what the measurements read --------------------------------------------------------
+
+    def claims(self, limit: int | None = None) -> list[JSON]:
+        """The ResourceClaims of the bursts' namespace (DRA mode)."""
+        query = {"limit": limit} if limit else None
+        return self.kube.request("GET", f"{dra_names.RESOURCE_API}/namespaces/{NAMESPACE}/resourceclaims",
+                                 query=query).get("items") or []
+
+    def resource_slices(self) -> list[JSON]:
+        """Every ResourceSlice of our driver (DRA mode)."""
+        return [s for s in self.kube.request("GET", f"{dra_names.RESOURCE_API}/resourceslices").get("items") or []
+                if (s.get("spec") or {}).get("driver") == dra_names.DRIVER]
 
     def extender_pid(self) -> int:
         """The extender process of the scheduler pod (its container's process is the command)."""
