@@ -87,8 +87,9 @@ def claims_over_capacity(slices: Iterable[JSON], claims: Iterable[JSON]) -> list
                 continue
             key = (result.get("driver") or "", result.get("pool") or "", result.get("device") or "")
             consumed = result.get("consumedCapacity") or capacity.get(key, {})
+            amounts = used[key]  # named even when nothing is known of what it consumes
             for name, value in consumed.items():
-                used[key][name] += to_int(value, name)
+                amounts[name] += to_int(value, name)
     found = []
     for key, amounts in sorted(used.items()):
         if key not in capacity:
