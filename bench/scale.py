@@ -4,6 +4,8 @@ and the node-side simulator running the device plugin's own Allocate per pod).
 
     python bench/scale.py --nodes 1000 --pods 2000
     python bench/scale.py --nodes 20,1000,5000 --pods 100,2000,10000
+    python bench/scale.py --mode dra --nodes 1000 --pods 2000     # the chart in DRA mode
+    python bench/scale.py --mode both --nodes 1000 --pods 2000    # device-plugin mode, then DRA
 
 For each node count (ascending, on one cluster that grows), a burst of `--pods` pods in the mix
 of e2e/realcluster/scalemix.py (shares, whole cards, two and four cards, per-pod policies) is
@@ -22,10 +24,19 @@ Allocate). Printed per node count, each DCU figure beside the baseline's from th
   (the extender's own metrics), binds that failed and went back to kube-scheduler's queue
   (FailedScheduling events), the node side (waiting for the node's turn, bound to allocated).
 
+In DRA mode (`--mode dra`; `both` runs device-plugin mode first, then DRA on a new cluster)
+the chart is installed with `mode: dra`: the webhook rewrites the same DCU pods into claims,
+hami-scheduler's kube-scheduler allocates them (its DynamicResources plugin) and binds, our
+extender serves /prioritize only (binpack); the fake nodes' ResourceSlices are published and
+their pods' claims prepared by the DRA driver's own code (e2e/realcluster/drasim.py). Its block
+says where a DRA pod's time goes instead: /prioritize calls per pod, bound-to-prepared on the
+node side, the claims' API traffic, kube-scheduler's CPU per pod.
+
 Counters are read before and after each burst, and given net of the background measured over
 20 s without pods (kwok's Leases, the plugins' 30 s reports, controllers): a slow burst would
 otherwise be charged more of it per pod than a fast one. The last line is
-`scale: nodes=N pods=M dcu_pods_per_s=X plain_pods_per_s=Y ratio=Z` for the largest run.
+`scale: nodes=N pods=M dcu_pods_per_s=X plain_pods_per_s=Y ratio=Z` for the largest
+device-plugin run; a DRA run adds `scale-dra: ...` (the same fields) before it.
 Needs what the real-cluster suite needs (root, Go and the module proxy for the first build of
 the control plane and kwok).
 """
@@ -50,10 +61,11 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))
 from e2e.realcluster import scalemix
 from e2e.realcluster import scalestats as st
 from e2e.realcluster.cluster import unavailable
-from e2e.realcluster.kwokscale import CARDS_PER_NODE, NAMESPACE, KwokScale
+from e2e.realcluster.kwokscale import CARDS_PER_NODE, DEVICE_PLUGIN, DRA, NAMESPACE, KwokScale
 
 EXT = "hami_dcu_scheduler_"
 SIM = "hami_dcu_nodesim_"
+DRASIM = "hami_dcu_drasim_"
 BACKGROUND_SECONDS = 20.0
 
 
@@ -190,13 +202,16 @@ def requests_line(m: Measured) -> str:
                      for (verb, resource, sub), value in per)
 
 
-def report(nodes: int, plain: Measured, dcu: Measured, pid: int) -> tuple[float, float]:
+def report(nodes: int, plain: Measured, dcu: Measured, pid: int, mode: str = DEVICE_PLUGIN) -> tuple[float, float]:
     p, d = plain.burst, dcu.burst
     plain_rate, dcu_rate = p.pods_per_second(), d.pods_per_second()
     fewest = scalemix.fewest_nodes(scalemix.shapes(d.pods), CARDS_PER_NODE)
-    print(f"\nnodes={nodes} (x {CARDS_PER_NODE} mock cards) pods={d.pods}   load average {os.getloadavg()[0]:.1f}")
+    title = "DRA mode: " if mode == DRA else ""
+    print(f"\n{title}nodes={nodes} (x {CARDS_PER_NODE} mock cards) pods={d.pods}   load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    dcu_label = "DRA (claims + /prioritize)" if mode == DRA else "DCU (hami-scheduler + extender)"
     for label, m, rate in (("plain (default kube-scheduler)", plain, plain_rate),
-                           ("DCU (hami-scheduler + extender)", dcu, dcu_rate)):
+                           (dcu_label, dcu, dcu_rate)):
         b = m.burst
         lat = b.create_to_bound()
         run = b.bound_to_running()
@@ -215,6 +230,33 @@ def report(nodes: int, plain: Measured, dcu: Measured, pid: int) -> tuple[float,
           f"({cpu:.1f} s over {dcu.seconds:.0f} s, net of its background), RSS {rss:.0f} MiB (peak {peak:.0f} MiB); "
           f"during the plain burst {cpu_spent(plain).get('extender', 0.0):.1f} s")
     pods = max(1, len(d.bound))
+    scheduler = cpu_spent(dcu).get("hami-kube-scheduler", 0.0)
+    default = cpu_spent(plain).get("kube-scheduler", 0.0)
+    print(f"  kube-scheduler: hami-scheduler's {1000 * scheduler / pods:.2f} ms CPU per DCU pod; the default one's "
+          f"{1000 * default / max(1, len(p.bound)):.2f} ms per plain pod")
+    if mode == DRA:
+        report_dra_path(dcu, pods)
+    else:
+        report_device_plugin_path(dcu, pods)
+    report_costs(plain, dcu)
+    return dcu_rate, plain_rate
+
+
+def report_dra_path(dcu: Measured, pods: int) -> None:
+    """Where a DRA pod's time goes: /prioritize, the node side's Prepare, the claims' traffic."""
+    calls = total(dcu, "extender", EXT + "prioritize_seconds", "_count")
+    print(f"  per DRA pod: /prioritize {calls / pods:.2f} calls (mean "
+          f"{mean_ms(dcu, 'extender', EXT + 'prioritize_seconds'):.1f} ms)")
+    prepared = total(dcu, "nodesim", DRASIM + "pods", "_total", ("result",), ("prepared",))
+    failed = total(dcu, "nodesim", DRASIM + "pods", "_total", ("result",), ("failed",))
+    print(f"  node side: bound to prepared {mean_ms(dcu, 'nodesim', DRASIM + 'bound_to_prepared_seconds'):.0f} ms "
+          f"(mean; kwok runs a pod without waiting for it), the kubelet's reads and the driver's Prepare "
+          f"{mean_ms(dcu, 'nodesim', DRASIM + 'prepare_seconds'):.0f} ms per pod; {prepared:.0f} pods prepared, "
+          f"{failed:.0f} failed, {total(dcu, 'nodesim', DRASIM + 'retries', '_total'):.0f} retries (claim not ready)")
+
+
+def report_device_plugin_path(dcu: Measured, pods: int) -> None:
+    """Where a device-plugin DCU pod's time goes: /filter, /bind, the node lock, Allocate."""
     filters = total(dcu, "extender", EXT + "filter_seconds", "_count")
     binds_ok = total(dcu, "extender", EXT + "bind_seconds", "_count", ("result",), ("ok",))
     binds_err = total(dcu, "extender", EXT + "bind_seconds", "_count", ("result",), ("error",))
@@ -233,6 +275,10 @@ def report(nodes: int, plain: Measured, dcu: Measured, pid: int) -> tuple[float,
           f"bound to allocated (lock released) {mean_ms(dcu, 'nodesim', SIM + 'bound_to_allocated_seconds'):.0f} ms, "
           f"Allocate {mean_ms(dcu, 'nodesim', 'hami_dcu_plugin_allocate_seconds'):.0f} ms (mean)")
     print(f"  {reports_line(dcu)}")
+
+
+def report_costs(plain: Measured, dcu: Measured) -> None:
+    """CPU per pod of every process, kube-apiserver's side, events and API requests per pod."""
     for label, m in (("DCU", dcu), ("plain", plain)):
         spent = cpu_spent(m)
         ours = sum(spent.values())
@@ -254,7 +300,6 @@ def report(nodes: int, plain: Measured, dcu: Measured, pid: int) -> tuple[float,
     print(f"  events: DCU {_events(dcu.events)}; plain {_events(plain.events)}")
     print(f"  API requests per pod, DCU:   {requests_line(dcu)}")
     print(f"  API requests per pod, plain: {requests_line(plain)}", flush=True)
-    return dcu_rate, plain_rate
 
 
 def reports_line(m: Measured) -> str:
@@ -287,7 +332,10 @@ def main() -> None:
     parser.add_argument("--register-interval", type=float, default=30.0,
                         help="seconds between two reports of a fake node's plugin (the chart's default)")
     parser.add_argument("--values", help="a YAML file of chart values to install with (e.g. another node policy)")
-    parser.add_argument("--workdir", help="keep the cluster's files (every component's log) here afterwards")
+    parser.add_argument("--workdir", help="keep the cluster's files (every component's log) here afterwards "
+                        "(with --mode both, one folder per mode in it)")
+    parser.add_argument("--mode", choices=(DEVICE_PLUGIN, DRA, "both"), default=DEVICE_PLUGIN,
+                        help="the chart's mode; both: device-plugin mode, then DRA mode on a new cluster")
     args = parser.parse_args()
     reason = unavailable()
     if reason:
@@ -307,14 +355,30 @@ def main() -> None:
     # plane, kwok and the simulator running.
     signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
     started = time.monotonic()
-    print(f"starting the real control plane, the chart and kwok (load average {os.getloadavg()[0]:.1f}) ...",
-          flush=True)
-    last = (0, 0, 0.0, 0.0)
     values = yaml.safe_load(Path(args.values).read_text()) if args.values else None
-    workdir = Path(args.workdir) if args.workdir else None
+    modes = [DEVICE_PLUGIN, DRA] if args.mode == "both" else [args.mode]
+    last: dict[str, tuple[int, int, float, float]] = {}
+    for mode in modes:
+        workdir = Path(args.workdir) / mode if args.workdir and len(modes) > 1 else args.workdir
+        last[mode] = run_mode(mode, nodes, pods, args.register_interval, values, Path(workdir) if workdir else None)
+    print(f"\nall done in {time.monotonic() - started:.0f} s")
+    if DRA in last:
+        print(st.final_line(*last[DRA], label="scale-dra"))
+    if DEVICE_PLUGIN in last:
+        print(st.final_line(*last[DEVICE_PLUGIN]))
+
+
+def run_mode(mode: str, nodes: list[int], pods: list[int], register_interval: float, values: dict | None,
+             workdir: Path | None) -> tuple[int, int, float, float]:
+    """One cluster with the chart in `mode`, grown through the node counts, a plain and a DCU
+    burst at each; (nodes, pods, DCU pods/s, plain pods/s) of the largest."""
+    started = time.monotonic()
+    print(f"\n{'DRA mode: ' if mode == DRA else ''}starting the real control plane, the chart (mode {mode}) and "
+          f"kwok (load average {os.getloadavg()[0]:.1f}) ...", flush=True)
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
-    with KwokScale(workdir, register_interval=args.register_interval, values=values) as scale:
+    last = (0, 0, 0.0, 0.0)
+    with KwokScale(workdir, register_interval=register_interval, values=values, mode=mode) as scale:
         print(f"  up in {time.monotonic() - started:.0f} s (Kubernetes {scale.cluster.kube_version})", flush=True)
         for n, m in zip(nodes, pods, strict=True):
             scale.grow(n)
@@ -322,10 +386,10 @@ def main() -> None:
             background = measure_background(scale, BACKGROUND_SECONDS)
             plain = measure(scale, f"plain-{n}", shapes, dcu=False, background=background)
             dcu = measure(scale, f"dcu-{n}", shapes, dcu=True, background=background)
-            dcu_rate, plain_rate = report(n, plain, dcu, scale.extender_pid())
+            dcu_rate, plain_rate = report(n, plain, dcu, scale.extender_pid(), mode)
             last = (n, m, dcu_rate, plain_rate)
-    print(f"\nall done in {time.monotonic() - started:.0f} s")
-    print(st.final_line(*last))
+    print(f"  {mode} done in {time.monotonic() - started:.0f} s", flush=True)
+    return last
 
 
 if __name__ == "__main__":

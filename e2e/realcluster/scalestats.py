@@ -106,7 +106,8 @@ def nodes_used(nodes: Iterable[str]) -> int:
     return len(set(nodes))
 
 
-def final_line(nodes: int, pods: int, dcu_per_s: float, plain_per_s: float) -> str:
-    """The one line bench/scale.py ends with, for the largest run it made."""
-    return (f"scale: nodes={nodes} pods={pods} dcu_pods_per_s={dcu_per_s:.1f} plain_pods_per_s={plain_per_s:.1f} "
+def final_line(nodes: int, pods: int, dcu_per_s: float, plain_per_s: float, label: str = "scale") -> str:
+    """The one line bench/scale.py ends with, for the largest run it made (`scale-dra`: the
+    line before it, for DRA mode's)."""
+    return (f"{label}: nodes={nodes} pods={pods} dcu_pods_per_s={dcu_per_s:.1f} plain_pods_per_s={plain_per_s:.1f} "
             f"ratio={ratio(plain_per_s, dcu_per_s):.2f}")

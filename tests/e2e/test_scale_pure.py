@@ -146,3 +146,8 @@ def test_the_final_line_is_exactly_what_the_issue_asks_for():
     line = st.final_line(1000, 2000, 25.04, 50.1)
     assert line == "scale: nodes=1000 pods=2000 dcu_pods_per_s=25.0 plain_pods_per_s=50.1 ratio=2.00"
     assert st.ratio(1.0, 0.0) == float("inf")
+
+
+def test_dra_modes_line_has_the_same_fields_under_its_own_label():
+    line = st.final_line(1000, 2000, 40.0, 50.0, label="scale-dra")
+    assert line == "scale-dra: nodes=1000 pods=2000 dcu_pods_per_s=40.0 plain_pods_per_s=50.0 ratio=1.25"
