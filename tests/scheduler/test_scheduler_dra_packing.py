@@ -5,6 +5,8 @@ import asyncio
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hami_dcu.common.kube import GoneError, ObjectList
 from hami_dcu.dra import names
@@ -51,6 +53,61 @@ def test_fullness_is_the_mean_of_cores_and_memory_held_over_the_nodes_cards():
     assert usage.fullness()["a"] == pytest.approx((30 / 240 + 16 / 128) / 2)
     usage.delete_slice(rslice("a"))
     assert set(usage.fullness()) == {"b"}
+
+
+def _fullness_from_scratch(slices: list[dict], claims: list[dict]) -> dict[str, float]:
+    """The oracle: every node's fullness computed from the whole state at once."""
+    devices = {}
+    for obj in slices:
+        devices.update(slice_devices(obj))
+    totals: dict[str, list[int]] = {}
+    for device in devices.values():
+        t = totals.setdefault(device.node, [0, 0, 0, 0])
+        t[0] += device.capacity.cores
+        t[1] += device.capacity.memory
+    for claim in claims:
+        for held in claim_consumption(claim):
+            device = devices.get(held.key)
+            if device is not None:
+                t, cap = totals[device.node], device.capacity
+                t[2] += min(cap.cores, cap.cores if held.cores is None else held.cores)
+                t[3] += min(cap.memory, cap.memory if held.memory is None else held.memory)
+    return {node: min(1.0, (t[2] / t[0] + t[3] / t[1]) / 2) for node, t in totals.items()}
+
+
+_NODES = ("a", "b", "c")
+_OPS = st.one_of(
+    st.tuples(st.just("slice"), st.sampled_from(_NODES), st.integers(0, 2), st.sampled_from([60, 120])),
+    st.tuples(st.just("unslice"), st.sampled_from(_NODES)),
+    st.tuples(st.just("claim"), st.sampled_from("123456"), st.sampled_from(_NODES), st.integers(0, 1),
+              st.sampled_from([None, "30", "200"])),
+    st.tuples(st.just("unclaim"), st.sampled_from("123456")),
+)
+
+
+@given(st.lists(st.tuples(_OPS, st.booleans()), max_size=40))
+def test_fullness_kept_current_object_by_object_is_what_the_whole_state_gives(ops):
+    # Read between changes or not (a read clears what is out of date), the answer is always
+    # the one computed from everything at once.
+    usage, slices, claims = DraUsage(), {}, {}
+    for op, read in ops:
+        if op[0] == "slice":
+            slices[op[1]] = rslice(op[1], cards=op[2], cores=op[3])
+            usage.apply_slice(slices[op[1]])
+        elif op[0] == "unslice" and op[1] in slices:
+            usage.delete_slice(slices.pop(op[1]))
+        elif op[0] == "claim":
+            claims[op[1]] = rclaim(op[1], op[2], card=op[3], cores=op[4], memory=op[4] and "16Gi")
+            usage.apply_claim(claims[op[1]])
+        elif op[0] == "unclaim" and op[1] in claims:
+            usage.delete_claim(claims.pop(op[1]))
+        if read:
+            assert usage.fullness() == _fullness_from_scratch(list(slices.values()), list(claims.values()))
+    assert usage.fullness() == _fullness_from_scratch(list(slices.values()), list(claims.values()))
+    usage.replace_claims([])
+    assert usage.fullness() == _fullness_from_scratch(list(slices.values()), [])
+    usage.replace_slices([])
+    assert usage.fullness() == {}
 
 
 def test_unreadable_objects_are_skipped_not_raised():
