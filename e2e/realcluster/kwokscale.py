@@ -73,6 +73,7 @@ NODE_MONITOR_GRACE_SECONDS = 300
 CONTROLLER_MANAGER_QPS = 200
 FAKE_CPU, FAKE_MEMORY, FAKE_PODS = "64", "512Gi", "110"
 DEVICE_PLUGIN, DRA = "devicePlugin", "dra"  # the chart's `mode` values
+CREATE_TIMEOUT_SECONDS = 60.0
 
 
 def fake_node(name: str, cards: int = CARDS_PER_NODE, slots_per_card: int = keys.DEFAULT_SLOTS_PER_CARD,
@@ -235,7 +236,10 @@ class KwokScale:
             manifest = scalemix.manifest(name, shapes[i], run, dcu)
             result.created[name] = time.monotonic()
             try:
-                self.kube.create_pod(NAMESPACE, manifest)
+                # The API server's own limit, not the client's 10 s: a create slowed by admission
+                # (DRA mode's webhook) is part of what is measured, not a refusal.
+                self.kube.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body=manifest,
+                                  timeout=CREATE_TIMEOUT_SECONDS)
             except KubeError as exc:
                 result.refused[name] = str(exc)
 
