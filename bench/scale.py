@@ -245,8 +245,11 @@ def report(nodes: int, plain: Measured, dcu: Measured, pid: int, mode: str = DEV
 def report_dra_path(dcu: Measured, pods: int) -> None:
     """Where a DRA pod's time goes: /prioritize, the node side's Prepare, the claims' traffic."""
     calls = total(dcu, "extender", EXT + "prioritize_seconds", "_count")
+    reviews = total(dcu, "extender", "hami_dcu_webhook_review_seconds", "_count")
     print(f"  per DRA pod: /prioritize {calls / pods:.2f} calls (mean "
-          f"{mean_ms(dcu, 'extender', EXT + 'prioritize_seconds'):.1f} ms)")
+          f"{mean_ms(dcu, 'extender', EXT + 'prioritize_seconds'):.1f} ms), admission reviews {reviews / pods:.2f} "
+          f"(the pod's and its claim's; mean {mean_ms(dcu, 'extender', 'hami_dcu_webhook_review_seconds'):.1f} ms "
+          f"in our handler, its template read included)")
     prepared = total(dcu, "nodesim", DRASIM + "pods", "_total", ("result",), ("prepared",))
     failed = total(dcu, "nodesim", DRASIM + "pods", "_total", ("result",), ("failed",))
     print(f"  node side: bound to prepared {mean_ms(dcu, 'nodesim', DRASIM + 'bound_to_prepared_seconds'):.0f} ms "
