@@ -20,6 +20,7 @@ import ssl
 import threading
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,13 @@ def _micro_now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+@dataclass
+class _Readiness:
+    ready: bool = False
+    failures: int = 0  # in a row, since it was last ready
+    probed_at: float = 0.0
+
+
 class RealKubelet(LocalKubelet):
     def __init__(self, kube: Kube, node: str, plugin_dir: Path, runtime: PodRuntime, address: str,
                  workdir: Path, labels: dict[str, str] | None = None, resource: str | None = None) -> None:
@@ -52,6 +60,7 @@ class RealKubelet(LocalKubelet):
         self.posted: dict[str, JSON] = {}
         self._to_start: dict[str, JSON] = {}
         self._terminating: set[str] = set()
+        self._readiness: dict[tuple[str, str, int], _Readiness] = {}  # by (pod uid, container, restarts)
         self._insecure = ssl.create_default_context()
         self._insecure.check_hostname = False
         self._insecure.verify_mode = ssl.CERT_NONE
@@ -191,7 +200,7 @@ class RealKubelet(LocalKubelet):
                 running.restart_due.pop(name, None)
                 self.runtime.restart(pod, running, container)
                 process, code = running.containers[name], None
-            ready = code is None and self._probe(running, container)
+            ready = code is None and self._ready(uid, running, container)
             all_ready &= ready
             done &= code is not None
             failed |= code not in (None, 0)
@@ -206,7 +215,28 @@ class RealKubelet(LocalKubelet):
                 self.running.pop(uid, None)
             self.runtime.stop(running, grace=0)
 
-    def _probe(self, running: RunningPod, container: JSON) -> bool:
+    def _ready(self, uid: str, running: RunningPod, container: JSON) -> bool:
+        """Readiness as a kubelet judges it: until its first success the container is probed on
+        every pass (a quick start), then every `periodSeconds`, and it turns unready only after
+        `failureThreshold` failures in a row. One slow answer from a busy container must not take
+        its endpoints away (here that refused a burst's pods at the webhook), as no kubelet would."""
+        spec = container.get("readinessProbe") or {}
+        if spec.get("httpGet") is None:
+            return True
+        key = (uid, container["name"], running.restarts[container["name"]])
+        state = self._readiness.setdefault(key, _Readiness())
+        now = time.monotonic()
+        if state.ready and now - state.probed_at < float(spec.get("periodSeconds", 10)):
+            return True
+        state.probed_at = now
+        if self._probe(running, container, float(spec.get("timeoutSeconds", 1))):
+            state.ready, state.failures = True, 0
+        elif state.ready:
+            state.failures += 1
+            state.ready = state.failures < int(spec.get("failureThreshold", 3))
+        return state.ready
+
+    def _probe(self, running: RunningPod, container: JSON, timeout: float = 1.0) -> bool:
         probe = (container.get("readinessProbe") or {}).get("httpGet")
         if probe is None:
             return True
@@ -215,7 +245,7 @@ class RealKubelet(LocalKubelet):
             port = next(p["containerPort"] for p in container.get("ports") or [] if p.get("name") == port)
         url = f"{probe.get('scheme', 'HTTP').lower()}://{running.ip}:{port}{probe.get('path', '/')}"
         try:
-            with urllib.request.urlopen(url, timeout=1, context=self._insecure) as response:
+            with urllib.request.urlopen(url, timeout=timeout, context=self._insecure) as response:
                 return 200 <= response.status < 400
         except OSError:
             return False
