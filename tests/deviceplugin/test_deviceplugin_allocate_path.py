@@ -12,6 +12,7 @@ from dp_helpers import dev
 
 from hami_dcu.common import keys
 from hami_dcu.common.kube import Kube
+from hami_dcu.common.nodelock import NodeLock
 from hami_dcu.deviceplugin.plugin import AllocateFailed
 
 
@@ -140,3 +141,38 @@ def test_a_file_that_cannot_be_written_leaves_the_pod_failed_though_success_went
     assert dcu_node.lock_value() is None
     assert not core.state.vdevs_used
     assert list(dcu_node.paths.state_dir.iterdir()) == []
+
+
+def test_preferred_allocation_reads_in_one_round_trip(dcu_node, monkeypatch):
+    """GetPreferredAllocation comes just before every Allocate: its two reads (the node, for the
+    lock holder, and the pod) overlap rather than follow each other."""
+    counting = OverlapKube(dcu_node.kube)
+    dcu_node.kube = counting
+    core = dcu_node.core()
+    reads = threading.Barrier(2, timeout=5)  # only overlapping reads get through
+    original = Kube.request
+
+    def gated(self, method, path, **kwargs):
+        if method == "GET":
+            reads.wait()
+        return original(self, method, path, **kwargs)
+
+    dcu_node.bind("p", [("c", [dev("S2", 1000, 25)])])
+    counting.calls.clear()
+    monkeypatch.setattr(Kube, "request", gated)
+    advice = core.preferred(["DCU-S1-fake-0", "DCU-S1-fake-1", "DCU-S2-fake-0"], [], 1)
+    monkeypatch.undo()
+    assert advice == ["DCU-S2-fake-0"]  # the holder's card
+    assert counting.calls == ["GET", "GET"] and counting.most == 2
+
+
+def test_preferred_allocation_without_a_lock_holder_pending_here_gives_the_kubelets_order(dcu_node):
+    core = dcu_node.core()
+    available = ["DCU-S1-fake-0", "DCU-S2-fake-0"]
+    assert core.preferred(available, [], 1) == ["DCU-S1-fake-0"]  # no lock at all
+    dcu_node.bind("p", [("c", [dev("S2", 1000, 25)])])
+    core.allocate([["DCU-S2-fake-0"]])
+    assert core.idle(5)
+    lock_for_gone = NodeLock(dcu_node.kube)
+    lock_for_gone.take("n1", "default", "gone")  # names a pod that does not exist
+    assert core.preferred(available, [], 1) == ["DCU-S1-fake-0"]
