@@ -112,6 +112,9 @@ class BindSettings:
     # A lock whose holder is still unbound after this long was left by a bind that died.
     bind_window: timedelta = DEFAULT_BIND_WINDOW
     sweep_interval: float = 5.0  # how often locks older than the bind window are judged
+    # How long a lock whose holder the watch shows done is left to the device plugin, which
+    # releases it beside the pod's outcome, before the extender releases it itself.
+    plugin_release_grace: float = 1.0
 
 
 class _AlreadyBound(SchedulerError):
@@ -161,7 +164,7 @@ class Binder:
         self.naming = filter_.settings.naming  # the set whose allocation keys a Binding writes
         self.checks = CheckSettings(resources=filter_.settings.resources)  # admission's, again (podchecks.py)
         self.lock = NodeLock(kube.kube, settings.lock_timeout, clock=wall_clock, bind_window=settings.bind_window)
-        self.janitor = LockJanitor(kube, cache, self.lock, metrics, wall_clock)
+        self.janitor = LockJanitor(kube, cache, self.lock, metrics, wall_clock, settings.plugin_release_grace)
         # Binds of one process to one node queue here instead of racing on the API lock.
         self._node_queues: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         # The attempt in flight per pod, and the node it binds to.
