@@ -14,7 +14,9 @@ selects on it, and a Binding cannot carry labels, so we leave it out rather than
 round trip on every bind.
 
 Between 1 and 2 the placement is checked against the freshest state: the node watch must
-have delivered our own lock (so every earlier lock of that node is known), and every pod
+have delivered our own lock (so every earlier lock of that node is known; a lock written on
+the very version the cache holds is applied from the write's answer, without waiting for
+the watch's echo: nothing can have happened to the node in between), and every pod
 that held the lock before us (another scheduler replica's) must have its allocation in
 the cache; if the watches lag we wait a little, then list the node's pods (a third round
 trip, only then). If the chosen cards no longer fit, the pod is re-fitted on the node.
@@ -386,6 +388,11 @@ class Binder:
                     raise BindError(f"cannot lock node {args.node}: {exc}") from exc
                 attempt.lock_value = held.value
                 attempt.api_calls += held.calls
+                if unlocked_version is not None and held.written is not None and held.calls == 1:
+                    # A compare-and-swap on the version the cache holds: nothing happened to the
+                    # node in between, so what the write returned is the cache's next state and
+                    # every earlier lock is known. No need to wait for the watch to echo it.
+                    self.cache.apply_node(held.written, self.wall_clock())
                 if held.takeover is not None:
                     self.metrics.lock_takeovers.labels(held.takeover.reason).inc()
                 return
