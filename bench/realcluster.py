@@ -16,6 +16,10 @@ Three measurements, each against its baseline from the same run and the same clu
 * the same Job pinned (node affinity) to one extra 10-card node, every bind contending for its
   node lock: time until all are Running, against a Job of as many plain pods onto that node.
 
+`--steps` also prints one node's cycle during the DCU burst, step by step as the API server's
+watches show it (lock, Binding, the device plugin's outcome, the lock's release, the next lock:
+e2e/realcluster/cyclesteps.py), and the API requests per DCU pod by verb and resource.
+
 `--mode dra` installs the chart in DRA mode: the same HAMi-style pod specs are rewritten by the
 webhook into claims, allocated by kube-scheduler's DRA allocator and prepared by our DRA driver.
 
@@ -34,7 +38,9 @@ from pathlib import Path
 # The test harness (e2e/) is not installed: it imports from the checkout this script is in.
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
+from e2e.realcluster import scalestats as st
 from e2e.realcluster.cluster import RealCluster, unavailable
+from e2e.realcluster.cyclesteps import StepRecorder, steps
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
 from hami_dcu.common.kube import Kube
 
@@ -110,6 +116,12 @@ def _delete_job(cluster: RealCluster, label: str) -> None:
         time.sleep(0.5)
 
 
+def _requests(cluster: RealCluster) -> dict[tuple[str, ...], float]:
+    """kube-apiserver's requests so far by verb, resource and subresource."""
+    text = cluster.kubectl("get", "--raw", "/metrics").stdout
+    return st.samples(text, "apiserver_request_total", ("verb", "resource", "subresource"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=20)
@@ -118,6 +130,8 @@ def main() -> None:
     parser.add_argument("--job", type=int, default=40)
     parser.add_argument("--mode", choices=("devicePlugin", "dra"), default="devicePlugin",
                         help="the chart's mode; the pod specs are the same in both")
+    parser.add_argument("--steps", action="store_true",
+                        help="also print one node's cycle step by step and the API requests per DCU pod")
     args = parser.parse_args()
     reason = unavailable()
     if reason:
@@ -138,7 +152,17 @@ def main() -> None:
               f"(Kubernetes {cluster.kube_version})", flush=True)
         base_bound, base_running = _burst(cluster, "plain", args.pods, dcu=False)
         _delete_all(cluster)
+        recorder = StepRecorder(cluster.kube, cluster.namespace).start() if args.steps else None
+        requests_before = _requests(cluster) if args.steps else {}
         bound, running = _burst(cluster, "dcu", args.pods, dcu=True)
+        detail: list[str] = []
+        if recorder is not None:
+            detail = ["\none node's cycle during the DCU burst, as the API server's watches show it:",
+                      *steps(recorder.stop()).lines(), "API requests per DCU pod during the burst (all clients):"]
+            gained = st.deltas(requests_before, _requests(cluster))
+            detail += [f"  {per:5.2f}  {' '.join(part for part in key if part)}"
+                       for key, per in st.per_pod(gained, args.pods, top=12)]
+            detail.append(f"  {sum(gained.values()) / args.pods:5.2f}  in all")
         _delete_all(cluster)
         print(f"\nburst of {args.pods} pods over {args.nodes} nodes")
         print(f"  baseline (default kube-scheduler, no DCU): bound in {base_bound:6.2f} s "
@@ -148,6 +172,7 @@ def main() -> None:
               f"({args.pods / bound:6.1f} pods/s), Running in {running:6.2f} s "
               f"({args.pods / running:6.1f} pods/s)")
         print(f"  ratio to baseline: bound {bound / base_bound:.2f}x, Running {running / base_running:.2f}x")
+        print("\n".join(detail), flush=True)
         job_time, used = _job(cluster, args.job, "job", BIG_NODE, pinned=False)
         fewest = math.ceil(args.job / (args.cards * 4))
         print(f"\nJob of {args.job} pods (binpack): all Running in {job_time:.2f} s on {used} nodes "
