@@ -16,6 +16,10 @@ Three measurements, each against its baseline from the same run and the same clu
 * the same Job pinned (node affinity) to one extra 10-card node, every bind contending for its
   node lock: time until all are Running, against a Job of as many plain pods onto that node.
 
+`--steps` also prints one node's cycle during the DCU burst, step by step as the API server's
+watches show it (lock, Binding, the device plugin's outcome, the lock's release, the next lock:
+e2e/realcluster/cyclesteps.py), and the API requests per DCU pod by verb and resource.
+
 `--mode dra` installs the chart in DRA mode: the same HAMi-style pod specs are rewritten by the
 webhook into claims, allocated by kube-scheduler's DRA allocator and prepared by our DRA driver.
 
@@ -34,7 +38,9 @@ from pathlib import Path
 # The test harness (e2e/) is not installed: it imports from the checkout this script is in.
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
+from e2e.realcluster import scalestats as st
 from e2e.realcluster.cluster import RealCluster, unavailable
+from e2e.realcluster.cyclesteps import StepRecorder, steps
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
 from hami_dcu.common.kube import Kube
 
@@ -48,8 +54,9 @@ def _count(kube: Kube, namespace: str, selector: str, what: str) -> int:
     return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
 
 
-def _burst(cluster: RealCluster, label: str, pods: int, dcu: bool) -> tuple[float, float]:
-    """Seconds until all `pods` are bound, and until all are Running."""
+def _burst(cluster: RealCluster, label: str, pods: int, dcu: bool) -> tuple[float, float, float]:
+    """Seconds until all `pods` are created (one after the other, as fast as the API takes
+    them: DCU pods pass the webhook), until all are bound, and until all are Running."""
     kube, ns = cluster.kube, cluster.namespace
     start = time.monotonic()
     for i in range(pods):
@@ -57,6 +64,7 @@ def _burst(cluster: RealCluster, label: str, pods: int, dcu: bool) -> tuple[floa
         manifest = pod_manifest(f"{label}-{i:03d}", containers)
         manifest["metadata"]["labels"] = {"bench": label}
         kube.create_pod(ns, manifest)
+    created_at = time.monotonic() - start
     bound_at = running_at = 0.0
     deadline = start + 600
     while time.monotonic() < deadline:
@@ -68,7 +76,7 @@ def _burst(cluster: RealCluster, label: str, pods: int, dcu: bool) -> tuple[floa
         time.sleep(0.2)
     else:
         raise SystemExit(f"{label}: not all {pods} pods Running after 600 s")
-    return bound_at or running_at, running_at
+    return created_at, bound_at or running_at, running_at
 
 
 def _delete_all(cluster: RealCluster) -> None:
@@ -110,6 +118,12 @@ def _delete_job(cluster: RealCluster, label: str) -> None:
         time.sleep(0.5)
 
 
+def _requests(cluster: RealCluster) -> dict[tuple[str, ...], float]:
+    """kube-apiserver's requests so far by verb, resource and subresource."""
+    text = cluster.kubectl("get", "--raw", "/metrics").stdout
+    return st.samples(text, "apiserver_request_total", ("verb", "resource", "subresource"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=20)
@@ -118,6 +132,8 @@ def main() -> None:
     parser.add_argument("--job", type=int, default=40)
     parser.add_argument("--mode", choices=("devicePlugin", "dra"), default="devicePlugin",
                         help="the chart's mode; the pod specs are the same in both")
+    parser.add_argument("--steps", action="store_true",
+                        help="also print one node's cycle step by step and the API requests per DCU pod")
     args = parser.parse_args()
     reason = unavailable()
     if reason:
@@ -136,9 +152,19 @@ def main() -> None:
     with backend(nodes) as cluster:
         print(f"cluster up and chart installed in {time.monotonic() - started:.1f} s "
               f"(Kubernetes {cluster.kube_version})", flush=True)
-        base_bound, base_running = _burst(cluster, "plain", args.pods, dcu=False)
+        base_created, base_bound, base_running = _burst(cluster, "plain", args.pods, dcu=False)
         _delete_all(cluster)
-        bound, running = _burst(cluster, "dcu", args.pods, dcu=True)
+        recorder = StepRecorder(cluster.kube, cluster.namespace).start() if args.steps else None
+        requests_before = _requests(cluster) if args.steps else {}
+        created, bound, running = _burst(cluster, "dcu", args.pods, dcu=True)
+        detail: list[str] = []
+        if recorder is not None:
+            detail = ["\none node's cycle during the DCU burst, as the API server's watches show it:",
+                      *steps(recorder.stop()).lines(), "API requests per DCU pod during the burst (all clients):"]
+            gained = st.deltas(requests_before, _requests(cluster))
+            detail += [f"  {per:5.2f}  {' '.join(part for part in key if part)}"
+                       for key, per in st.per_pod(gained, args.pods, top=12)]
+            detail.append(f"  {sum(gained.values()) / args.pods:5.2f}  in all")
         _delete_all(cluster)
         print(f"\nburst of {args.pods} pods over {args.nodes} nodes")
         print(f"  baseline (default kube-scheduler, no DCU): bound in {base_bound:6.2f} s "
@@ -148,6 +174,9 @@ def main() -> None:
               f"({args.pods / bound:6.1f} pods/s), Running in {running:6.2f} s "
               f"({args.pods / running:6.1f} pods/s)")
         print(f"  ratio to baseline: bound {bound / base_bound:.2f}x, Running {running / base_running:.2f}x")
+        print(f"  all created in {created:.2f} s (baseline {base_created:.2f} s): a burst binds no faster than "
+              f"it is created")
+        print("\n".join(detail), flush=True)
         job_time, used = _job(cluster, args.job, "job", BIG_NODE, pinned=False)
         fewest = math.ceil(args.job / (args.cards * 4))
         print(f"\nJob of {args.job} pods (binpack): all Running in {job_time:.2f} s on {used} nodes "

@@ -29,6 +29,9 @@ ALLOCATION_DONE = "allocation-done"  # bind-phase success on this node
 ALLOCATION_FAILED = "allocation-failed"  # bind-phase failed on this node
 HOLDER_UNBOUND = "holder-unbound"  # no Binding within the bind window: its bind died
 
+# The holder's device plugin releases the lock itself beside the pod's outcome (or, for a
+# running pod, did so already): whoever else sees these first leaves it a moment to do so.
+PLUGIN_RELEASES = frozenset({HOLDER_RUNNING, ALLOCATION_DONE, ALLOCATION_FAILED})
 REASONS = (EXPIRED, MALFORMED, HOLDER_GONE, HOLDER_FINISHED, BOUND_ELSEWHERE, HOLDER_RUNNING, ALLOCATION_DONE,
            ALLOCATION_FAILED, HOLDER_UNBOUND)
 _FINISHED_PHASES = frozenset({"Succeeded", "Failed"})

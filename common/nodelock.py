@@ -104,6 +104,7 @@ class Held:
     value: str
     takeover: Takeover | None = None
     calls: int = 0  # API round trips it took
+    written: JSON | None = None  # the node as the write returned it (None: its answer was lost)
 
 
 def _ambiguous(exc: KubeError) -> bool:
@@ -152,9 +153,10 @@ class NodeLock:
                     calls += 1
             value = encode_lock(LockValue(since=self.clock(), namespace=namespace, name=name))
             calls += 1
+            written: JSON | None = None
             try:
-                self.kube.patch_node_metadata(node, annotations={keys.NODE_LOCK: value},
-                                              resource_version=resource_version)
+                written = self.kube.patch_node_metadata(node, annotations={keys.NODE_LOCK: value},
+                                                        resource_version=resource_version)
             except ConflictError:
                 if not read_on_conflict:
                     raise LockStale(node, calls) from None
@@ -170,7 +172,7 @@ class NodeLock:
             if takeover:
                 log.warning("node %s: took over lock %r (%s) for %s/%s", node, takeover.previous, takeover.reason,
                             namespace, name)
-            return Held(node, value, takeover, calls)
+            return Held(node, value, takeover, calls, written)
         raise LockError(f"node {node}: lock not written after {_CAS_ATTEMPTS} attempts (node keeps changing)")
 
     def acquire(self, node: str, namespace: str, name: str) -> Takeover | None:

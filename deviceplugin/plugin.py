@@ -124,7 +124,8 @@ class PluginCore:
         self.state = NodeState(compute_units={c.index: c.card.compute_units for c in cards})
         self.lock = threading.Lock()
         # API calls of one Allocate that overlap other work: the pod list beside the node read,
-        # the last pod write beside the files, the lock release after the answer.
+        # the last pod write and the lock release beside the files
+        # (the release may finish after the answer).
         self._io = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"allocate-{node}")
         self.metrics = metrics or PluginMetrics()
         self.metrics.unknown_models.labels(node).set(sum(1 for c in cards if c.card.model == FALLBACK_MODEL))
@@ -209,9 +210,9 @@ class PluginCore:
             if releasing is None:
                 self.lock.release()
             else:
-                # The node lock's release goes on after the answer: the container's start does
-                # not wait for it, the next Allocate on this node does (it needs the lock free
-                # to tell its pod apart from this one).
+                # The node lock's release may still be under way at the answer: the container's
+                # start does not wait for it, the next Allocate on this node does (it needs the
+                # lock free to tell its pod apart from this one).
                 releasing.add_done_callback(lambda _done: self.lock.release())
         self.metrics.allocations.labels(self.node, "success").inc()
         return responses
@@ -277,15 +278,18 @@ class PluginCore:
                 to_allocate = self.naming.pod_devices_to_allocate
                 update: dict[str, str | None] = {to_allocate: planning.erased_annotation(container_plan, to_allocate)}
                 if container_plan.done:
-                    # The last container: its pod write ("erased" and "success" in one) goes
-                    # out while its files are written. The lock release follows it, after the
-                    # answer (see allocate): a failure before the write lands still marks this
-                    # pod failed and releases the lock.
+                    # The last container: its pod write ("erased" and "success" in one) and the
+                    # lock release go out together while its files are written, so the next
+                    # bind to this node need not wait for one write after the other. Released
+                    # before "success" lands is safe: the kubelet admits its next pod only after
+                    # this answer, which waits for the pod write, and the next Allocate here
+                    # waits for both (see allocate); a failure before then still marks this pod
+                    # failed, which no lock is needed for.
                     update[keys.POD_BIND_PHASE] = keys.BIND_PHASE_SUCCESS
                     last_write = self._io.submit(self._patch_pod, namespace, name, update)
+                    release = self._io.submit(self._release, namespace, name, node_obj)
                     responses.append(self._serve_container(pod, container_plan, written, ids))
                     pod = last_write.result()
-                    release = self._io.submit(self._release, namespace, name, node_obj)
                     finished = True
                 else:  # the next container's plan reads what this write erased
                     responses.append(self._serve_container(pod, container_plan, written, ids))
@@ -559,16 +563,23 @@ class PluginCore:
     # --- GetPreferredAllocation ------------------------------------------------------------
 
     def preferred(self, available: list[str], must_include: list[str], size: int) -> list[str]:
+        """Advice only (Allocate proves which pod it serves on its own reads): the cards of the
+        pod the lock names. The kubelet calls this just before each Allocate, so its two reads
+        go out together, as Allocate's do: one round trip on the node's critical path."""
+        listing = self._io.submit(self._list_pending)
         try:
             node_obj = self.kube.get_node(self.node)
+            pending = listing.result()
             if self.volcano_scheduler and not lock_annotation(node_obj):
                 # Steered only when one pod awaits: with several, any advice would be a guess.
-                awaiting = lockless.awaiting_pods(self._list_pending(), self.node, self.resource,
+                awaiting = lockless.awaiting_pods(pending, self.node, self.resource,
                                                   self.naming.pod_devices_to_allocate)
                 pod = awaiting[0].pod if len(awaiting) == 1 else {}
             else:
-                namespace, name = self._lock_holder(node_obj)
-                pod = self.kube.get_pod(namespace, name)
+                holder = self._lock_holder(node_obj)
+                # Not Pending on this node (not bound yet, or done): no advice to give.
+                pod = next((p for p in pending
+                            if (p["metadata"].get("namespace"), p["metadata"].get("name")) == holder), {})
         except (AllocateFailed, KubeError):
             pod = {}
         return planning.preferred_ids(pod, available, must_include, size, self.naming.pod_devices_to_allocate)

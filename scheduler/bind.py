@@ -14,7 +14,9 @@ selects on it, and a Binding cannot carry labels, so we leave it out rather than
 round trip on every bind.
 
 Between 1 and 2 the placement is checked against the freshest state: the node watch must
-have delivered our own lock (so every earlier lock of that node is known), and every pod
+have delivered our own lock (so every earlier lock of that node is known; a lock written on
+the very version the cache holds is applied from the write's answer, without waiting for
+the watch's echo: nothing can have happened to the node in between), and every pod
 that held the lock before us (another scheduler replica's) must have its allocation in
 the cache; if the watches lag we wait a little, then list the node's pods (a third round
 trip, only then). If the chosen cards no longer fit, the pod is re-fitted on the node.
@@ -112,6 +114,9 @@ class BindSettings:
     # A lock whose holder is still unbound after this long was left by a bind that died.
     bind_window: timedelta = DEFAULT_BIND_WINDOW
     sweep_interval: float = 5.0  # how often locks older than the bind window are judged
+    # How long a lock whose holder the watch shows done is left to the device plugin, which
+    # releases it beside the pod's outcome, before the extender releases it itself.
+    plugin_release_grace: float = 1.0
 
 
 class _AlreadyBound(SchedulerError):
@@ -161,7 +166,7 @@ class Binder:
         self.naming = filter_.settings.naming  # the set whose allocation keys a Binding writes
         self.checks = CheckSettings(resources=filter_.settings.resources)  # admission's, again (podchecks.py)
         self.lock = NodeLock(kube.kube, settings.lock_timeout, clock=wall_clock, bind_window=settings.bind_window)
-        self.janitor = LockJanitor(kube, cache, self.lock, metrics, wall_clock)
+        self.janitor = LockJanitor(kube, cache, self.lock, metrics, wall_clock, settings.plugin_release_grace)
         # Binds of one process to one node queue here instead of racing on the API lock.
         self._node_queues: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         # The attempt in flight per pod, and the node it binds to.
@@ -383,6 +388,11 @@ class Binder:
                     raise BindError(f"cannot lock node {args.node}: {exc}") from exc
                 attempt.lock_value = held.value
                 attempt.api_calls += held.calls
+                if unlocked_version is not None and held.written is not None and held.calls == 1:
+                    # A compare-and-swap on the version the cache holds: nothing happened to the
+                    # node in between, so what the write returned is the cache's next state and
+                    # every earlier lock is known. No need to wait for the watch to echo it.
+                    self.cache.apply_node(held.written, self.wall_clock())
                 if held.takeover is not None:
                     self.metrics.lock_takeovers.labels(held.takeover.reason).inc()
                 return

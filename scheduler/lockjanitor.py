@@ -3,7 +3,10 @@
 Two ways in:
 * the watch: the cache queues a lock as soon as a pod event shows its holder done with it
   (finished, running, bind-phase success/failed, bound elsewhere, deleted);
-  `release(NeedlessLock)` removes it by its exact value;
+  `release(NeedlessLock)` removes it by its exact value. A lock the holder's device plugin
+  releases itself (beside the pod's outcome: lockpurpose.PLUGIN_RELEASES) is left to it for
+  `plugin_grace` seconds, and released here only if the watch still shows it then: racing the
+  plugin cost a node read per pod, and a write and a conflict whenever we won;
 * a sweep every few seconds over the locks older than the bind window, for what a watch
   event cannot show: a holder that never got bound (its bind died with a restarted
   scheduler or a lost answer), an expired or malformed lock, an event missed. Each such
@@ -37,8 +40,10 @@ class LockJanitor:
         lock: NodeLock,
         metrics: SchedulerMetrics,
         wall_clock: Callable[[], datetime],
+        plugin_grace: float = 0.0,
     ) -> None:
         self.kube = kube
+        self.plugin_grace = plugin_grace
         self.cache = cache
         self.lock = lock
         self.metrics = metrics
@@ -62,6 +67,11 @@ class LockJanitor:
             return False  # another event already asked for it
         self._releasing.add(key)
         try:
+            if needless.reason in purpose.PLUGIN_RELEASES and self.plugin_grace > 0:
+                await asyncio.sleep(self.plugin_grace)
+                entry = self.cache.nodes.get(needless.node)
+                if entry is None or entry.lock_value != needless.value:
+                    return False  # released by the plugin (or replaced): nothing left to do
             removed = await self.release_value(needless.node, needless.value)
         finally:
             self._releasing.discard(key)

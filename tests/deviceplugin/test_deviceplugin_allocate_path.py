@@ -1,6 +1,7 @@
-"""Allocate's critical path (issue 14): the node and the pod list are read together, the last
-pod write goes out while the files are written, the lock release follows the answer (the
-next Allocate waits for it), and the container's vdev0.conf is written without fsync because
+"""Allocate's critical path (issues 14 and 22): the node and the pod list are read together
+(GetPreferredAllocation's too), the last pod write and the lock release go out together while
+the files are written, the answer waits for the pod write only (the next Allocate waits for the
+release too), and the container's vdev0.conf is written without fsync because
 the plugin's durable record puts it back at restart."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dp_helpers import dev
 
 from hami_dcu.common import keys
 from hami_dcu.common.kube import Kube
+from hami_dcu.common.nodelock import NodeLock
 from hami_dcu.deviceplugin.plugin import AllocateFailed
 
 
@@ -59,35 +61,54 @@ class OverlapKube(Kube):
                 self.in_flight -= 1
 
 
-def test_allocate_reads_in_one_round_trip_and_answers_before_the_lock_release(dcu_node, monkeypatch):
+def test_allocate_reads_in_one_round_trip_and_writes_the_outcome_beside_the_lock_release(dcu_node, monkeypatch):
+    """Two round trips on the node's critical path: the reads together, then the pod's outcome
+    and the lock release together (the next bind to the node waits for the release, the
+    answer for the outcome only)."""
     counting = OverlapKube(dcu_node.kube)
     dcu_node.kube = counting
     core = dcu_node.core()
-    # the two reads wait for each other: only overlapping reads get through
-    reads = threading.Barrier(2, timeout=5)
-    answered, release_may_go = threading.Event(), threading.Event()
+    reads = threading.Barrier(2, timeout=5)  # only overlapping reads get through
+    writes = threading.Barrier(2, timeout=5)  # only an outcome and a release in flight together
     original = Kube.request
 
     def gated(self, method, path, **kwargs):
-        if method == "GET" and not answered.is_set():
+        if method == "GET":
             reads.wait()
-        if method == "PATCH" and "/nodes/" in path:  # the lock release
-            assert release_may_go.wait(5)
+        if method == "PATCH":
+            writes.wait()
         return original(self, method, path, **kwargs)
 
     dcu_node.bind("p", [("c", [dev("S1", 1000, 25)])])
     counting.calls.clear()
     monkeypatch.setattr(Kube, "request", gated)
     core.allocate([["DCU-S1-fake-0"]])
-    answered.set()
-    at_answer = list(counting.calls)
-    assert not core.idle(0.2)  # answered, the lock release still held back
+    assert core.idle(5)
+    monkeypatch.undo()
+    assert counting.calls == ["GET", "GET", "PATCH", "PATCH"]
+    assert counting.most == 2
+    assert dcu_node.annotation("p", keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS
+    assert dcu_node.lock_value() is None
+
+
+def test_allocate_answers_without_waiting_for_the_lock_release(dcu_node, monkeypatch):
+    core = dcu_node.core()
+    release_may_go = threading.Event()
+    original = Kube.request
+
+    def gated(self, method, path, **kwargs):
+        if method == "PATCH" and "/nodes/" in path:  # the lock release
+            assert release_may_go.wait(5)
+        return original(self, method, path, **kwargs)
+
+    dcu_node.bind("p", [("c", [dev("S1", 1000, 25)])])
+    monkeypatch.setattr(Kube, "request", gated)
+    core.allocate([["DCU-S1-fake-0"]])  # answered while the release is held back
+    assert dcu_node.annotation("p", keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS  # written before the answer
+    assert not core.idle(0.2)  # the next Allocate still waits for the release
     release_may_go.set()
     assert core.idle(5)
     monkeypatch.undo()
-    assert at_answer[:3] == ["GET", "GET", "PATCH"]  # the pod's outcome was written before the answer
-    assert counting.calls == ["GET", "GET", "PATCH", "PATCH"]
-    assert counting.most == 2  # the reads, together; the writes one after the other
     assert dcu_node.lock_value() is None
 
 
@@ -140,3 +161,38 @@ def test_a_file_that_cannot_be_written_leaves_the_pod_failed_though_success_went
     assert dcu_node.lock_value() is None
     assert not core.state.vdevs_used
     assert list(dcu_node.paths.state_dir.iterdir()) == []
+
+
+def test_preferred_allocation_reads_in_one_round_trip(dcu_node, monkeypatch):
+    """GetPreferredAllocation comes just before every Allocate: its two reads (the node, for the
+    lock holder, and the pod) overlap rather than follow each other."""
+    counting = OverlapKube(dcu_node.kube)
+    dcu_node.kube = counting
+    core = dcu_node.core()
+    reads = threading.Barrier(2, timeout=5)  # only overlapping reads get through
+    original = Kube.request
+
+    def gated(self, method, path, **kwargs):
+        if method == "GET":
+            reads.wait()
+        return original(self, method, path, **kwargs)
+
+    dcu_node.bind("p", [("c", [dev("S2", 1000, 25)])])
+    counting.calls.clear()
+    monkeypatch.setattr(Kube, "request", gated)
+    advice = core.preferred(["DCU-S1-fake-0", "DCU-S1-fake-1", "DCU-S2-fake-0"], [], 1)
+    monkeypatch.undo()
+    assert advice == ["DCU-S2-fake-0"]  # the holder's card
+    assert counting.calls == ["GET", "GET"] and counting.most == 2
+
+
+def test_preferred_allocation_without_a_lock_holder_pending_here_gives_the_kubelets_order(dcu_node):
+    core = dcu_node.core()
+    available = ["DCU-S1-fake-0", "DCU-S2-fake-0"]
+    assert core.preferred(available, [], 1) == ["DCU-S1-fake-0"]  # no lock at all
+    dcu_node.bind("p", [("c", [dev("S2", 1000, 25)])])
+    core.allocate([["DCU-S2-fake-0"]])
+    assert core.idle(5)
+    lock_for_gone = NodeLock(dcu_node.kube)
+    lock_for_gone.take("n1", "default", "gone")  # names a pod that does not exist
+    assert core.preferred(available, [], 1) == ["DCU-S1-fake-0"]

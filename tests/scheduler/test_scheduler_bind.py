@@ -233,3 +233,28 @@ async def test_allocation_has_one_entry_per_container_init_first(kube, service, 
     # spread: the two app containers land on the two cards
     assert {entries[1][0].uuid, entries[3][0].uuid} == {"DCU-n1-S0", "DCU-n1-S1"}
     assert value.startswith(";") and value.count(";") == 4
+
+
+async def test_a_lock_written_on_the_version_the_watch_showed_needs_no_echo_from_the_watch(kube, service, client):
+    """The lock write was a compare-and-swap on the node's version the cache holds: nothing
+    happened to the node in between, so the node object the write returns is the cache's next
+    state. The Binding goes out at once, however late the watch brings the lock back."""
+    create_nodes(kube, ["n1"])
+    pod = await created(kube, dcu_pod("p"))
+    await until(lambda: "n1" in service.cache.nodes and service.cache.nodes["n1"].present)
+    apply = service.informer._apply
+
+    def slow_node_watch(resource, event):  # the watch never brings a locked n1 back
+        annotations = ((event.get("object") or {}).get("metadata") or {}).get("annotations") or {}
+        if resource == "nodes" and keys.NODE_LOCK in annotations:
+            return None
+        return apply(resource, event)
+
+    service.informer._apply = slow_node_watch
+    await client.post("/filter", json=filter_args(pod, ["n1"]))
+    reply = await (await client.post("/bind", json=bind_args(pod, "n1"))).json()
+    assert reply == {"Error": ""}
+    assert kube.get_pod("default", "p")["spec"]["nodeName"] == "n1"
+    samples = {s.name: s.value for m in service.metrics.registry.collect() for s in m.samples}
+    assert samples["hami_dcu_scheduler_bind_api_calls_sum"] == 2  # lock + Binding: no list of the node's pods
+    assert samples["hami_dcu_scheduler_bind_seconds_sum"] < service.settings.bind.settle_wait

@@ -34,6 +34,11 @@ class RecordingKube(Kube):
         super().__init__(inner.api_client, inner.timeout)
         self.lock_writes: list[str] = []
         self.fail_bindings = 0
+        self.node_reads = 0
+
+    def get_node(self, name):
+        self.node_reads += 1
+        return super().get_node(name)
 
     def patch_node_metadata(self, name, annotations=None, labels=None, resource_version=None):
         value = (annotations or {}).get(keys.NODE_LOCK)
@@ -263,6 +268,26 @@ async def test_a_lock_left_by_a_successful_allocation_is_released_by_the_extende
         assert releases["allocation-done"] == 1
         assert releases["holder-running"] == 1
         assert releases["bound-elsewhere"] == 1
+
+
+async def test_the_extender_leaves_a_done_holders_lock_to_the_plugin_that_releases_it(kube_factory, aiohttp_client):
+    """The device plugin releases the lock beside the pod's outcome: the extender, seeing the
+    outcome first, must not race it for the same lock (a node read, often a write, per pod)."""
+    kube = kube_factory()
+    create_nodes(kube, ["n1"])
+    pod = kube.create_pod("default", dcu_pod("ok", memory=1000, cores=10))
+    async with replica(kube_factory, aiohttp_client) as (service, client, own):
+        await until(lambda: "n1" in service.cache.nodes)
+        assert await bind(client, pod, "n1") == ""
+        own.node_reads = 0
+        kube.patch_pod_metadata("default", "ok", annotations={keys.POD_BIND_PHASE: keys.BIND_PHASE_SUCCESS})
+        NodeLock(kube).release("n1", "default", "ok")  # the plugin, right after
+        await until(lambda: service.cache.nodes["n1"].lock_value is None)
+        await asyncio.sleep(service.settings.bind.plugin_release_grace + 0.5)
+        assert own.node_reads == 0
+        releases = {s.labels["reason"]: s.value for m in service.metrics.registry.collect() for s in m.samples
+                    if s.name == "hami_dcu_scheduler_node_lock_releases_total"}
+        assert "allocation-done" not in releases
 
 
 async def test_the_sweep_frees_a_lock_left_by_a_bind_that_died_and_keeps_a_young_one(kube_factory, aiohttp_client):
