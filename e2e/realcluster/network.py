@@ -47,6 +47,11 @@ def _drop_bridge_rule(bridge: str) -> None:
         subprocess.run(["iptables", "-w", "-D", *_forward_rule(bridge)], check=False, capture_output=True)
 
 
+def _bridge_mac(tag: str) -> str:
+    """A locally administered unicast MAC for the bridge tagged `tag` (6 hex digits)."""
+    return "02:48:" + ":".join(f"{tag}0000"[i:i + 2] for i in range(0, 8, 2))
+
+
 def _free_cidr() -> str:
     """A /16 in 10.128-254 that no route of this machine covers (several clusters may coexist)."""
     routes = _ip("-4", "route", "show", "table", "all").stdout
@@ -75,6 +80,12 @@ class PodNetwork:
         OWNERS.mkdir(parents=True, exist_ok=True)
         (OWNERS / self._tag).write_text(str(os.getpid()))
         _ip("link", "add", self.bridge, "type", "bridge")
+        # A bridge without an address of its own takes the lowest MAC of its ports, so adding
+        # or removing a pod could change the gateway's MAC (the API server's address). Pods
+        # then kept sending to the old one from their neighbour cache and every open
+        # connection to the API server went silent for seconds (a device plugin's Allocate ran
+        # past the kubelet's deadline when the scheduler's pod was replaced). Set, it stays.
+        _ip("link", "set", self.bridge, "address", _bridge_mac(self._tag))
         _ip("addr", "add", f"{self.gateway}/{self.net.prefixlen}", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
         _accept_bridge_traffic(self.bridge)
