@@ -85,12 +85,14 @@ def test_webhook_down_fails_closed_for_dcu_pods_only(real_cluster: RealCluster) 
 
 @pytest.fixture(scope="module")
 def two_replicas() -> Iterator[RealCluster]:
-    """Two scheduler replicas with leader election, and kube-scheduler's default extender timeout
-    (5 s), above the extender's wait for a locked node (4 s), as the chart requires."""
+    """Two scheduler replicas with leader election, and an extender timeout (10 s) above the
+    extender's wait for a locked node (9 s), as the chart requires. The retry scenario must stop
+    the extender while a bind waits for a lock: on a loaded 2-core machine a 4 s wait was
+    sometimes over before the stop landed, and the scenario then exercised no retry."""
     if _REASON:
         pytest.skip(_REASON)
     nodes = {f"node{i}": default_cards(f"node{i}", CARDS_PER_NODE) for i in range(NODES)}
-    values = {"scheduler": {"replicas": 2, "httpTimeoutSeconds": 5, "lockWaitSeconds": 4}}
+    values = {"scheduler": {"replicas": 2, "httpTimeoutSeconds": 10, "lockWaitSeconds": 9}}
     with RealCluster(nodes, values=values) as cluster:
         yield cluster
 

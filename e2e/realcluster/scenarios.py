@@ -122,7 +122,7 @@ def bind_retried_after_extender_timeout(cluster: RealCluster) -> None:
     for process in extenders:
         process.signal(signal.SIGSTOP)
     try:
-        time.sleep(7)  # past kube-scheduler's 5 s extender timeout
+        time.sleep(extender_timeout(cluster) + 2)  # past kube-scheduler's extender timeout
         _unlock_every_node(cluster)
     finally:
         for process in extenders:
@@ -134,6 +134,11 @@ def bind_retried_after_extender_timeout(cluster: RealCluster) -> None:
     assert timeouts, "kube-scheduler never timed out a /bind: the scenario did not exercise a retry"
     wait_until("no node lock left after the duplicate binds", lambda: _no_lock(cluster), timeout=30)
     assert_no_card_over_capacity(cluster)
+
+
+def extender_timeout(cluster: RealCluster) -> float:
+    """kube-scheduler's timeout for one extender call, as the chart was installed with."""
+    return float((cluster.values().get("scheduler") or {}).get("httpTimeoutSeconds", 30))  # chart default: 30
 
 
 def _no_lock(cluster: RealCluster) -> bool:
