@@ -292,9 +292,13 @@ class KwokScale:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                # One call marks them all; the API server stops it after its own minute (504)
+                # One call removes them all; the API server stops it after its own minute (504)
                 # with what it deleted so far deleted, and the next call goes on from there.
-                self.kube.request("DELETE", path, query={"labelSelector": selector}, timeout=120)
+                # Grace 0: gone at once, not marked for kwok to finish (at 10,000 pods on a
+                # loaded machine the graceful way took more than 15 minutes, two writes a pod).
+                self.kube.request("DELETE", path, query={"labelSelector": selector, "gracePeriodSeconds": 0},
+                                  body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+                                  timeout=120)
             except KubeError as exc:
                 log.info("deleting the pods of %s: %s; again", run, exc)
             try:
