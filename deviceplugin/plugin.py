@@ -91,6 +91,11 @@ class ContainerResponse:
     envs: dict[str, str] = field(default_factory=dict)
 
 
+# Pauses before listing a node's pods again when several await an Allocate without a lock
+# (Volcano mode): the kubelet's status write for a pod it just failed lands within these.
+AMBIGUITY_RELISTS = (0.2, 0.4, 0.8)
+
+
 class PluginCore:
     def __init__(
         self,
@@ -105,8 +110,10 @@ class PluginCore:
         resource: str | None = None,  # the naming set's count resource when not given
         volcano_scheduler: str = "",  # Volcano mode (deviceplugin/lockless.py): its schedulerName
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.wall_clock = wall_clock
+        self.sleep = sleep
         self.kube = kube
         self.node = node
         self.cards = {c.id: c for c in cards}
@@ -324,18 +331,27 @@ class PluginCore:
         """Volcano mode, no node lock: the one pod that proves this call is its own
         (lockless.py), or a refusal that fails no pod's allocation: which pod the kubelet is
         admitting is exactly what is unknown."""
-        try:
-            pending = listing.result()
-        except KubeError as exc:
-            raise AllocateFailed(f"cannot list the pods of node {self.node}: {exc}") from exc
-        try:
-            return lockless.identify(pending, self.node, requests[0] if requests else [], self.resource,
-                                     self.volcano_scheduler, self.naming.pod_devices_to_allocate)
-        except lockless.LocklessRefused as exc:
-            why = str(exc)
-            log.error("node %s: %s", self.node, why)
-            self._node_event("DCUAllocationAmbiguous" if exc.ambiguous else "DCUAllocationRefused", why)
-            raise (Ambiguous(why) if exc.ambiguous else AllocateFailed(why)) from None
+        # The kubelet fails the pod a refusal hit and writes that status a moment after it
+        # calls Allocate for its next pod: judged on a list taken before the status landed,
+        # two pods placed together would refuse each other round after round. So an ambiguous
+        # call is judged again on fresher lists (same rule, newer facts) before it is refused.
+        for delay in (*AMBIGUITY_RELISTS, None):
+            try:
+                pending = listing.result()
+                return lockless.identify(pending, self.node, requests[0] if requests else [], self.resource,
+                                         self.volcano_scheduler, self.naming.pod_devices_to_allocate)
+            except KubeError as exc:
+                raise AllocateFailed(f"cannot list the pods of node {self.node}: {exc}") from exc
+            except lockless.LocklessRefused as exc:
+                if exc.ambiguous and delay is not None:
+                    self.sleep(delay)
+                    listing = self._io.submit(self._list_pending)
+                    continue
+                why = str(exc)
+                log.error("node %s: %s", self.node, why)
+                self._node_event("DCUAllocationAmbiguous" if exc.ambiguous else "DCUAllocationRefused", why)
+                raise (Ambiguous(why) if exc.ambiguous else AllocateFailed(why)) from None
+        raise AssertionError("unreachable")
 
     def _entry_containers(self, pod: dict) -> list[dict] | None:
         """The containers the pod's entries belong to: Volcano's pods have entries only for

@@ -79,6 +79,36 @@ def test_two_volcano_pods_allocating_at_once_are_refused_as_ambiguous_never_gues
     assert dcu_node.annotation("b", keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS
 
 
+def test_an_ambiguous_call_is_judged_again_once_the_kubelet_has_failed_the_refused_pod(dcu_node):
+    """The kubelet fails the pod whose admission a refusal hit, and writes that status a moment
+    after it calls Allocate for the next pod. Judged on the list taken before that status
+    landed, two pods placed together would refuse each other round after round (seen on kind);
+    a fresher list taken before refusing shows the failed pod gone and serves the other."""
+    naps: list[float] = []
+    core = dcu_node.core(volcano_scheduler=VOLCANO, sleep=naps.append)
+    volcano_bind(dcu_node, "a", [("main", [dev("S1", 2000, 10)])])
+    volcano_bind(dcu_node, "b", [("main", [dev("S2", 2000, 10)])])
+
+    def kubelet_status_lands(seconds: float) -> None:
+        naps.append(seconds)
+        dcu_node.kube.patch_pod_status("default", "a", {"phase": "Failed", "reason": "UnexpectedAdmissionError"})
+
+    core.sleep = kubelet_status_lands
+    core.allocate([["DCU-S2-fake-0"]])
+    assert dcu_node.annotation("b", keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS
+    assert len(naps) == 1 and 0 < naps[0] <= 1
+
+
+def test_a_call_still_ambiguous_after_the_fresher_lists_is_refused(dcu_node):
+    naps: list[float] = []
+    core = dcu_node.core(volcano_scheduler=VOLCANO, sleep=naps.append)
+    volcano_bind(dcu_node, "a", [("main", [dev("S1", 2000, 10)])])
+    volcano_bind(dcu_node, "b", [("main", [dev("S2", 2000, 10)])])
+    with pytest.raises(Ambiguous):
+        core.allocate([["DCU-S1-fake-0"]])
+    assert len(naps) >= 2 and sum(naps) <= 2  # bounded: a refusal still comes within seconds
+
+
 def test_a_lone_pod_whose_cards_are_not_the_kubelets_is_refused(dcu_node):
     core = dcu_node.core(volcano_scheduler=VOLCANO)
     volcano_bind(dcu_node, "v", [("main", [dev("S1", 2000, 10)])])
