@@ -3,7 +3,7 @@ the API, done by the DRA driver's own code (`DriverService` over a `DriverCore`)
 of its own (nodesim.py is the device-plugin mode's).
 
     python -m e2e.realcluster.drasim --kubeconfig admin.kubeconfig --nodes nodes.txt \
-        --cards 8 --workdir DIR --metrics-port P --driver-user USER
+        --cards 8 --workdir DIR --metrics-port P --identity USER
 
 Per fake node, one `DriverService` over mock cards, as the driver's identity on that node:
 * the ResourceSlice: `publish` at start (the driver's own slice builder, dra/slices.py), then
@@ -25,9 +25,7 @@ judges it as it judges the real driver's. The kubelet's own claim reads are the 
 
 from __future__ import annotations
 
-import argparse
 import logging
-import signal
 import threading
 import time
 from collections.abc import Iterable
@@ -35,12 +33,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from e2e.realcluster.nodesim import impersonating, served_cards
-from hami_dcu.cli.localcluster.pods import MockCard, default_cards
+from e2e.realcluster.nodesim import impersonating, run_simulator, served_cards
+from hami_dcu.cli.localcluster.pods import MockCard
 from hami_dcu.common import keys
-from hami_dcu.common.kube import GoneError, Kube, KubeError, NotFoundError, load_api_client
+from hami_dcu.common.kube import GoneError, Kube, KubeError, NotFoundError
 from hami_dcu.dra.core import DraPaths, DriverCore, PrepareFailed
 from hami_dcu.dra.latency import PodLatency
 from hami_dcu.dra.metrics import DriverMetrics
@@ -288,34 +286,9 @@ class DraNodeSimulator:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kubeconfig", required=True)
-    parser.add_argument("--nodes", required=True, help="a file naming one fake node per line")
-    parser.add_argument("--cards", type=int, default=8, help="mock cards per node")
-    parser.add_argument("--workdir", required=True)
-    parser.add_argument("--metrics-port", type=int, required=True)
-    parser.add_argument("--register-interval", type=float, default=30.0)
-    parser.add_argument("--workers", type=int, default=32)
-    parser.add_argument("--driver-user", required=True, help="the DRA driver's ServiceAccount username")
-    parser.add_argument("--naming", default=keys.DCU_NAMING.name, choices=sorted(keys.NAMINGS),
-                        help="the naming set the chart speaks")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    names = [n.strip() for n in Path(args.nodes).read_text().splitlines() if n.strip()]
-    api_client = load_api_client(args.kubeconfig)
-    api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = args.workers * 2 + 12
-    admin = Kube(api_client, timeout=30)
-    simulator = DraNodeSimulator(admin, args.driver_user, {n: default_cards(n, args.cards) for n in names},
-                                 Path(args.workdir), args.register_interval, args.workers,
-                                 keys.naming_by_name(args.naming))
-    start_http_server(args.metrics_port, addr="127.0.0.1", registry=simulator.metrics.registry)
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda _sig, _frame: stopping.set())
-    simulator.start()
-    print(f"drasim: {len(names)} nodes registered", flush=True)
-    stopping.wait()
-    simulator.stop()
-    return 0
+    return run_simulator(argv, __doc__.split("\n\n")[0], "drasim", "the DRA driver's ServiceAccount username",
+                         lambda admin, user, nodes, workdir, interval, workers, naming: DraNodeSimulator(
+                             admin, user, nodes, workdir, interval, workers, naming))
 
 
 if __name__ == "__main__":

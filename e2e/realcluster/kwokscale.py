@@ -200,9 +200,9 @@ class KwokScale:
         log_file = self.workdir / "logs" / f"nodesim-{len(self.nodes)}.log"
         accounts = f"system:serviceaccount:{SYSTEM_NAMESPACE}:{RELEASE}"
         if self.mode == DRA:  # the DRA driver's side: slices and Prepare (drasim.py)
-            module, identity = "drasim", f"--driver-user={accounts}-dra-driver"
+            module, identity = "drasim", f"--identity={accounts}-dra-driver"
         else:
-            module, identity = "nodesim", f"--plugin-user={accounts}-device-plugin"
+            module, identity = "nodesim", f"--identity={accounts}-device-plugin"
         self.nodesim = Process("nodesim", [
             sys.executable, "-m", f"e2e.realcluster.{module}", f"--kubeconfig={self.cluster.kubeconfig}",
             f"--nodes={nodes_file}", f"--cards={CARDS_PER_NODE}", f"--workdir={self.workdir / 'nodesim'}",

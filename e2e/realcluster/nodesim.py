@@ -41,11 +41,11 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
@@ -315,8 +315,20 @@ class NodeSimulator:
             log.warning("pod %s/%s: could not mark it Failed: %s", meta["namespace"], meta["name"], exc)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+class Simulator(Protocol):
+    metrics: Any
+
+    def start(self) -> Any: ...
+
+    def stop(self) -> None: ...
+
+
+def run_simulator(argv: list[str] | None, description: str, label: str, identity_help: str,
+                  build: Callable[[Kube, str, dict[str, list[MockCard]], Path, float, int, keys.Naming], Simulator]
+                  ) -> int:
+    """The command line both node-side simulators share (this one's and drasim.py's): the
+    fake nodes, the admin credential, the identity their writes are made as; runs until SIGTERM."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--nodes", required=True, help="a file naming one fake node per line")
     parser.add_argument("--cards", type=int, default=8, help="mock cards per node")
@@ -324,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics-port", type=int, required=True)
     parser.add_argument("--register-interval", type=float, default=30.0)
     parser.add_argument("--workers", type=int, default=32)
-    parser.add_argument("--plugin-user", required=True, help="the device plugin's ServiceAccount username")
+    parser.add_argument("--identity", required=True, help=identity_help)
     parser.add_argument("--naming", default=keys.DCU_NAMING.name, choices=sorted(keys.NAMINGS),
                         help="the naming set the chart speaks")
     args = parser.parse_args(argv)
@@ -335,17 +347,22 @@ def main(argv: list[str] | None = None) -> int:
     # the registration threads, so none is opened and dropped per request.
     api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = args.workers * 2 + 12
     admin = Kube(api_client, timeout=30)
-    simulator = NodeSimulator(admin, args.plugin_user, {n: default_cards(n, args.cards) for n in names},
-                              Path(args.workdir), args.register_interval, args.workers,
-                              keys.naming_by_name(args.naming))
+    simulator = build(admin, args.identity, {n: default_cards(n, args.cards) for n in names}, Path(args.workdir),
+                      args.register_interval, args.workers, keys.naming_by_name(args.naming))
     start_http_server(args.metrics_port, addr="127.0.0.1", registry=simulator.metrics.registry)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda _sig, _frame: stopping.set())
     simulator.start()
-    print(f"nodesim: {len(names)} nodes registered", flush=True)
+    print(f"{label}: {len(names)} nodes registered", flush=True)
     stopping.wait()
     simulator.stop()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_simulator(argv, __doc__.split("\n\n")[0], "nodesim", "the device plugin's ServiceAccount username",
+                         lambda admin, user, nodes, workdir, interval, workers, naming: NodeSimulator(
+                             admin, user, nodes, workdir, interval, workers, naming))
 
 
 if __name__ == "__main__":
