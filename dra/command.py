@@ -18,7 +18,7 @@ from hami_dcu.common.kube import Kube, KubeError
 from hami_dcu.common.metricsserver import serve
 from hami_dcu.dra.core import DraPaths, DriverCore
 from hami_dcu.dra.server import KubeletPluginServer
-from hami_dcu.dra.service import DriverService
+from hami_dcu.dra.service import CLAIM_RECHECK, DriverService
 from hami_dcu.dra.usageview import driver_view
 from hami_dcu.node import usagemetrics
 from hami_dcu.node.flags import add_node_arguments, make_backend, served_cards
@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the driver's own records of prepared claims, mounted into no container")
     parser.add_argument("--register-interval", type=float, default=30.0,
                         help="seconds between slice checks and claim reconciles")
+    parser.add_argument("--claim-recheck", type=float, default=CLAIM_RECHECK,
+                        help="seconds a prepared claim seen allocated goes unread by the reconcile (it frees "
+                             "claims deleted while the driver was away; a Prepare short of room checks at once)")
     parser.add_argument("--health-interval", type=float, default=1.0, help="seconds between card health checks")
 
 
@@ -83,7 +86,7 @@ def build(args: argparse.Namespace, kube: Kube) -> tuple[DriverService, KubeletP
     core = DriverCore(args.node_name, served, paths)
     core.rebuild()
     service = DriverService(kube, core, args.slots_per_card, SmiHealth(backend, served, args.dev_root),
-                            naming=naming)
+                            naming=naming, claim_recheck=args.claim_recheck)
     server = KubeletPluginServer(service.prepare, service.unprepare, Path(args.registry_dir),
                                  Path(args.kubelet_plugins_dir), metrics_registry=service.metrics.registry)
     return service, server

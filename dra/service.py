@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,16 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 COMPONENT = "hami-dcu-dra-driver"
 SLICES = f"{names.RESOURCE_API}/resourceslices"
+# Periodic checks read the API server's watch cache (resourceVersion "0": no etcd round trip).
+# A cached answer may be a moment old: a write is always preceded by an authoritative read.
+FROM_CACHE = {"resourceVersion": "0"}
+# How long a prepared claim seen allocated goes unchecked. The kubelet unprepares the claims of
+# pods it removes; the reconcile only catches claims deleted while the driver could not hear it,
+# so checking each one every few minutes is enough, where a read of every prepared claim every
+# cycle cost the API server (claims per node x nodes) reads per cycle. A Prepare that fails for
+# want of room checks again at once (RECHECK_ON_FAILURE).
+CLAIM_RECHECK = 300.0
+RECHECK_ON_FAILURE = 5.0
 
 
 def claim_path(namespace: str, name: str) -> str:
@@ -33,7 +44,8 @@ def claim_path(namespace: str, name: str) -> str:
 class DriverService:
     def __init__(self, kube: Kube, core: DriverCore, slots: int, health: Callable[[], dict[str, bool]],
                  count_resources: tuple[str, ...] | None = None, metrics: DriverMetrics | None = None,
-                 latency: PodLatency | None = None, naming: Naming = DCU_NAMING) -> None:
+                 latency: PodLatency | None = None, naming: Naming = DCU_NAMING,
+                 claim_recheck: float = CLAIM_RECHECK, clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self.metrics = metrics or DriverMetrics()
         self.latency = latency or PodLatency(kube, core.node, self.metrics)
@@ -45,6 +57,9 @@ class DriverService:
         self.health_now: dict[str, bool] = {}
         self.conflict: str | None = None
         self.publish_lock = threading.Lock()
+        self.claim_recheck = claim_recheck
+        self.clock = clock
+        self._checked: dict[str, float] = {}  # claim UID -> when it was last seen allocated
 
     # --- kubelet calls ---------------------------------------------------------------------
 
@@ -61,18 +76,30 @@ class DriverService:
             raise PrepareFailed(f"ResourceClaim {ref.namespace}/{ref.name} is now UID {uid}, the kubelet asked for "
                                 f"{ref.uid}: it was deleted and created again")
         try:
-            record = self.core.prepare(claim)
+            record = self._prepare(claim)
         except PrepareFailed as exc:
             self.metrics.prepares.labels(self.node, "failed").inc()
             self._event({"kind": "ResourceClaim", "metadata": claim.get("metadata") or {}}, "DCUPrepareFailed",
                         f"node {self.node}: {exc}")
             raise
         self.metrics.prepares.labels(self.node, "success").inc()
+        self._checked[ref.uid] = self.clock()
         self.latency.prepared(claim)
         return record
 
+    def _prepare(self, claim: JSON) -> PreparedClaim:
+        """The core's Prepare; when it fails, claims gone since their last check may hold the
+        room this one needs: those are freed and the Prepare is tried once more."""
+        try:
+            return self.core.prepare(claim)
+        except PrepareFailed:
+            if not self.reconcile(max_age=RECHECK_ON_FAILURE):
+                raise
+        return self.core.prepare(claim)
+
     def unprepare(self, ref: ClaimRef) -> None:
         self.core.unprepare(ref.uid)
+        self._checked.pop(ref.uid, None)
 
     # --- the ResourceSlice -----------------------------------------------------------------
 
@@ -96,7 +123,7 @@ class DriverService:
         """Make the node's slice say what its healthy cards are (none when a device plugin
         serves the node). True when something was written."""
         with self.publish_lock:
-            node = self.kube.get_node(self.node)
+            node = self.kube.request("GET", f"/api/v1/nodes/{self.node}", query=FROM_CACHE)
             conflict = device_plugin_serving(node, self.count_resources)
             if conflict != self.conflict:
                 self.conflict = conflict
@@ -105,14 +132,16 @@ class DriverService:
                     self._event({"kind": "Node", "metadata": {"name": self.node, "uid": node["metadata"].get("uid")}},
                                 "DCUModeConflict", conflict)
             cards = [] if conflict else list(self.core.cards.values())
-            try:
-                published: JSON | None = self.kube.request("GET", f"{SLICES}/{names.slice_name(self.node)}")
-            except NotFoundError:
-                published = None
+            published = self._read_slice(FROM_CACHE)
             generation = int(((published or {}).get("spec") or {}).get("pool", {}).get("generation") or 0)
             spec = slices.slice_spec(self.node, cards, self.health_now, self.slots, generation)
             if slices.same_devices(published, spec):
                 return False
+            published = self._read_slice(None)  # the cache may lag our own last write: write on the stored one
+            if slices.same_devices(published, spec):
+                return False
+            generation = int(((published or {}).get("spec") or {}).get("pool", {}).get("generation") or 0)
+            spec = slices.slice_spec(self.node, cards, self.health_now, self.slots, generation)
             spec["pool"]["generation"] = generation + 1
             body = slices.resource_slice(self.node, node["metadata"].get("uid"), spec)
             if published is None:
@@ -125,6 +154,13 @@ class DriverService:
                      ", ".join(d["name"] for d in spec["devices"]) or "no devices")
             return True
 
+    def _read_slice(self, query: dict[str, str] | None) -> JSON | None:
+        try:
+            found: JSON = self.kube.request("GET", f"{SLICES}/{names.slice_name(self.node)}", query=query)
+        except NotFoundError:
+            return None
+        return found
+
     def withdraw(self) -> None:
         """Remove the slice (the driver is going away for good: no new allocations here)."""
         try:
@@ -134,18 +170,27 @@ class DriverService:
 
     # --- reconcile -------------------------------------------------------------------------
 
-    def reconcile(self) -> list[str]:
+    def reconcile(self, max_age: float | None = None) -> list[str]:
         """Free prepared claims whose ResourceClaim is gone, recreated or deallocated: the
-        kubelet unprepares claims it knows, this catches those deleted while nobody could."""
+        kubelet unprepares claims it knows, this catches those deleted while nobody could.
+        Only claims not seen allocated within `max_age` seconds (default: the recheck period)
+        are read, from the API server's cache."""
+        max_age = self.claim_recheck if max_age is None else max_age
         freed = []
         for record in self.core.prepared_claims():
+            checked = self._checked.get(record.uid)
+            if checked is not None and self.clock() - checked < max_age:
+                continue
             try:
-                claim: JSON | None = self.kube.request("GET", claim_path(record.namespace, record.name))
+                claim: JSON | None = self.kube.request("GET", claim_path(record.namespace, record.name),
+                                                       query=FROM_CACHE)
             except NotFoundError:
                 claim = None
             meta = (claim or {}).get("metadata") or {}
             if claim is not None and meta.get("uid") == record.uid and (claim.get("status") or {}).get("allocation"):
+                self._checked[record.uid] = self.clock()
                 continue
+            self._checked.pop(record.uid, None)
             if self.core.unprepare(record.uid):
                 freed.append(record.uid)
                 log.info("node %s: freed claim %s/%s (%s): no longer allocated", self.node, record.namespace,

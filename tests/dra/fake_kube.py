@@ -17,6 +17,7 @@ class FakeKube:
         self.pod_reads = 0
         self.events: list[tuple[str, str]] = []
         self.writes: list[str] = []
+        self.reads: list[tuple[str, dict | None]] = []  # (path, query) of every GET
         self.down = False
         self._rv = 0
 
@@ -44,6 +45,10 @@ class FakeKube:
 
     def request(self, method, path, *, query=None, body=None, content_type="application/json", timeout=None):
         self._check()
+        if method == "GET":
+            self.reads.append((path, query))
+        if path == f"/api/v1/nodes/{self.node['metadata']['name']}" and method == "GET":
+            return copy.deepcopy(self.node)
         if "/resourceclaims/" in path:
             parts = path.split("/")
             key = (parts[parts.index("namespaces") + 1], parts[-1])

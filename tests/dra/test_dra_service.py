@@ -105,6 +105,69 @@ def test_reconcile_frees_claims_gone_recreated_or_deallocated(setup):
     del kube.claims[("ns", "gone")]
     kube.add_claim(claim("u-other", result(cores="10", memory="1Gi"), name="recreated"))
     kube.add_claim(claim("u-dealloc", name="dealloc"))
-    assert sorted(service.reconcile()) == ["u-dealloc", "u-gone", "u-new"]
+    assert sorted(service.reconcile(max_age=0)) == ["u-dealloc", "u-gone", "u-new"]
     assert set(service.core.prepared) == {"u-kept"}
     assert bin(service.core.state.cu_used[0]).count("1") == 10
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def claim_reads(kube: FakeKube) -> list[tuple[str, dict | None]]:
+    return [(path, query) for path, query in kube.reads if "/resourceclaims/" in path]
+
+
+def test_reconcile_reads_each_claim_once_per_recheck_period_from_the_cache(tmp_path):
+    kube, clock = FakeKube(NODE), Clock()
+    service = DriverService(kube, DriverCore(NODE, node_cards(tmp_path), paths(tmp_path)), 4, dict,
+                            claim_recheck=300.0, clock=clock)
+    for uid, name in (("u-a", "a"), ("u-b", "b")):
+        kube.add_claim(claim(uid, result(cores="10", memory="1Gi"), name=name))
+        service.prepare(ClaimRef("ns", name, uid))
+    kube.reads.clear()
+    clock.now += 30
+    assert service.reconcile() == [] and claim_reads(kube) == []  # both seen allocated at Prepare
+    del kube.claims[("ns", "b")]
+    clock.now += 271
+    assert service.reconcile() == ["u-b"]
+    assert claim_reads(kube) == [(p, {"resourceVersion": "0"}) for p in
+                                 ("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/a",
+                                  "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/b")]
+    kube.reads.clear()
+    clock.now += 30
+    assert service.reconcile() == [] and claim_reads(kube) == []  # a: checked 30 s ago
+
+
+def test_a_prepare_short_of_room_frees_claims_deleted_unseen_and_succeeds(tmp_path):
+    kube, clock = FakeKube(NODE), Clock()
+    service = DriverService(kube, DriverCore(NODE, node_cards(tmp_path), paths(tmp_path)), 4, dict,
+                            claim_recheck=300.0, clock=clock)
+    kube.add_claim(claim("u-old", result(cores="100", memory="1Gi"), name="old"))
+    service.prepare(ClaimRef("ns", "old", "u-old"))
+    del kube.claims[("ns", "old")]  # deleted while the driver could not hear it: still prepared here
+    kube.add_claim(claim("u-new", result(cores="100", memory="1Gi", share_id="s-2"), name="new"))
+    clock.now += 1  # within RECHECK_ON_FAILURE of its Prepare: not read, the new claim is refused
+    with pytest.raises(PrepareFailed):
+        service.prepare(ClaimRef("ns", "new", "u-new"))
+    assert set(service.core.prepared) == {"u-old"}
+    clock.now += 10
+    record = service.prepare(ClaimRef("ns", "new", "u-new"))
+    assert record.devices[0].vdev.cu_count == 100 and set(service.core.prepared) == {"u-new"}
+
+
+def test_publish_checks_from_the_cache_and_writes_on_an_authoritative_read(setup):
+    service, kube, cards, health = setup
+    service.publish()
+    kube.reads.clear()
+    assert service.publish() is False
+    assert [q for _, q in kube.reads] == [{"resourceVersion": "0"}, {"resourceVersion": "0"}]  # node, slice
+    health[cards[0].id] = False
+    service.refresh_health()
+    kube.reads.clear()
+    assert service.publish() is True
+    assert [q for _, q in kube.reads] == [{"resourceVersion": "0"}, {"resourceVersion": "0"}, None]
