@@ -6,7 +6,9 @@ etcd built from Go modules; the chart installed with helm; kubelet stand-ins per
 
 Three measurements, each against its baseline from the same run and the same cluster:
 * a burst of `--pods` shared-DCU pods (1 card, 1000-4000 MiB, 5-20 % cores) created as fast as
-  the API takes them: time until every pod is bound, and until every pod is Running (after the
+  the API takes them from `--creators` clients at once (8, as the kwok harness does; a Job or
+  ReplicaSet controller creates up to 500 at once; 1: one after the other, where a DCU pod's
+  creation waits for the webhook's round trip): time until every pod is bound, and until every pod is Running (after the
   device plugin's Allocate); the baseline is the same number of plain pods (no DCU) scheduled by
   the cluster's default kube-scheduler, which is the same binary without the extender round
   trips, node lock and Allocate;
@@ -33,6 +35,7 @@ import logging
 import math
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 # The test harness (e2e/) is not installed: it imports from the checkout this script is in.
@@ -54,16 +57,22 @@ def _count(kube: Kube, namespace: str, selector: str, what: str) -> int:
     return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
 
 
-def _burst(cluster: RealCluster, label: str, pods: int, dcu: bool) -> tuple[float, float, float]:
-    """Seconds until all `pods` are created (one after the other, as fast as the API takes
-    them: DCU pods pass the webhook), until all are bound, and until all are Running."""
+def _burst(cluster: RealCluster, label: str, pods: int, dcu: bool, creators: int) -> tuple[float, float, float]:
+    """Seconds until all `pods` are created (by `creators` clients at once, as fast as the API
+    takes them: DCU pods pass the webhook), until all are bound, and until all are Running."""
     kube, ns = cluster.kube, cluster.namespace
-    start = time.monotonic()
-    for i in range(pods):
+    # One connection per creator: urllib3's default pool of 4 would open and drop the rest.
+    kube.api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = max(4, creators)
+
+    def create(i: int) -> None:
         containers = [Ctr("c", 1, 1000 + (i % 4) * 1000, 5 + (i % 4) * 5)] if dcu else [Ctr("c")]
         manifest = pod_manifest(f"{label}-{i:03d}", containers)
         manifest["metadata"]["labels"] = {"bench": label}
         kube.create_pod(ns, manifest)
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=creators) as pool:
+        list(pool.map(create, range(pods)))
     created_at = time.monotonic() - start
     bound_at = running_at = 0.0
     deadline = start + 600
@@ -130,6 +139,8 @@ def main() -> None:
     parser.add_argument("--cards", type=int, default=4, help="cards per node (4 vDCU slots each)")
     parser.add_argument("--pods", type=int, default=200)
     parser.add_argument("--job", type=int, default=40)
+    parser.add_argument("--creators", type=int, default=8,
+                        help="clients creating the burst's pods at once (1: one after the other)")
     parser.add_argument("--mode", choices=("devicePlugin", "dra"), default="devicePlugin",
                         help="the chart's mode; the pod specs are the same in both")
     parser.add_argument("--steps", action="store_true",
@@ -152,11 +163,11 @@ def main() -> None:
     with backend(nodes) as cluster:
         print(f"cluster up and chart installed in {time.monotonic() - started:.1f} s "
               f"(Kubernetes {cluster.kube_version})", flush=True)
-        base_created, base_bound, base_running = _burst(cluster, "plain", args.pods, dcu=False)
+        base_created, base_bound, base_running = _burst(cluster, "plain", args.pods, dcu=False, creators=args.creators)
         _delete_all(cluster)
         recorder = StepRecorder(cluster.kube, cluster.namespace).start() if args.steps else None
         requests_before = _requests(cluster) if args.steps else {}
-        created, bound, running = _burst(cluster, "dcu", args.pods, dcu=True)
+        created, bound, running = _burst(cluster, "dcu", args.pods, dcu=True, creators=args.creators)
         detail: list[str] = []
         if recorder is not None:
             detail = ["\none node's cycle during the DCU burst, as the API server's watches show it:",
@@ -166,7 +177,7 @@ def main() -> None:
                        for key, per in st.per_pod(gained, args.pods, top=12)]
             detail.append(f"  {sum(gained.values()) / args.pods:5.2f}  in all")
         _delete_all(cluster)
-        print(f"\nburst of {args.pods} pods over {args.nodes} nodes")
+        print(f"\nburst of {args.pods} pods over {args.nodes} nodes, created by {args.creators} clients at once")
         print(f"  baseline (default kube-scheduler, no DCU): bound in {base_bound:6.2f} s "
               f"({args.pods / base_bound:6.1f} pods/s), Running in {base_running:6.2f} s")
         path = "DRA allocator + driver" if args.mode == "dra" else "kube-scheduler + extender"

@@ -107,6 +107,7 @@ class Measured:
     events: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     background: Measured | None = None  # the same figures over a quiet spell, to subtract
+    deleted_in: float = 0.0  # seconds to delete the burst's pods afterwards (harness time)
 
     @property
     def span(self) -> float:
@@ -149,7 +150,8 @@ def measure(scale: KwokScale, run: str, shapes: list[scalemix.Shape], dcu: bool,
     seconds = time.monotonic() - started
     after = scrape(scale, pid, cpu_first=True)
     measured = Measured(burst, before, after, events_by_reason(scale, run), seconds, background)
-    scale.delete_run(run)
+    measured.deleted_in = scale.delete_run(run)
+    print(f"  {run}: {burst.pods} pods deleted in {measured.deleted_in:.0f} s", flush=True)
     return measured
 
 
