@@ -73,7 +73,7 @@ def _positive_float(value: str) -> float:
     return number
 
 
-def _positive_int(value: str) -> int:
+def positive_int(value: str) -> int:
     try:
         number = int(value)
     except ValueError:
@@ -93,9 +93,9 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
                        help="seconds a client has to send a request's body (default %(default)s)")
     group.add_argument("--tls-handshake-timeout", type=_positive_float, default=d.tls_handshake_timeout,
                        help="seconds a client has to finish the TLS handshake (default %(default)s)")
-    group.add_argument("--max-connections", type=_positive_int, default=d.max_connections,
+    group.add_argument("--max-connections", type=positive_int, default=d.max_connections,
                        help="open connections per port (default %(default)s)")
-    group.add_argument("--max-connections-per-client", type=_positive_int, default=d.max_per_client,
+    group.add_argument("--max-connections-per-client", type=positive_int, default=d.max_per_client,
                        help="open connections per port from one client address (default %(default)s)")
 
 

@@ -8,12 +8,21 @@ Three listeners, one per audience:
 * `--metrics-bind`: GET /metrics for Prometheus, with the probes (plain HTTP).
 Without `--metrics-bind`, /metrics is served on `--bind`; `--serve-webhook` (HAMi's layout)
 serves /webhook on `--bind` too.
+
+`--bind` has connection caps of its own (`--scheduler-max-connections`): its one client is
+kube-scheduler, and each pod whose bind waits for its node (HAMi's node lock) holds one of its
+connections until the bind ends. Under the caps every other port has (48 from one client), a
+burst stalled there: kube-scheduler's next /filter waited for a free connection, so pods were
+placed only as fast as binds finished (23 pods/s at 1,000 kwok nodes). On a loopback address
+`--plain-bind` serves it without TLS: only the pod's own containers reach it, and TLS would
+give each waiting bind a 256 KiB buffer (thousands of them in a large burst).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import ssl
 import sys
@@ -28,6 +37,7 @@ from hami_dcu.common.connlimits import (
     ConnectionLimits,
     add_connection_arguments,
     connection_limits_from,
+    positive_int,
 )
 from hami_dcu.common.guardedsite import serve_guarded
 from hami_dcu.common.kube import AsyncKube, Kube, KubeConfigError
@@ -42,6 +52,10 @@ from hami_dcu.scheduler.quotas import admission_view
 from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
 
 log = logging.getLogger(__name__)
+# kube-scheduler holds one connection per bind in flight; a bind waits at most --lock-wait for
+# its node, so this many is a burst placed at 100 pods/s for 20 s. A plain connection waiting
+# costs a few KiB.
+SCHEDULER_MAX_CONNECTIONS = 2048
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-bind", default="",
                         help="host:port for GET /metrics, plain HTTP (default: /metrics on --bind)")
     parser.add_argument("--tls-cert", help="serving certificate (PEM); plain HTTP without it")
+    parser.add_argument("--plain-bind", action="store_true",
+                        help="serve --bind (a loopback address only) over plain HTTP even with --tls-cert: "
+                             "kube-scheduler beside it in the pod is its one client")
+    parser.add_argument("--scheduler-max-connections", type=positive_int, default=SCHEDULER_MAX_CONNECTIONS,
+                        help="open connections on --bind, all of them kube-scheduler's: one per pod whose bind "
+                             "is under way, waiting for its node included (default %(default)s)")
     parser.add_argument("--tls-key", help="serving key (PEM)")
     parser.add_argument("--scheduler-name", default=keys.DEFAULT_SCHEDULER_NAME,
                         help="the kube-scheduler profile this extender serves (pods' spec.schedulerName)")
@@ -150,6 +170,28 @@ async def _listen(app: web.Application, flag: str, address: str, tls: ReloadingT
     return runner
 
 
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_listener(args: argparse.Namespace, limits: ConnectionLimits) -> ConnectionLimits:
+    """The caps of `--bind`: every connection is kube-scheduler's, so its own cap is the port's."""
+    if args.plain_bind:
+        host, _port = _address("--bind", args.bind)
+        if not _is_loopback(host):
+            raise ValueError(f"--plain-bind: --bind {args.bind} is not a loopback address; /filter and /bind go "
+                             "unencrypted only where no other machine can reach them")
+        if args.serve_webhook:
+            raise ValueError("--plain-bind with --serve-webhook: the API server calls webhooks over TLS only")
+    return replace(limits, max_connections=args.scheduler_max_connections,
+                   max_per_client=args.scheduler_max_connections)
+
+
 async def serve(args: argparse.Namespace) -> None:
     tls = _tls(args)
     if args.webhook_bind and tls is None:
@@ -159,6 +201,7 @@ async def serve(args: argparse.Namespace) -> None:
         if value:
             _address(flag, value)  # a bad address fails before anything starts
     limits = connection_limits_from(args)
+    scheduler_limits = bind_listener(args, limits)
     kube = AsyncKube(Kube.from_kubeconfig(args.kubeconfig))
     gcpolicy.tune()
     service = SchedulerService(kube, settings_from(args))
@@ -169,7 +212,7 @@ async def serve(args: argparse.Namespace) -> None:
     app = build_app(service, metrics=not args.metrics_bind, body_deadline=limits.body_timeout)
     if args.serve_webhook:
         _mount_webhook(app, args, service, limits)
-    runners = [await _listen(app, "--bind", args.bind, tls, limits)]
+    runners = [await _listen(app, "--bind", args.bind, None if args.plain_bind else tls, scheduler_limits)]
     reloader = asyncio.ensure_future(tls.watch()) if tls else None
     try:
         if args.webhook_bind:
@@ -181,7 +224,7 @@ async def serve(args: argparse.Namespace) -> None:
             runners.append(await _listen(build_side_app(service, metrics=True), "--metrics-bind",
                                          args.metrics_bind, None, limits))
         log.info("scheduler extender %s: /filter and /bind on %s (%s)%s%s, node policy %s, device policy %s",
-                 args.scheduler_name, args.bind, "TLS" if tls else "plain HTTP",
+                 args.scheduler_name, args.bind, "TLS" if tls and not args.plain_bind else "plain HTTP",
                  f", /webhook on {args.webhook_bind}" if args.webhook_bind else "",
                  f", /metrics on {args.metrics_bind}" if args.metrics_bind else "",
                  args.node_policy, args.device_policy)

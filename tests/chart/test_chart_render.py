@@ -49,7 +49,11 @@ def test_scheduler_configuration(render):
     assert containers["kube-scheduler"]["image"] == "registry.k8s.io/kube-scheduler:v1.31.0"
     args = containers["extender"]["args"]
     assert args[0] == "scheduler" and "--serve-webhook" not in args and "--bind=127.0.0.1:8443" in args
-    assert extender["urlPrefix"] == "https://127.0.0.1:8443"  # kube-scheduler is the extender's neighbour
+    # kube-scheduler is the extender's neighbour on the pod's loopback: plain HTTP, no TLS buffer
+    # per bind waiting for its node.
+    assert "--plain-bind" in args and "--scheduler-max-connections" not in " ".join(args)
+    assert extender["urlPrefix"] == "http://127.0.0.1:8443" and "enableHTTPS" not in extender
+    assert "tlsConfig" not in extender
     assert deployment["spec"]["template"]["metadata"]["labels"]["hami.io/webhook"] == "ignore"
 
 

@@ -132,3 +132,28 @@ def test_extender_listens_on_loopback_by_default():
     parser, _ = build_parser()
     args = parser.parse_args(["scheduler"])
     assert args.bind == "127.0.0.1:8443" and args.webhook_bind == "" and args.metrics_bind == ""
+
+
+def test_plain_bind_serves_kube_scheduler_without_tls_and_the_webhook_with_it(api_server, tmp_path):
+    """The chart's layout: /filter and /bind in plain HTTP on loopback, the webhook over TLS."""
+    bundle = issue(["localhost"], ip_addresses=["127.0.0.1"])
+    for name, data in (("tls.crt", bundle.cert), ("tls.key", bundle.key), ("ca.crt", bundle.ca_cert)):
+        (tmp_path / name).write_bytes(data)
+    extender, webhook = _free_port(), _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hami_dcu.cli.main", "scheduler", "--kubeconfig", str(api_server.kubeconfig_path),
+         "--bind", f"127.0.0.1:{extender}", "--plain-bind", "--webhook-bind", f"127.0.0.1:{webhook}",
+         "--tls-cert", str(tmp_path / "tls.crt"), "--tls-key", str(tmp_path / "tls.key")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    try:
+        deadline = time.monotonic() + 20
+        while _ready(f"https://127.0.0.1:{webhook}/readyz", context) is False:
+            assert process.poll() is None and time.monotonic() < deadline, process.stdout.read().decode()
+            time.sleep(0.1)
+        pod = {"metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": [{"name": "c"}]}}
+        assert _status(f"http://127.0.0.1:{extender}/filter", None, {"Pod": pod, "NodeNames": ["n"]}) == 200
+        assert _status(f"https://127.0.0.1:{webhook}/readyz", context) == 200
+    finally:
+        process.terminate()
+        process.wait(10)
