@@ -256,8 +256,7 @@ class Binder:
             raise BindError(f"node {args.node} stayed busy with other binds for "
                             f"{self.settings.lock_wait:.0f}s") from None
         finally:
-            self.queues.left_queue(args.node, served)
-        turn = self.monotonic()
+            self.queues.left_queue(args.node, served, self.monotonic())
         try:
             await self._acquire(attempt)
             await self._settle(attempt)
@@ -265,7 +264,7 @@ class Binder:
             await self._create_binding(attempt, fit)
         finally:
             queue.release()
-            self.queues.finished(args.node, self.monotonic() - turn)
+            self.queues.finished(args.node, self.monotonic())
         if self.cache.assumptions.get(attempt.assumption.uid) is attempt.assumption:
             self.cache.mark_bound(attempt.assumption.uid, self.monotonic())
 
