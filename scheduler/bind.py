@@ -256,7 +256,8 @@ class Binder:
             raise BindError(f"node {args.node} stayed busy with other binds for "
                             f"{self.settings.lock_wait:.0f}s") from None
         finally:
-            self.queues.left_queue(args.node, served, self.monotonic())
+            self.queues.left_queue(args.node, served)
+        turn = self.monotonic()
         try:
             await self._acquire(attempt)
             await self._settle(attempt)
@@ -264,7 +265,7 @@ class Binder:
             await self._create_binding(attempt, fit)
         finally:
             queue.release()
-            self.queues.finished(args.node, self.monotonic())
+            self.queues.finished(args.node, self.monotonic() - turn)
         if self.cache.assumptions.get(attempt.assumption.uid) is attempt.assumption:
             self.cache.mark_bound(attempt.assumption.uid, self.monotonic())
 

@@ -19,52 +19,34 @@ def test_a_node_is_congested_when_its_queued_binds_would_take_over_half_the_wait
     queues = BindQueues(lock_wait=20.0)
     for _ in range(4):
         queues.queued("a")
-    queues.left_queue("a", served=True, now=0.0)
-    assert queues.congested(0.0) == frozenset()  # no pace known yet, none seen so far
-    queues.finished("a", 3.0)  # that bind held the node's turn for 3 s
-    queues.left_queue("a", served=True, now=3.0)
-    assert queues.expected_wait("a", 3.0) == 9.0  # 3 ahead (2 queued, 1 served) x 3 s
-    assert queues.congested(3.0) == frozenset()
+    queues.left_queue("a", served=True)
+    assert queues.congested() == frozenset()  # no pace known yet: nothing to judge by
+    queues.finished("a", 3.0)  # one bind held the node's turn for 3 s
+    assert queues.expected_wait("a") == 9.0  # 3 queued x 3 s
+    assert queues.congested() == frozenset()
     queues.queued("a")
-    assert queues.expected_wait("a", 3.0) == 12.0 and queues.congested(3.0) == {"a"}
+    assert queues.expected_wait("a") == 12.0 and queues.congested() == {"a"}
     # A node with no pace of its own is judged by every node's.
     for _ in range(5):
         queues.queued("b")
-    assert queues.expected_wait("b", 3.0) == 15.0 and queues.congested(3.0) == {"a", "b"}
+    assert queues.expected_wait("b") == 15.0 and queues.congested() == {"a", "b"}
     # Binds that give up or end take the node out again.
-    for _ in range(3):
-        queues.left_queue("a", served=False, now=4.0)
-    queues.finished("a", 4.0)
-    assert queues.congested(4.0) == {"b"} and not queues.waiting["a"] and not queues.serving["a"]
-
-
-def test_before_any_bind_ends_the_one_holding_the_turn_sets_the_pace():
-    """A burst queues a node's whole capacity at once: its first bind has not ended, and how
-    long it has held the turn is already a lower bound on the pace."""
-    queues = BindQueues(lock_wait=20.0)
-    for _ in range(12):
-        queues.queued("a")
-    queues.left_queue("a", served=True, now=100.0)
-    assert queues.congested(100.5) == frozenset()  # 12 x 0.5 s
-    assert queues.congested(101.0) == {"a"}  # 12 x 1 s
-    queues.finished("a", 101.0)
-    assert queues.pace["a"] == 1.0
+    for _ in range(4):
+        queues.left_queue("a", served=False)
+    assert queues.congested() == {"b"} and queues.waiting["a"] == 0
 
 
 def test_a_node_that_speeds_up_stops_being_congested():
     queues = BindQueues(lock_wait=20.0)
     for _ in range(8):
         queues.queued("a")
-    now = 0.0
-    queues.left_queue("a", served=True, now=now)
-    now += 2.0
-    queues.finished("a", now)
-    assert queues.congested(now) == {"a"}  # 7 x 2 s
+    queues.left_queue("a", served=True)
+    queues.finished("a", 2.0)
+    assert queues.congested() == {"a"}  # 7 x 2 s
     for _ in range(5):
-        queues.left_queue("a", served=True, now=now)
-        now += 0.2
-        queues.finished("a", now)
-    assert queues.pace["a"] < 0.6 and queues.congested(now) == frozenset()  # 2 x under 0.6 s
+        queues.left_queue("a", served=True)
+        queues.finished("a", 0.2)
+    assert queues.pace["a"] < 0.6 and queues.congested() == frozenset()  # 2 x under 0.6 s
 
 
 def two_node_cache() -> ClusterCache:
