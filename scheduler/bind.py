@@ -73,7 +73,6 @@ from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
 from hami_dcu.common.podlatency import DEVICE_PLUGIN  # the extender binds only device-plugin pods
 from hami_dcu.common.podtimes import created_at, seconds_between
 from hami_dcu.common.requests import RequestError
-from hami_dcu.scheduler.bindqueues import BindQueues
 from hami_dcu.scheduler.cache import Assumption, ClusterCache, used_without
 from hami_dcu.scheduler.events import EventSink
 from hami_dcu.scheduler.extender import BindArgs
@@ -170,7 +169,6 @@ class Binder:
         self.janitor = LockJanitor(kube, cache, self.lock, metrics, wall_clock, settings.plugin_release_grace)
         # Binds of one process to one node queue here instead of racing on the API lock.
         self._node_queues: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self.queues = BindQueues(self.settings.lock_wait)  # which nodes /filter should pass over
         # The attempt in flight per pod, and the node it binds to.
         self._in_flight: dict[PodKey, tuple[str, asyncio.Task[str]]] = {}
 
@@ -247,17 +245,11 @@ class Binder:
                 return
         attempt.assumption = assumption
         queue = self._node_queues[args.node]
-        self.queues.queued(args.node)
-        served = False
         try:
             await asyncio.wait_for(queue.acquire(), max(0.0, attempt.deadline - self.monotonic()))
-            served = True
         except TimeoutError:
             raise BindError(f"node {args.node} stayed busy with other binds for "
                             f"{self.settings.lock_wait:.0f}s") from None
-        finally:
-            self.queues.left_queue(args.node, served)
-        turn = self.monotonic()
         try:
             await self._acquire(attempt)
             await self._settle(attempt)
@@ -265,7 +257,6 @@ class Binder:
             await self._create_binding(attempt, fit)
         finally:
             queue.release()
-            self.queues.finished(args.node, self.monotonic() - turn)
         if self.cache.assumptions.get(attempt.assumption.uid) is attempt.assumption:
             self.cache.mark_bound(attempt.assumption.uid, self.monotonic())
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import compress
@@ -204,12 +204,8 @@ class Filter:
         return found
 
     def run(self, plan: PodPlan, node_names: Sequence[str], now: datetime,
-            admit: Callable[[PodFit], NodeRejection | None] | None = None,
-            congested: Set[str] = frozenset()) -> FilterOutcome:
-        """`admit`: a last check of the chosen node's placement (the namespace quota).
-        `congested`: nodes whose binds already queued would outlast a new bind's wait for the
-        node lock; the policy's pick among the others, and one of them only when every
-        fitting node is congested (a bind that waits is better than none)."""
+            admit: Callable[[PodFit], NodeRejection | None] | None = None) -> FilterOutcome:
+        """`admit`: a last check of the chosen node's placement (the namespace quota)."""
         verdicts = self._verdicts_for(plan)
         outcome = FilterOutcome(explain=lambda node, rejection: self._explain(node, rejection, plan, now, verdicts))
         self._usability.sync(now.timestamp())
@@ -217,12 +213,12 @@ class Filter:
         if verdicts is None:
             fitting, exact = self._judge_exactly(outcome, plan, node_names, now)
             self._choose(outcome, plan, lambda excluded: _best_of(fitting - excluded, self._usability.scores,
-                                                                 plan.node_policy), exact, admit, congested)
+                                                                 plan.node_policy), exact, admit)
             return outcome
         shape_nodes = self._shape_nodes_for(plan, verdicts)
         allowed = self._judge_by_sets(outcome, shape_nodes, node_names, now)
         self._choose(outcome, plan, lambda excluded: self._usability.best(
-            spread, shape_nodes.fits, lambda name: allowed(name) and name not in excluded), {}, admit, congested)
+            spread, shape_nodes.fits, lambda name: allowed(name) and name not in excluded), {}, admit)
         return outcome
 
     def _candidates(self, node_names: Sequence[str]) -> tuple[set[str], bool]:
@@ -306,19 +302,10 @@ class Filter:
         return fitting, exact
 
     def _choose(self, outcome: FilterOutcome, plan: PodPlan, best: Callable[[set[str]], str | None],
-                exact: dict[str, PodFit], admit: Callable[[PodFit], NodeRejection | None] | None,
-                congested: Set[str] = frozenset()) -> None:
+                exact: dict[str, PodFit], admit: Callable[[PodFit], NodeRejection | None] | None) -> None:
         """The node policy's pick (`best`, among the fitting nodes not in the set it is
-        given), placed exactly (fit.py) and admitted; the next best when either refuses.
-        Congested nodes are passed over while any other fits, never reported as failing."""
+        given), placed exactly (fit.py) and admitted; the next best when either refuses."""
         excluded: set[str] = set()
-        if congested:
-            passed_over = set(congested)
-            if best(passed_over) is not None:
-                self._choose(outcome, plan, lambda more: best(more | passed_over), exact, admit)
-                if outcome.chosen is not None:
-                    return
-                excluded = {name for name in outcome.failed if name not in congested}
         while (name := best(excluded)) is not None:
             result = exact.get(name) or self._fit(self.cache.nodes[name], plan)
             if isinstance(result, NodeRejection):

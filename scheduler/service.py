@@ -187,8 +187,7 @@ class SchedulerService:
         limits = self.quotas.limits(namespace)
         admit = quota_gate(limits, namespace_used(self.cache, namespace), self.settings.filter.resources) \
             if limits else None
-        congested = self.binder.queues.congested() if self.binder is not None else frozenset()
-        outcome = self.filter.run(plan, names, self.wall_clock(), admit, congested)
+        outcome = self.filter.run(plan, names, self.wall_clock(), admit)
         failed = outcome.failed_text()
         if outcome.chosen is None or outcome.fit is None:
             summary = summarise(outcome.codes()) or "no candidate nodes"
