@@ -88,14 +88,18 @@ def test_helm_test_passes_against_the_rendered_scheduler(render, api_server, tmp
 
 def test_helm_test_fails_when_the_service_leads_to_the_extender(render, api_server, tmp_path):
     """The check that catches issue 11's finding 6: pointed at the extender's listener (what
-    the Service used to target), the test reports /filter and /bind as reachable."""
+    the Service used to target), the test fails on /filter and /bind: served there (over TLS,
+    as before --plain-bind), or not speaking the webhook's TLS at all (the chart's plain loopback)."""
     args, env, script = rendered(render)
     tls_dir = tls_secret(tmp_path)
-    with scheduler_as_rendered(args, tls_dir, api_server.kubeconfig_path) as (_, extender):
-        result = run_helm_test(script, env, extender, tls_dir)
-    assert result.returncode == 1
-    assert "/filter not served: unexpected answer" in result.stdout
-    assert "/bind not served: unexpected answer" in result.stdout
+    for extender_args in ([a for a in args if a != "--plain-bind"], args):
+        with scheduler_as_rendered(extender_args, tls_dir, api_server.kubeconfig_path) as (_, extender):
+            result = run_helm_test(script, env, extender, tls_dir)
+        assert result.returncode == 1
+        plain = "--plain-bind" in extender_args
+        for verb in ("/filter", "/bind"):
+            expected = f"{verb} not served: " + ("" if plain else "unexpected answer")
+            assert expected in result.stdout, result.stdout
 
 
 def test_helm_test_rejects_a_certificate_from_another_ca(render, api_server, tmp_path):
