@@ -13,9 +13,10 @@ serves /webhook on `--bind` too.
 kube-scheduler, and each pod whose bind waits for its node (HAMi's node lock) holds one of its
 connections until the bind ends. Under the caps every other port has (48 from one client), a
 burst stalled there: kube-scheduler's next /filter waited for a free connection, so pods were
-placed only as fast as binds finished (23 pods/s at 1,000 kwok nodes). On a loopback address
+placed only as fast as 48 binds at a time finished (23 pods/s at 1,000 kwok nodes). Some such
+cap is wanted (SCHEDULER_MAX_CONNECTIONS says why); 48 from the slow-client defence was not it. On a loopback address
 `--plain-bind` serves it without TLS: only the pod's own containers reach it, and TLS would
-give each waiting bind a 256 KiB buffer (thousands of them in a large burst).
+give each waiting bind a 256 KiB buffer.
 """
 
 from __future__ import annotations
@@ -52,10 +53,14 @@ from hami_dcu.scheduler.quotas import admission_view
 from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
 
 log = logging.getLogger(__name__)
-# kube-scheduler holds one connection per bind in flight; a bind waits at most --lock-wait for
-# its node, so this many is a burst placed at 100 pods/s for 20 s. A plain connection waiting
-# costs a few KiB.
-SCHEDULER_MAX_CONNECTIONS = 2048
+# kube-scheduler holds one connection per bind in flight, so this is how many binds may wait for
+# their nodes at once; beyond it, kube-scheduler's next /filter waits (parked) for one to end.
+# That wait is the burst's back-pressure: the pods stay in kube-scheduler's queue instead of
+# queueing binds behind nodes that cannot serve them within --lock-wait. Measured with the
+# scale bench: 48 (the common cap) placed 22.8 pods/s at 1,000 kwok nodes; no cap placed
+# 28.9 there, but at 5,000 nodes and 10,000 pods binds piled up behind the first nodes, timed
+# out, were placed there again and failed 30,000 times.
+SCHEDULER_MAX_CONNECTIONS = 128
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -37,7 +37,7 @@ def test_the_bind_listener_takes_kube_schedulers_binds_up_to_its_own_cap():
     args = parse()
     limits = bind_listener(args, connection_limits_from(args))
     assert limits.max_per_client == limits.max_connections == SCHEDULER_MAX_CONNECTIONS
-    assert busy_connections_admitted(ConnectionBook(limits), "127.0.0.1", 500) == 500
+    assert busy_connections_admitted(ConnectionBook(limits), "127.0.0.1", 500) == SCHEDULER_MAX_CONNECTIONS == 128
     smaller = parse("--scheduler-max-connections", "100")
     assert busy_connections_admitted(ConnectionBook(bind_listener(smaller, connection_limits_from(smaller))),
                                      "127.0.0.1", 150) == 100
