@@ -1,6 +1,7 @@
 """`hami-dcu scheduler` as the chart runs it: TLS from files, and the webhook on the same port."""
 
 import base64
+import contextlib
 import json
 import socket
 import ssl
@@ -9,6 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
 from hami_dcu.webhook.certs import issue
 
@@ -73,22 +75,9 @@ def test_each_audience_has_its_own_listener(api_server, tmp_path):
     """Issue 11, finding 6: /filter and /bind answered anyone who reached the Service (shared
     with the webhook). Now the webhook port serves no /filter, /bind or /metrics, and /metrics
     has a port of its own."""
-    bundle = issue(["localhost"], ip_addresses=["127.0.0.1"])
-    for name, data in (("tls.crt", bundle.cert), ("tls.key", bundle.key), ("ca.crt", bundle.ca_cert)):
-        (tmp_path / name).write_bytes(data)
     extender, webhook, metrics = _free_port(), _free_port(), _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hami_dcu.cli.main", "scheduler", "--kubeconfig", str(api_server.kubeconfig_path),
-         "--bind", f"127.0.0.1:{extender}", "--webhook-bind", f"127.0.0.1:{webhook}",
-         "--metrics-bind", f"127.0.0.1:{metrics}", "--tls-cert", str(tmp_path / "tls.crt"),
-         "--tls-key", str(tmp_path / "tls.key"), "--scheduler-identity", "system:serviceaccount:ns:ext"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
-    try:
-        deadline = time.monotonic() + 20
-        while _ready(f"https://127.0.0.1:{webhook}/readyz", context) is False:
-            assert process.poll() is None and time.monotonic() < deadline, process.stdout.read().decode()
-            time.sleep(0.1)
+    with _served(api_server, tmp_path, webhook, "--bind", f"127.0.0.1:{extender}", "--metrics-bind",
+                 f"127.0.0.1:{metrics}", "--scheduler-identity", "system:serviceaccount:ns:ext") as context:
         pod = {"metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": [{"name": "c"}]}}
         filter_args = {"Pod": pod, "NodeNames": ["n"]}
         on_webhook = f"https://127.0.0.1:{webhook}"
@@ -114,9 +103,6 @@ def test_each_audience_has_its_own_listener(api_server, tmp_path):
                                              headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(request, context=context, timeout=5) as response:
                 assert json.loads(response.read())["response"]["allowed"] is allowed
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def _ready(url: str, context: ssl.SSLContext) -> bool:
@@ -136,14 +122,24 @@ def test_extender_listens_on_loopback_by_default():
 
 def test_plain_bind_serves_kube_scheduler_without_tls_and_the_webhook_with_it(api_server, tmp_path):
     """The chart's layout: /filter and /bind in plain HTTP on loopback, the webhook over TLS."""
+    extender, webhook = _free_port(), _free_port()
+    with _served(api_server, tmp_path, webhook, "--bind", f"127.0.0.1:{extender}", "--plain-bind") as context:
+        pod = {"metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": [{"name": "c"}]}}
+        assert _status(f"http://127.0.0.1:{extender}/filter", None, {"Pod": pod, "NodeNames": ["n"]}) == 200
+        assert _status(f"https://127.0.0.1:{webhook}/readyz", context) == 200
+
+
+@contextlib.contextmanager
+def _served(api_server, tmp_path, webhook: int, *flags: str) -> Iterator[ssl.SSLContext]:
+    """`hami-dcu scheduler` with a fresh serving certificate, the webhook on `webhook` and
+    `flags`, until its webhook is ready; yields a client context trusting its CA."""
     bundle = issue(["localhost"], ip_addresses=["127.0.0.1"])
     for name, data in (("tls.crt", bundle.cert), ("tls.key", bundle.key), ("ca.crt", bundle.ca_cert)):
         (tmp_path / name).write_bytes(data)
-    extender, webhook = _free_port(), _free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "hami_dcu.cli.main", "scheduler", "--kubeconfig", str(api_server.kubeconfig_path),
-         "--bind", f"127.0.0.1:{extender}", "--plain-bind", "--webhook-bind", f"127.0.0.1:{webhook}",
-         "--tls-cert", str(tmp_path / "tls.crt"), "--tls-key", str(tmp_path / "tls.key")],
+         "--webhook-bind", f"127.0.0.1:{webhook}", "--tls-cert", str(tmp_path / "tls.crt"),
+         "--tls-key", str(tmp_path / "tls.key"), *flags],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
     try:
@@ -151,9 +147,7 @@ def test_plain_bind_serves_kube_scheduler_without_tls_and_the_webhook_with_it(ap
         while _ready(f"https://127.0.0.1:{webhook}/readyz", context) is False:
             assert process.poll() is None and time.monotonic() < deadline, process.stdout.read().decode()
             time.sleep(0.1)
-        pod = {"metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": [{"name": "c"}]}}
-        assert _status(f"http://127.0.0.1:{extender}/filter", None, {"Pod": pod, "NodeNames": ["n"]}) == 200
-        assert _status(f"https://127.0.0.1:{webhook}/readyz", context) == 200
+        yield context
     finally:
         process.terminate()
         process.wait(10)
