@@ -132,16 +132,12 @@ class DriverService:
                     self._event({"kind": "Node", "metadata": {"name": self.node, "uid": node["metadata"].get("uid")}},
                                 "DCUModeConflict", conflict)
             cards = [] if conflict else list(self.core.cards.values())
-            published = self._read_slice(FROM_CACHE)
-            generation = int(((published or {}).get("spec") or {}).get("pool", {}).get("generation") or 0)
-            spec = slices.slice_spec(self.node, cards, self.health_now, self.slots, generation)
-            if slices.same_devices(published, spec):
-                return False
-            published = self._read_slice(None)  # the cache may lag our own last write: write on the stored one
-            if slices.same_devices(published, spec):
-                return False
-            generation = int(((published or {}).get("spec") or {}).get("pool", {}).get("generation") or 0)
-            spec = slices.slice_spec(self.node, cards, self.health_now, self.slots, generation)
+            for query in (FROM_CACHE, None):  # the cache may lag our own last write: write on the stored one
+                published = self._read_slice(query)
+                generation = int(((published or {}).get("spec") or {}).get("pool", {}).get("generation") or 0)
+                spec = slices.slice_spec(self.node, cards, self.health_now, self.slots, generation)
+                if slices.same_devices(published, spec):
+                    return False
             spec["pool"]["generation"] = generation + 1
             body = slices.resource_slice(self.node, node["metadata"].get("uid"), spec)
             if published is None:
