@@ -35,7 +35,7 @@ from hami_dcu.common.nodelock import LockError, NodeLock, lock_annotation
 from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
 from hami_dcu.common.podlatency import DEVICE_PLUGIN
 from hami_dcu.common.podtimes import bound_at, seconds_between
-from hami_dcu.deviceplugin import lockless
+from hami_dcu.deviceplugin import advicereads, lockless
 from hami_dcu.deviceplugin import plan as planning
 from hami_dcu.deviceplugin.grantstore import GrantStore
 from hami_dcu.deviceplugin.kubeletids import KubeletIds
@@ -134,6 +134,10 @@ class PluginCore:
         # the last pod write and the lock release beside the files
         # (the release may finish after the answer).
         self._io = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"allocate-{node}")
+        # GetPreferredAllocation's reads, for the Allocate that follows it (advicereads.py), and
+        # the count of steps here that change the node lock, which makes older reads unusable.
+        self._advice_reads: advicereads.AdviceReads | None = None
+        self._lock_steps = 0
         self.metrics = metrics or PluginMetrics()
         self.metrics.unknown_models.labels(node).set(sum(1 for c in cards if c.card.model == FALLBACK_MODEL))
         self.grants = GrantStore(self.paths.state_dir)
@@ -208,7 +212,10 @@ class PluginCore:
         self.lock.acquire()
         releasing: Future[None] | None = None
         try:
-            responses, releasing = self._allocate_locked(requests)
+            reads, self._advice_reads = self._advice_reads, None
+            usable = advicereads.reusable(reads, requests, self._lock_steps, time.monotonic())
+            self._lock_steps += 1
+            responses, releasing = self._allocate_locked(requests, reads if usable else None)
         except Exception:
             self.metrics.allocations.labels(self.node, "failed").inc()
             raise
@@ -231,10 +238,16 @@ class PluginCore:
         self.lock.release()
         return True
 
-    def _allocate_locked(self, requests: list[list[str]]) -> tuple[list[ContainerResponse], Future[None] | None]:
-        # The two reads do not depend on each other: one round trip of waiting, not two.
-        listing = self._io.submit(self._list_pending)
-        node_obj = self._read_node()
+    def _allocate_locked(self, requests: list[list[str]], advised: advicereads.AdviceReads | None = None
+                         ) -> tuple[list[ContainerResponse], Future[None] | None]:
+        if advised is not None:  # what GetPreferredAllocation read for this very call
+            listing: Future[list[dict]] = Future()
+            listing.set_result(advised.pending)
+            node_obj = advised.node
+        else:
+            # The two reads do not depend on each other: one round trip of waiting, not two.
+            listing = self._io.submit(self._list_pending)
+            node_obj = self._read_node()
         lockless = bool(self.volcano_scheduler) and not lock_annotation(node_obj)
         if lockless:
             pod = self._identify_lockless(listing, requests)
@@ -582,7 +595,9 @@ class PluginCore:
         """Advice only (Allocate proves which pod it serves on its own reads): the cards of the
         pod the lock names. The kubelet calls this just before each Allocate, so its two reads
         go out together, as Allocate's do: one round trip on the node's critical path."""
+        steps, taken = self._lock_steps, time.monotonic()
         listing = self._io.submit(self._list_pending)
+        reads: tuple[dict, list[dict]] | None = None
         try:
             node_obj = self.kube.get_node(self.node)
             pending = listing.result()
@@ -596,9 +611,14 @@ class PluginCore:
                 # Not Pending on this node (not bound yet, or done): no advice to give.
                 pod = next((p for p in pending
                             if (p["metadata"].get("namespace"), p["metadata"].get("name")) == holder), {})
+                if pod:  # the lock's pod is Pending here: the reads can serve its Allocate
+                    reads = (node_obj, pending)
         except (AllocateFailed, KubeError):
             pod = {}
-        return planning.preferred_ids(pod, available, must_include, size, self.naming.pod_devices_to_allocate)
+        advice = planning.preferred_ids(pod, available, must_include, size, self.naming.pod_devices_to_allocate)
+        self._advice_reads = (advicereads.AdviceReads(taken, steps, reads[0], reads[1], tuple(advice))
+                              if reads is not None else None)
+        return advice
 
     # --- reconcile -------------------------------------------------------------------------
 
@@ -607,6 +627,7 @@ class PluginCore:
         the node lock if its holder no longer needs it. One pod list scoped to this node per
         cycle. Returns the removed directory names."""
         with self.lock:
+            self._lock_steps += 1  # it may release the lock: advice read before is for nobody now
             pods = self.kube.list_pods(field_selector=f"spec.nodeName={self.node}").items
             removed = self._reconcile_locked(pods)
             self._release_needless_lock(pods)
