@@ -37,6 +37,12 @@ TAINT = {"key": MANAGED_ANNOTATION, "value": MANAGED_VALUE, "effect": "NoSchedul
 TOLERATION = {"key": MANAGED_ANNOTATION, "operator": "Equal", "value": MANAGED_VALUE, "effect": "NoSchedule"}
 # The stage files build-kwok.sh copies next to the binary, in the order kwok gets them.
 STAGES = ("node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete", "pod-delete")
+# kwok's workers per kind of work (its default is 4 each), each making one API request at a
+# time. In a DCU burst the API server is the busy part and a request takes 100-200 ms: 4 workers
+# started about 25 pods/s, so DCU pods waited 11-18 s to be Running behind kwok's queue (plain
+# pods, on an API server with room, 12 ms), and 4 lease workers fell behind at 5,000 nodes
+# (nodes marked NotReady). A kubelet per node starts its pod at once.
+WORKERS = 16
 # The bind phases after which no Allocate is coming that would let a container start.
 _NOT_STARTED = (keys.BIND_PHASE_ALLOCATING, keys.BIND_PHASE_FAILED)
 
@@ -73,6 +79,13 @@ def stages(stage_dir: Path) -> list[JSON]:
     return loaded
 
 
+def configuration(workers: int = WORKERS) -> JSON:
+    """kwok's own options (the rest come from its flags)."""
+    return {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
+            "options": {"podPlayStageParallelism": workers, "nodePlayStageParallelism": workers,
+                        "nodeLeaseParallelism": workers}}
+
+
 def narrow_pod_ready(stage: JSON) -> None:
     """A pod whose allocation is still under way (or failed) does not start: kwok leaves it
     Pending. Pods without a bind phase (plain pods) start as kwok's default has them."""
@@ -92,7 +105,7 @@ def start(kwok: Path, kubeconfig: Path, workdir: Path, lease_seconds: int) -> Pr
     every lease_seconds / 4 (kube-controller-manager's grace period must exceed that)."""
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "kwok.yaml"
-    config.write_text(yaml.safe_dump_all(stages(kwok.parent / "stages")))
+    config.write_text(yaml.safe_dump_all([configuration(), *stages(kwok.parent / "stages")]))
     return Process("kwok", [
         str(kwok), f"--kubeconfig={kubeconfig}", f"--config={config}",
         f"--manage-nodes-with-annotation-selector={MANAGED_ANNOTATION}={MANAGED_VALUE}",
