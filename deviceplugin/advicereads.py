@@ -13,7 +13,9 @@ this same admission:
   the container it asked about (another pod's Allocate would name its own slots);
 * the reads are younger than MAX_AGE (the kubelet makes the two calls within milliseconds);
 * nothing on this node changed the lock since (no Allocate, release or reconcile here:
-  `generation` counts them), and the reads found the lock's pod Pending on this node.
+  `generation` counts them, an Allocate at its start and at its end, since the advice is
+  asked outside the plugin's lock and may overlap one), and the reads found the lock's pod
+  Pending on this node.
 The reads were made after the kubelet saw the pod bound, as Allocate's own would be, so they
 show every pod that could be the one admitted. What is left is a lock that changes hands by
 another writer within MAX_AGE, which needs its holder to no longer want it (gone, or

@@ -222,14 +222,20 @@ class PluginCore:
         finally:
             self.metrics.allocate_seconds.labels(self.node).observe(time.perf_counter() - started)
             if releasing is None:
-                self.lock.release()
+                self._end_allocate()
             else:
                 # The node lock's release may still be under way at the answer: the container's
                 # start does not wait for it, the next Allocate on this node does (it needs the
                 # lock free to tell its pod apart from this one).
-                releasing.add_done_callback(lambda _done: self.lock.release())
+                releasing.add_done_callback(lambda _done: self._end_allocate())
         self.metrics.allocations.labels(self.node, "success").inc()
         return responses
+
+    def _end_allocate(self) -> None:
+        # Counted at the end too: advice read while this Allocate was under way saw the node
+        # lock before its release, and must not serve the next call.
+        self._lock_steps += 1
+        self.lock.release()
 
     def idle(self, timeout: float | None = None) -> bool:
         """Wait until no Allocate is in progress here, its lock release included."""

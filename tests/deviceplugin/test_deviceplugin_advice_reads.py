@@ -120,3 +120,28 @@ def test_advice_without_the_locks_pod_pending_here_keeps_no_reads(counted):
     with pytest.raises(AllocateFailed):  # the lock's pod is not here: refused, after reading
         core.allocate([["DCU-S1-fake-0"]])
     assert counting.calls[:2] == ["GET", "GET"]
+
+
+def test_advice_read_while_an_allocate_was_under_way_is_not_reused(counted, monkeypatch):
+    """GetPreferredAllocation runs outside the plugin's lock: reads it makes while an Allocate is
+    under way may show that Allocate's pod and lock before their outcome and release."""
+    node, counting = counted
+    core = node.core()
+    node.bind("first", [("c", [dev("S2", 1000, 25)])])
+    during: list[list[str]] = []
+    original = core._refuse_if_ambiguous
+
+    def check_and_advise(*args, **kwargs):
+        during.append(core.preferred(AVAILABLE, [], 1))  # the advice, between the Allocate's reads and writes
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(core, "_refuse_if_ambiguous", check_and_advise)
+    core.allocate([["DCU-S2-fake-0"]])
+    monkeypatch.undo()
+    assert during == [["DCU-S2-fake-0"]]  # it saw the first pod's lock
+    assert node.lock_value() is None
+    counting.calls.clear()
+    with pytest.raises(AllocateFailed):  # no pod holds the lock: refused, after reading
+        core.allocate([during[0]])
+    assert counting.calls[:2] == ["GET", "GET"]
+    assert node.annotation("first", keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS
