@@ -42,12 +42,10 @@ class AdviceReads:
     advice: tuple[str, ...]
 
 
-def reusable(reads: AdviceReads | None, requests: list[list[str]], generation: int, now: float,
-             max_age: float | None = None) -> bool:
+def reusable(reads: AdviceReads | None, requests: list[list[str]], generation: int, now: float) -> bool:
     """May the Allocate asking for `requests` take `reads` instead of reading again?"""
-    max_age = MAX_AGE if max_age is None else max_age
     if reads is None or not reads.advice or len(requests) != 1:
         return False
     if sorted(requests[0]) != sorted(reads.advice):
         return False
-    return reads.generation == generation and 0 <= now - reads.taken <= max_age
+    return reads.generation == generation and 0 <= now - reads.taken <= MAX_AGE

@@ -598,9 +598,9 @@ class PluginCore:
     # --- GetPreferredAllocation ------------------------------------------------------------
 
     def preferred(self, available: list[str], must_include: list[str], size: int) -> list[str]:
-        """Advice only (Allocate proves which pod it serves on its own reads): the cards of the
-        pod the lock names. The kubelet calls this just before each Allocate, so its two reads
-        go out together, as Allocate's do: one round trip on the node's critical path."""
+        """The cards of the pod the lock names. The kubelet calls this just before each
+        Allocate: its two reads go out together, and are kept for that Allocate, which takes
+        them only when they can describe nothing but its own admission (advicereads.py)."""
         steps, taken = self._lock_steps, time.monotonic()
         listing = self._io.submit(self._list_pending)
         reads: tuple[dict, list[dict]] | None = None
