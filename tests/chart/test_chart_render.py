@@ -57,6 +57,18 @@ def test_scheduler_configuration(render):
     assert deployment["spec"]["template"]["metadata"]["labels"]["hami.io/webhook"] == "ignore"
 
 
+@pytest.mark.parametrize("mode", ["devicePlugin", "dra"])
+def test_our_kube_scheduler_may_send_four_requests_per_pod_at_the_default_pace(render, mode):
+    """A DRA pod costs kube-scheduler four requests: at its default 50/s the client throttled
+    DCU pods to 12.5/s at 1,000 nodes (bench/scale.py), a quarter of plain pods' pace."""
+    docs = render("--set", f"mode={mode}", kube_version="1.36.0")
+    config = yaml.safe_load(by_kind(docs, "ConfigMap", "scheduler-config")["data"]["config.yaml"])
+    assert config["clientConnection"] == {"qps": 200, "burst": 400}
+    docs = render("--set", "scheduler.kubeScheduler.qps=75", "--set", "scheduler.kubeScheduler.burst=150")
+    config = yaml.safe_load(by_kind(docs, "ConfigMap", "scheduler-config")["data"]["config.yaml"])
+    assert config["clientConnection"] == {"qps": 75, "burst": 150}
+
+
 def test_old_clusters_get_the_old_config_api_and_no_match_conditions(render):
     docs = render(kube_version="1.24.0")
     config = yaml.safe_load(by_kind(docs, "ConfigMap", "scheduler-config")["data"]["config.yaml"])
@@ -183,7 +195,9 @@ def test_cert_manager_mode(render):
 
 @pytest.mark.parametrize(("setting", "named"), [("webhook.failurePolicy=Sometimes", "failurePolicy"),
                                                ("resources.count=example.com/x", "resources"),
-                                               ("devicePlugin.smi=nvml", "smi")])
+                                               ("devicePlugin.smi=nvml", "smi"),
+                                               ("scheduler.kubeScheduler.qps=0", "qps"),
+                                               ("scheduler.kubeScheduler.burst=0", "burst")])
 def test_values_schema_rejects_bad_values(helm, setting, named):
     result = subprocess.run([str(helm), "template", "x", str(CHART), "--set", setting],
                             capture_output=True, text=True)
