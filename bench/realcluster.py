@@ -38,6 +38,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import yaml
+
 # The test harness (e2e/) is not installed: it imports from the checkout this script is in.
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
@@ -145,7 +147,14 @@ def main() -> None:
                         help="the chart's mode; the pod specs are the same in both")
     parser.add_argument("--steps", action="store_true",
                         help="also print one node's cycle step by step and the API requests per DCU pod")
+    parser.add_argument("--register-interval", type=int, default=30,
+                        help="seconds between two reports of a node's plugin or DRA driver (default: the chart's; "
+                             "the test suites' 5 s adds a node write, a pod list and a node read per node every 5 s)")
+    parser.add_argument("--values", help="a YAML file of chart values to install with (e.g. other connection limits)")
     args = parser.parse_args()
+    values = (yaml.safe_load(Path(args.values).read_text()) if args.values else None) or {}
+    for reporter in ("devicePlugin", "draDriver"):  # a --values file's own interval wins
+        values.setdefault(reporter, {}).setdefault("registerIntervalSeconds", args.register_interval)
     reason = unavailable()
     if reason:
         raise SystemExit(reason)
@@ -160,7 +169,7 @@ def main() -> None:
         from e2e.realcluster.dra_cluster import DraRealCluster
 
         backend = DraRealCluster
-    with backend(nodes) as cluster:
+    with backend(nodes, values=values) as cluster:
         print(f"cluster up and chart installed in {time.monotonic() - started:.1f} s "
               f"(Kubernetes {cluster.kube_version})", flush=True)
         base_created, base_bound, base_running = _burst(cluster, "plain", args.pods, dcu=False, creators=args.creators)

@@ -32,7 +32,9 @@ class DraRealCluster(RealCluster):
     kubelets: dict[str, DraKubelet]  # type: ignore[assignment]
 
     def values(self) -> JSON:
-        return _merge(super().values(), {"mode": "dra", "draDriver": {"registerIntervalSeconds": 5}})
+        # The caller's values last: they may set the interval too (bench/realcluster.py does).
+        dra = {"mode": "dra", "draDriver": {"registerIntervalSeconds": 5}}
+        return _merge(_merge(super().values(), dra), self.extra_values)
 
     def _start_node(self, node: str, images: Images) -> None:
         assert self.control_plane is not None and self.network is not None
