@@ -55,6 +55,12 @@ def test_scheduler_configuration(render):
     assert extender["urlPrefix"] == "http://127.0.0.1:8443" and "enableHTTPS" not in extender
     assert "tlsConfig" not in extender
     assert deployment["spec"]["template"]["metadata"]["labels"]["hami.io/webhook"] == "ignore"
+    # A slow answer under a burst must not restart the scheduler pod (binds in flight and the
+    # webhook's connections would be cut): probes as lenient as kubeadm's for kube-scheduler.
+    for name in ("kube-scheduler", "extender"):
+        liveness = containers[name]["livenessProbe"]
+        assert liveness["timeoutSeconds"] >= 15 and liveness["failureThreshold"] >= 8
+    assert containers["extender"]["readinessProbe"]["timeoutSeconds"] >= 5
 
 
 @pytest.mark.parametrize("mode", ["devicePlugin", "dra"])
