@@ -317,6 +317,19 @@ class KindBackend:
                 return str(pod["metadata"]["name"])
         return None
 
+    def container_restarts(self) -> dict[tuple[str, str], tuple[int, str]]:
+        """Every container of the chart's pods: (pod, container) -> (restart count, how its last
+        run ended). A restart the test did not ask for is the kubelet's verdict (a liveness probe
+        that failed under load, a crash): whatever the apiserver saw meanwhile is explained by it."""
+        found: dict[tuple[str, str], tuple[int, str]] = {}
+        for pod in self.kube.list_pods(namespace=RELEASE_NAMESPACE).items:
+            for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                ended = (status.get("lastState") or {}).get("terminated") or {}
+                how = f"{ended.get('reason', '')} exit {ended.get('exitCode', '?')} at {ended.get('finishedAt', '?')}"
+                found[(pod["metadata"]["name"], status["name"])] = (int(status.get("restartCount") or 0),
+                                                                    how if ended else "")
+        return found
+
     def node_metrics(self, node: str) -> str:
         """What the node's device plugin (or DRA driver) serves on /metrics, asked from inside
         its pod (the chart's NetworkPolicy lets only metricsFrom peers reach the port)."""
