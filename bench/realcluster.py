@@ -151,6 +151,10 @@ def main() -> None:
                         help="seconds between two reports of a node's plugin or DRA driver (default: the chart's; "
                              "the test suites' 5 s adds a node write, a pod list and a node read per node every 5 s)")
     parser.add_argument("--values", help="a YAML file of chart values to install with (e.g. other connection limits)")
+    parser.add_argument("--workdir", help="keep the cluster's files (every component's log) here afterwards")
+    parser.add_argument("--controller-manager-qps", type=int,
+                        help="kube-controller-manager's --kube-api-qps (burst twice it); default its own, 20: "
+                             "in DRA mode it creates each pod's claim and records it in the pod's status")
     args = parser.parse_args()
     values = (yaml.safe_load(Path(args.values).read_text()) if args.values else None) or {}
     for reporter in ("devicePlugin", "draDriver"):  # a --values file's own interval wins
@@ -169,7 +173,12 @@ def main() -> None:
         from e2e.realcluster.dra_cluster import DraRealCluster
 
         backend = DraRealCluster
-    with backend(nodes, values=values) as cluster:
+    workdir = Path(args.workdir) if args.workdir else None
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+    qps = args.controller_manager_qps
+    manager_args = [f"--kube-api-qps={qps}", f"--kube-api-burst={2 * qps}"] if qps else []
+    with backend(nodes, values=values, workdir=workdir, controller_manager_args=manager_args) as cluster:
         print(f"cluster up and chart installed in {time.monotonic() - started:.1f} s "
               f"(Kubernetes {cluster.kube_version})", flush=True)
         base_created, base_bound, base_running = _burst(cluster, "plain", args.pods, dcu=False, creators=args.creators)
