@@ -90,10 +90,15 @@ def _burst(cluster: RealCluster, label: str, pods: int, dcu: bool, creators: int
     return created_at, bound_at or running_at, running_at
 
 
-def _delete_all(cluster: RealCluster) -> None:
+def _delete_all(cluster: RealCluster, claims: bool) -> None:
+    """Delete the namespace's pods and wait until they are gone, and in DRA mode their claims
+    too: kube-controller-manager deletes a pod's generated claims after the pod, and until then
+    they hold their cards (the next burst or Job would start on a cluster that is not empty)."""
     kube, ns = cluster.kube, cluster.namespace
     kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods")
     while kube.list_pods(namespace=ns).items:
+        time.sleep(0.5)
+    while claims and kube.request("GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims").get("items"):
         time.sleep(0.5)
 
 
@@ -182,7 +187,7 @@ def main() -> None:
         print(f"cluster up and chart installed in {time.monotonic() - started:.1f} s "
               f"(Kubernetes {cluster.kube_version})", flush=True)
         base_created, base_bound, base_running = _burst(cluster, "plain", args.pods, dcu=False, creators=args.creators)
-        _delete_all(cluster)
+        _delete_all(cluster, claims=args.mode == "dra")
         recorder = StepRecorder(cluster.kube, cluster.namespace).start() if args.steps else None
         requests_before = _requests(cluster) if args.steps else {}
         created, bound, running = _burst(cluster, "dcu", args.pods, dcu=True, creators=args.creators)
@@ -194,7 +199,7 @@ def main() -> None:
             detail += [f"  {per:5.2f}  {' '.join(part for part in key if part)}"
                        for key, per in st.per_pod(gained, args.pods, top=12)]
             detail.append(f"  {sum(gained.values()) / args.pods:5.2f}  in all")
-        _delete_all(cluster)
+        _delete_all(cluster, claims=args.mode == "dra")
         print(f"\nburst of {args.pods} pods over {args.nodes} nodes, created by {args.creators} clients at once")
         print(f"  baseline (default kube-scheduler, no DCU): bound in {base_bound:6.2f} s "
               f"({args.pods / base_bound:6.1f} pods/s), Running in {base_running:6.2f} s")
