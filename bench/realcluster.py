@@ -98,7 +98,10 @@ def _delete_all(cluster: RealCluster, claims: bool) -> None:
     kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods")
     while kube.list_pods(namespace=ns).items:
         time.sleep(0.5)
+    deadline = time.monotonic() + 300
     while claims and kube.request("GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims").get("items"):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"claims in {ns} still there 300 s after their pods: is kube-controller-manager running?")
         time.sleep(0.5)
 
 
