@@ -39,19 +39,41 @@ def pem_pair_problem(cert_file: Path, key_file: Path) -> str | None:
 
 
 class ReloadingTLS:
-    """An SSLContext that reloads cert and key when either file changes. `load_cert_chain`
-    on the live context affects new handshakes only, which is exactly what rotation needs."""
+    """Serving TLS that follows cert and key on disk. Each reload builds a new context and,
+    only once the pair has loaded whole, makes it the one new handshakes use (the listener's
+    `context` hands each handshake to the current one from its SNI callback, which OpenSSL
+    calls for every ClientHello, with or without a server name). Loading into the live
+    context instead would not be atomic: OpenSSL takes the certificate first and drops the
+    loaded key if it does not match, so a certificate read beside the old key (a volume
+    caught mid-update) would leave no usable key and fail every handshake until the next
+    good reload."""
 
     def __init__(self, cert_file: str, key_file: str) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._stamp = self._mtimes()
+        self._current = self._load()  # raises when the pair cannot serve: the caller says why
+        self.context = self._load()
+        self.context.sni_callback = self._hand_over
+
+    @staticmethod
+    def _new_context() -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
         # TLS 1.2: ECDHE with AEAD only (OpenSSL's default also offers CBC suites, open to
         # padding-oracle attacks). TLS 1.3 suites are all AEAD and not set here.
-        self.context.set_ciphers(TLS12_CIPHERS)
-        self._stamp = self._mtimes()
-        self.context.load_cert_chain(cert_file, key_file)
+        context.set_ciphers(TLS12_CIPHERS)
+        return context
+
+    def _load(self) -> ssl.SSLContext:
+        context = self._new_context()
+        context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+    def _hand_over(self, connection: ssl.SSLObject | ssl.SSLSocket, _server_name: str | None,
+                   _listener: ssl.SSLContext) -> None:
+        if connection.context is not self._current:
+            connection.context = self._current
 
     def _mtimes(self) -> tuple[float, float]:
         return (os.stat(self.cert_file).st_mtime_ns, os.stat(self.key_file).st_mtime_ns)
@@ -65,11 +87,12 @@ class ReloadingTLS:
         if stamp == self._stamp:
             return False
         try:
-            self.context.load_cert_chain(self.cert_file, self.key_file)
+            loaded = self._load()
         except (ssl.SSLError, OSError) as exc:
             # A half-written pair (cert updated, key not yet): try again on the next tick.
             log.warning("TLS reload failed, keeping the loaded certificate: %s", exc)
             return False
+        self._current = loaded
         self._stamp = stamp
         log.info("reloaded TLS certificate from %s", self.cert_file)
         return True

@@ -44,7 +44,9 @@ class SecretVolume:
         changed = {key: value for key, value in wanted.items() if self._written.get(key) != value}
         if not changed:
             return False
-        # Both files at once, as the kubelet swaps the whole volume (its ..data symlink).
+        # One file after the other: unlike the kubelet's swap of the whole volume (its ..data
+        # symlink), a reader can see the new certificate beside the old key, which the
+        # servers' reload must survive (common/tls.py).
         write_pem_files(self.directory, wanted)
         self._written = wanted
         log.info("secret volume %s/%s: updated %s", self.namespace, self.name, ", ".join(sorted(changed)))
