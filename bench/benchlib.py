@@ -51,6 +51,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def machine_cpu_seconds() -> float:
+    """Busy CPU seconds of the whole machine since boot (all cores; idle and iowait left out)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    ticks = [int(x) for x in fields]
+    return (sum(ticks) - ticks[3] - ticks[4]) / CLOCK_TICKS
+
+
 def ratio_line(label: str, value: float, baseline: float, unit: str = "ms", target: float | None = None) -> str:
     ratio = value / baseline if baseline > 0 else float("inf")
     goal = f" (target <= {target:g}x: {'met' if ratio <= target else 'MISSED'})" if target is not None else ""

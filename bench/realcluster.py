@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -43,20 +44,21 @@ import yaml
 # The test harness (e2e/) is not installed: it imports from the checkout this script is in.
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
+from benchlib import cpu_seconds, machine_cpu_seconds
+
 from e2e.realcluster import scalestats as st
 from e2e.realcluster.cluster import RealCluster, unavailable
 from e2e.realcluster.cyclesteps import StepRecorder, steps
+from e2e.realcluster.podprogress import BOUND, RUNNING, PodProgress
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
-from hami_dcu.common.kube import Kube
 
 BIG_NODE = "big"
-
-
-def _count(kube: Kube, namespace: str, selector: str, what: str) -> int:
-    pods = kube.list_pods(namespace=namespace, label_selector=selector).items
-    if what == "bound":
-        return sum(1 for p in pods if p["spec"].get("nodeName"))
-    return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+# Where a pod's CPU goes. On a real cluster the node side runs on the nodes; on this one
+# machine it competes with the control plane for the same cores.
+CONTROL_PLANE = ("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "hami-kube-scheduler",
+                 "extender")
+STAND_INS = "kubelet stand-ins + bench"  # this process: the stand-ins' threads, pod creation, polling
+MACHINE = "machine"
 
 
 def _burst(cluster: RealCluster, label: str, pods: int, dcu: bool, creators: int) -> tuple[float, float, float]:
@@ -72,22 +74,48 @@ def _burst(cluster: RealCluster, label: str, pods: int, dcu: bool, creators: int
         manifest["metadata"]["labels"] = {"bench": label}
         kube.create_pod(ns, manifest)
 
-    start = time.monotonic()
-    with ThreadPoolExecutor(max_workers=creators) as pool:
-        list(pool.map(create, range(pods)))
-    created_at = time.monotonic() - start
-    bound_at = running_at = 0.0
-    deadline = start + 600
-    while time.monotonic() < deadline:
-        if not bound_at and _count(kube, ns, f"bench={label}", "bound") == pods:
-            bound_at = time.monotonic() - start
-        if _count(kube, ns, f"bench={label}", "Running") == pods:
-            running_at = time.monotonic() - start
-            break
-        time.sleep(0.2)
-    else:
-        raise SystemExit(f"{label}: not all {pods} pods Running after 600 s")
-    return created_at, bound_at or running_at, running_at
+    progress = PodProgress(kube, ns, f"bench={label}").start()
+    try:
+        start = time.monotonic()
+        with ThreadPoolExecutor(max_workers=creators) as pool:
+            list(pool.map(create, range(pods)))
+        created_at = time.monotonic() - start
+        deadline = start + 600
+        bound_at = progress.when_all(BOUND, pods, deadline)
+        running_at = progress.when_all(RUNNING, pods, deadline)
+    finally:
+        progress.stop()
+    if bound_at is None or running_at is None:
+        raise SystemExit(f"{label}: {progress.count(BOUND)} of {pods} pods bound, {progress.count(RUNNING)} Running "
+                         f"after 600 s")
+    return created_at, bound_at - start, running_at - start
+
+
+def _cpu(cluster: RealCluster) -> dict[str, float]:
+    """CPU seconds used so far by each role's processes, this process, and the whole machine."""
+    spent: dict[str, float] = {}
+    for role, pids in cluster.process_ids().items():
+        for pid in pids:
+            try:
+                spent[role] = spent.get(role, 0.0) + cpu_seconds(pid)
+            except OSError:  # exited since it was listed
+                pass
+    times = os.times()
+    spent[STAND_INS] = times.user + times.system
+    spent[MACHINE] = machine_cpu_seconds()
+    return spent
+
+
+def _cpu_line(label: str, before: dict[str, float], after: dict[str, float], pods: int, seconds: float) -> str:
+    spent = {role: used - before.get(role, 0.0) for role, used in after.items()}
+    machine = spent.pop(MACHINE)
+    shown = ", ".join(f"{role} {1000 * used / pods:.1f}" for role, used in
+                      sorted(spent.items(), key=lambda item: -item[1]) if 1000 * used / pods >= 0.05)
+    control = sum(used for role, used in spent.items() if role in CONTROL_PLANE)
+    node = sum(spent.values()) - control
+    return (f"  CPU ms per pod, {label}: {shown}\n"
+            f"  {'':{len(label) + 17}}control plane {1000 * control / pods:.1f}, node side and bench "
+            f"{1000 * node / pods:.1f}; the machine was {machine / seconds:.2f} of {os.cpu_count()} cores busy")
 
 
 def _delete_all(cluster: RealCluster, claims: bool) -> None:
@@ -118,15 +146,16 @@ def _job(cluster: RealCluster, pods: int, label: str, node: str, dcu: bool = Tru
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"bench-{label}"},
            "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0,
                     "template": {"metadata": {"labels": {"bench": label}}, "spec": template["spec"]}}}
-    start = time.monotonic()
-    kube.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body=job)
-    while _count(kube, ns, f"bench={label}", "Running") < pods:
-        if time.monotonic() - start > 600:
-            raise SystemExit(f"{label}: not all {pods} pods Running after 600 s")
-        time.sleep(0.05)
-    elapsed = time.monotonic() - start
-    nodes = {p["spec"]["nodeName"] for p in kube.list_pods(namespace=ns, label_selector=f"bench={label}").items}
-    return elapsed, len(nodes)
+    progress = PodProgress(kube, ns, f"bench={label}").start()
+    try:
+        start = time.monotonic()
+        kube.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body=job)
+        running_at = progress.when_all(RUNNING, pods, start + 600)
+    finally:
+        progress.stop()
+    if running_at is None:
+        raise SystemExit(f"{label}: {progress.count(RUNNING)} of {pods} pods Running after 600 s")
+    return running_at - start, len(progress.nodes())
 
 
 def _delete_job(cluster: RealCluster, label: str) -> None:
@@ -189,11 +218,15 @@ def main() -> None:
     with backend(nodes, values=values, workdir=workdir, controller_manager_args=manager_args) as cluster:
         print(f"cluster up and chart installed in {time.monotonic() - started:.1f} s "
               f"(Kubernetes {cluster.kube_version})", flush=True)
+        cpu_before = _cpu(cluster)
         base_created, base_bound, base_running = _burst(cluster, "plain", args.pods, dcu=False, creators=args.creators)
+        base_cpu = _cpu_line("plain", cpu_before, _cpu(cluster), args.pods, base_running)
         _delete_all(cluster, claims=args.mode == "dra")
         recorder = StepRecorder(cluster.kube, cluster.namespace).start() if args.steps else None
         requests_before = _requests(cluster) if args.steps else {}
+        cpu_before = _cpu(cluster)
         created, bound, running = _burst(cluster, "dcu", args.pods, dcu=True, creators=args.creators)
+        dcu_cpu = _cpu_line("DCU", cpu_before, _cpu(cluster), args.pods, running)
         detail: list[str] = []
         if recorder is not None:
             detail = ["\none node's cycle during the DCU burst, as the API server's watches show it:",
@@ -213,6 +246,7 @@ def main() -> None:
         print(f"  ratio to baseline: bound {bound / base_bound:.2f}x, Running {running / base_running:.2f}x")
         print(f"  all created in {created:.2f} s (baseline {base_created:.2f} s): a burst binds no faster than "
               f"it is created")
+        print(f"{base_cpu}\n{dcu_cpu}")
         print("\n".join(detail), flush=True)
         job_time, used = _job(cluster, args.job, "job", BIG_NODE, pinned=False)
         fewest = math.ceil(args.job / (args.cards * 4))

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from benchlib import cpu_seconds, memory_mib
+from benchlib import cpu_seconds, machine_cpu_seconds, memory_mib
 
 # The test harness (e2e/) is not installed: it imports from the checkout this script is in.
 sys.path.append(str(Path(__file__).resolve().parent.parent))
@@ -78,13 +78,6 @@ class Scrape:
     at: float = 0.0  # monotonic time the CPU figures were read
     cpus: dict[str, float] = field(default_factory=dict)  # every process of the cluster's, and this one's
     machine: float = 0.0  # CPU seconds every process on the machine has used (/proc/stat)
-
-
-def machine_cpu_seconds() -> float:
-    """Busy CPU seconds of the whole machine since boot (all cores; idle and iowait left out)."""
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    ticks = [int(x) for x in fields]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def process_cpus(scale: KwokScale) -> dict[str, float]:

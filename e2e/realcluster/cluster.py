@@ -212,6 +212,24 @@ class RealCluster:
                     texts.append(process.log.read_text(errors="replace"))
         return "\n".join(texts)
 
+    def process_ids(self) -> dict[str, list[int]]:
+        """The cluster's running processes by role: the control plane's by name, the chart's
+        containers by container name on every node (the scheduler pod's kube-scheduler as
+        `hami-kube-scheduler`, beside the cluster's own). The kubelet stand-ins are threads of
+        the process that started the cluster, not listed here."""
+        found: dict[str, list[int]] = {}
+        processes = self.control_plane.processes if self.control_plane is not None else []
+        for process in processes:
+            if process.popen is not None and process.running:
+                found.setdefault(process.name, []).append(process.popen.pid)
+        for kubelet in self.kubelets.values():
+            for running in list(kubelet.running.values()):
+                for name, container in list(running.containers.items()):
+                    if container.popen is not None and container.running:
+                        role = "hami-kube-scheduler" if name == "kube-scheduler" else name
+                        found.setdefault(role, []).append(container.popen.pid)
+        return found
+
     def stop(self) -> None:
         for kubelet in self.kubelets.values():
             kubelet.stop()
