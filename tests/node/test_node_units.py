@@ -90,6 +90,28 @@ def test_mock_backend_and_errors(tmp_path):
         MockBackend(path).cards()
 
 
+def test_mock_smi_parses_its_file_again_only_when_it_changed(tmp_path, monkeypatch):
+    """The plugin asks for the cards every second for health: the mock parses its YAML only
+    when the file changed (a test that marks a card unhealthy is seen at the next call)."""
+    path = tmp_path / "cards.yaml"
+    entry = {"serial": "A", "model": "Z100", "memory_mib": 16000, "pci_bus_id": "0000:0a:00.0"}
+    path.write_text(yaml.safe_dump([entry]))
+    parsed = []
+    real_load = yaml.safe_load
+    monkeypatch.setattr(yaml, "safe_load", lambda text: parsed.append(1) or real_load(text))
+    backend = MockBackend(path)
+    assert backend.cards() == backend.cards()
+    assert len(parsed) == 1
+    path.write_text(yaml.safe_dump([{**entry, "healthy": False}]))
+    (card,) = backend.cards()
+    assert card.healthy is False and len(parsed) == 2
+    path.write_text("- not: [a card")
+    with pytest.raises(SmiError, match="mock SMI file"):
+        backend.cards()
+    with pytest.raises(SmiError, match="mock SMI file"):  # a broken file stays an error, not the last good read
+        backend.cards()
+
+
 def test_discovery_maps_by_bus_id_and_refuses_bad_serials(tmp_path):
     cards = [
         Card(0, "S1", "K100_AI", 100, 120, "0000:3D:00.0"),
