@@ -172,6 +172,11 @@ class Binder:
         # The attempt in flight per pod, and the node it binds to.
         self._in_flight: dict[PodKey, tuple[str, asyncio.Task[str]]] = {}
 
+    @property
+    def in_flight(self) -> int:
+        """Bind attempts still running (their callers may have gone: an attempt always ends)."""
+        return sum(1 for _node, task in self._in_flight.values() if not task.done())
+
     async def bind(self, args: BindArgs) -> str:
         """'' on success, else the error for ExtenderBindingResult."""
         key = (args.namespace, args.pod_name)

@@ -54,7 +54,9 @@ async def test_two_instances_bind_200_pods_onto_10_nodes(kube_factory, aiohttp_s
         await asyncio.gather(*runners)
         # Binds still in flight when the loops stop may wait up to lock_wait for a node, then
         # lock it for their Allocate: give them that long, and the fake plugin a little more.
-        await until(lambda: all(lock_of(kube, n) is None for n in names), timeout=settings.bind.lock_wait + 10)
+        # Their end, not a moment with no lock: one still waiting could lock a node right after.
+        await until(lambda: all(s.binder.in_flight == 0 for s in services)
+                    and all(lock_of(kube, n) is None for n in names), timeout=settings.bind.lock_wait + 10)
         stop.set()
         await plugin
         truth = held_per_card(kube)
