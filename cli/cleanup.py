@@ -18,7 +18,7 @@ from typing import Any
 
 from hami_dcu.cli.errors import EXIT_USAGE, say
 from hami_dcu.common import keys
-from hami_dcu.common.kube import Kube, NotFoundError
+from hami_dcu.common.kube import Kube, NotFoundError, user_agent
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     if args.secret and not args.namespace:
         say("hami-dcu cleanup", "--secret needs --namespace")
         return EXIT_USAGE
-    kube = Kube.from_kubeconfig(args.kubeconfig)
+    kube = Kube.from_kubeconfig(args.kubeconfig, agent=user_agent("cleanup"))
     _delete_secrets(kube, args.namespace or "", args.secret, args.dry_run)
     if args.node_annotations:
         _clear_nodes(kube, keys.naming_by_name(args.naming), args.dry_run)

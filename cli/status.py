@@ -21,7 +21,7 @@ from hami_dcu.cli.errors import say
 from hami_dcu.cli.pending import pending_pods
 from hami_dcu.cli.statusview import FORMATS, render
 from hami_dcu.common import keys
-from hami_dcu.common.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.kube import Kube, KubeError, NotFoundError, user_agent
 from hami_dcu.dra import names as dra_names
 
 PROG = "hami-dcu status"
@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    kube = Kube.from_kubeconfig(args.kubeconfig, context=args.context)
+    kube = Kube.from_kubeconfig(args.kubeconfig, context=args.context, agent=user_agent("status"))
     namespace = None if args.all_namespaces else args.namespace
     try:
         if namespace is not None and not _namespace_exists(kube, namespace):

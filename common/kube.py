@@ -13,6 +13,7 @@ that must relist), `UnreachableError` (no answer at all), `KubeError` for the re
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import logging
 import os
@@ -132,6 +133,22 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
     return k8s_client.ApiClient(configuration)
 
 
+_COMPONENT = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
+
+
+def user_agent(component: str) -> str:
+    """`hami-dcu-<component>/<version>`: what a component's requests name it by. kube-apiserver
+    takes a request's field manager (`managedFields`) from the User-Agent up to the first '/',
+    and its audit log records the whole; the client's default names every Python client alike."""
+    if not _COMPONENT.fullmatch(component):
+        raise ValueError(f"component name {component!r}: lowercase letters, digits and '-' only")
+    try:
+        version = importlib.metadata.version("hami-dcu")
+    except importlib.metadata.PackageNotFoundError:
+        version = "0.0.0"
+    return f"hami-dcu-{component}/{version}"
+
+
 def _yaml_problem(exc: yaml.YAMLError) -> str:
     """One line: what the parser expected and where (PyYAML's own text spans several lines)."""
     mark = getattr(exc, "problem_mark", None)
@@ -156,13 +173,17 @@ def _quote(name: str) -> str:
 class Kube:
     """Synchronous access to the API server on plain dicts."""
 
-    def __init__(self, api_client: k8s_client.ApiClient, timeout: float = 10.0) -> None:
+    def __init__(self, api_client: k8s_client.ApiClient, timeout: float = 10.0, agent: str | None = None) -> None:
+        """`agent`: the User-Agent to send (`user_agent(component)`); the client's default when None."""
         self.api_client = api_client
         self.timeout = timeout
+        if agent is not None:
+            api_client.user_agent = agent
 
     @classmethod
-    def from_kubeconfig(cls, kubeconfig: str | None = None, timeout: float = 10.0, context: str | None = None) -> Kube:
-        return cls(load_api_client(kubeconfig, context), timeout=timeout)
+    def from_kubeconfig(cls, kubeconfig: str | None = None, timeout: float = 10.0, context: str | None = None,
+                        agent: str | None = None) -> Kube:
+        return cls(load_api_client(kubeconfig, context), timeout=timeout, agent=agent)
 
     # --- the seam ------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from hami_dcu.common import keys
 from hami_dcu.common.cannotstart import CannotStart
 from hami_dcu.common.connlimits import connection_limits_from
 from hami_dcu.common.failures import Component
-from hami_dcu.common.kube import Kube, KubeError
+from hami_dcu.common.kube import Kube, KubeError, user_agent
 from hami_dcu.common.metricsserver import serve
 from hami_dcu.dra.core import DraPaths, DriverCore
 from hami_dcu.dra.server import KubeletPluginServer
@@ -95,7 +95,7 @@ def build(args: argparse.Namespace, kube: Kube) -> tuple[DriverService, KubeletP
 def run(args: argparse.Namespace) -> int:
     if not args.node_name:
         raise CannotStart("no node name: pass --node-name or set NODE_NAME (the downward API's spec.nodeName)")
-    kube = Kube.from_kubeconfig(args.kubeconfig)
+    kube = Kube.from_kubeconfig(args.kubeconfig, agent=user_agent("dra-driver"))
     try:
         service, server = build(args, kube)
     except SmiError as exc:

@@ -41,7 +41,7 @@ from hami_dcu.common.connlimits import (
     positive_int,
 )
 from hami_dcu.common.guardedsite import serve_guarded
-from hami_dcu.common.kube import AsyncKube, Kube, KubeConfigError
+from hami_dcu.common.kube import AsyncKube, Kube, KubeConfigError, user_agent
 from hami_dcu.common.preferences import CARD_WORDS
 from hami_dcu.common.tls import ReloadingTLS
 from hami_dcu.common.writer_flags import add_identity_arguments
@@ -207,7 +207,7 @@ async def serve(args: argparse.Namespace) -> None:
             _address(flag, value)  # a bad address fails before anything starts
     limits = connection_limits_from(args)
     scheduler_limits = bind_listener(args, limits)
-    kube = AsyncKube(Kube.from_kubeconfig(args.kubeconfig))
+    kube = AsyncKube(Kube.from_kubeconfig(args.kubeconfig, agent=user_agent("scheduler")))
     gcpolicy.tune()
     service = SchedulerService(kube, settings_from(args))
     if service.informer is not None:  # the cache's objects live long: out of the collector's sight

@@ -10,7 +10,7 @@ import os
 import threading
 from pathlib import Path
 
-from hami_dcu.common.kube import Kube, KubeConfigError, KubeError
+from hami_dcu.common.kube import Kube, KubeConfigError, KubeError, user_agent
 from hami_dcu.scheduler.tokenmint import (
     SA_DIR,
     Minted,
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
     try:
         namespace = args.namespace or (SA_DIR / "namespace").read_text().strip()
         ca_cert = (SA_DIR / "ca.crt").read_bytes()
-        kube = Kube.from_kubeconfig(args.kubeconfig)
+        kube = Kube.from_kubeconfig(args.kubeconfig, agent=user_agent("token"))
     except (OSError, KubeConfigError) as exc:
         log.error("token: pod %s: %s", pod, exc)
         return 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from hami_dcu.common.kube import Kube, KubeConfigError, KubeError
+from hami_dcu.common.kube import Kube, KubeConfigError, KubeError, user_agent
 from hami_dcu.webhook.certs import ca_secret_name, ensure
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        kube = Kube.from_kubeconfig(args.kubeconfig)
+        kube = Kube.from_kubeconfig(args.kubeconfig, agent=user_agent("certs"))
         _, action = ensure(kube, args.namespace, args.service, args.secret, args.webhook_config,
                            ca_secret=args.ca_secret or ca_secret_name(args.secret))
     except (KubeConfigError, KubeError) as exc:

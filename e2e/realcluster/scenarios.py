@@ -36,6 +36,12 @@ def kubectl_apply_goes_through_the_webhook(cluster: RealCluster) -> None:
     assert (dev.usedmem, dev.usedcores) == (3000, 25)
     out = cluster.kubectl("get", "pod", "applied", "-n", cluster.namespace, "-o", "wide").stdout
     assert "Running" in out and pod["spec"]["nodeName"] in out, out
+    # Our writes name their writer in managedFields (and the audit log): kube-apiserver takes
+    # the field manager from the User-Agent each component sends.
+    node = cluster.kube.get_node(pod["spec"]["nodeName"])
+    for obj, what in ((pod, "the pod's allocation"), (node, "the node's registration")):
+        managers = {entry.get("manager") for entry in obj["metadata"].get("managedFields") or []}
+        assert "hami-dcu-device-plugin" in managers, f"{what} written by {sorted(map(str, managers))}"
 
 
 def describe_shows_the_extenders_reasons(cluster: RealCluster) -> str:
