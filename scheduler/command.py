@@ -157,7 +157,8 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
 
         if service.kube is None:  # the webhook lists the published card sizes through it
             raise ValueError("--mode dra: the webhook needs the API server, and this extender has no client")
-        settings, dra = replace(settings, mode="dra"), DraClaims(service.kube)
+        known = service.dra_informer.template if service.dra_informer is not None else None
+        settings, dra = replace(settings, mode="dra"), DraClaims(service.kube, known_template=known)
     add_webhook_routes(app, settings, service.metrics.registry, body_deadline=limits.body_timeout, dra=dra)
 
 

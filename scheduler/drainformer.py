@@ -1,5 +1,7 @@
 """DRA mode: list + watch of ResourceSlices and ResourceClaims into `DraUsage` (drausage.py),
-which /prioritize reads to pack pods onto the fullest nodes that fit.
+which /prioritize reads to pack pods onto the fullest nodes that fit; and of
+ResourceClaimTemplates, which the webhook in this process asks (`template`) before it reads one
+it would reuse (webhook/draclaims.py): a pod's admission then costs no template read.
 
 The same discipline as the pod and node informer (informer.py), from the same loop
 (listwatch.py): list, watch from the list's resourceVersion, watch again from the last version
@@ -22,7 +24,7 @@ from hami_dcu.scheduler.listwatch import list_and_watch, list_pages
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
-SLICES, CLAIMS = "resourceslices", "resourceclaims"
+SLICES, CLAIMS, TEMPLATES = "resourceslices", "resourceclaims", "resourceclaimtemplates"
 
 
 def slim_slice(obj: JSON) -> JSON:
@@ -41,6 +43,19 @@ def slim_claim(obj: JSON) -> JSON:
             "status": {"allocation": {"devices": {"results": results}}} if results else {}}
 
 
+def slim_template(obj: JSON) -> JSON:
+    """What the webhook's trust check reads (webhook/templatetrust.py): labels and spec."""
+    meta = obj.get("metadata") or {}
+    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                         "labels": meta.get("labels") or {}, "resourceVersion": meta.get("resourceVersion")},
+            "spec": obj.get("spec") or {}}
+
+
+def _template_key(obj: JSON) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
 class DraInformer:
     def __init__(self, kube: AsyncKube, usage: DraUsage, resync: float = 300.0, watch_timeout: int = 240,
                  page_size: int = 500) -> None:
@@ -49,11 +64,17 @@ class DraInformer:
         self.resync = resync
         self.watch_timeout = watch_timeout
         self.page_size = page_size
-        self.synced = asyncio.Event()
+        self.synced = asyncio.Event()  # slices and claims listed: /prioritize can rank
         self._listed: set[str] = set()
+        self._templates: dict[tuple[str, str], JSON] = {}
 
     async def run(self) -> None:
-        await asyncio.gather(self._loop(SLICES), self._loop(CLAIMS))
+        await asyncio.gather(self._loop(SLICES), self._loop(CLAIMS), self._loop(TEMPLATES))
+
+    def template(self, namespace: str, name: str) -> JSON | None:
+        """The ResourceClaimTemplate `namespace/name` as the watch last showed it; None when it
+        showed none (or has not listed yet): the caller reads the API then."""
+        return self._templates.get((namespace, name))
 
     async def _loop(self, resource: str) -> None:
         path = f"{names.RESOURCE_API}/{resource}"
@@ -62,15 +83,17 @@ class DraInformer:
                              watch_timeout=self.watch_timeout)
 
     async def _list(self, resource: str, path: str) -> str:
-        keep: Callable[[JSON], JSON] = slim_slice if resource == SLICES else slim_claim
+        keep: Callable[[JSON], JSON] = {SLICES: slim_slice, CLAIMS: slim_claim, TEMPLATES: slim_template}[resource]
         listing = await list_pages(self.kube, path, self.page_size, keep)
         if resource == SLICES:
             self.usage.replace_slices(listing.items)
-        else:
+        elif resource == CLAIMS:
             self.usage.replace_claims(listing.items)
+        else:
+            self._templates = {_template_key(t): t for t in listing.items}
         log.info("listed %d %s at resourceVersion %s", len(listing.items), resource, listing.resource_version)
         self._listed.add(resource)
-        if self._listed == {SLICES, CLAIMS}:
+        if {SLICES, CLAIMS} <= self._listed:
             self.synced.set()
         return listing.resource_version
 
@@ -81,7 +104,12 @@ class DraInformer:
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if kind == "BOOKMARK":
             return rv
-        if resource == SLICES:
+        if resource == TEMPLATES:
+            if kind == "DELETED":
+                self._templates.pop(_template_key(obj), None)
+            else:
+                self._templates[_template_key(obj)] = slim_template(obj)
+        elif resource == SLICES:
             if kind == "DELETED":
                 self.usage.delete_slice(obj)
             else:

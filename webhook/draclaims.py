@@ -8,6 +8,11 @@ create racing another replica's (409) finds the same template. A template found 
 is reused only when it is ours (webhook/templatetrust.py): anyone who can create templates in
 the namespace can compute the name. A review with dryRun creates nothing (the configuration
 declares NoneOnDryRun).
+
+In the extender's process its watch of templates answers first (`known_template`): a template
+the watch shows as ours is used without a read, one it does not show, or shows as not ours, is
+read as before. The watch trails the API by its delivery time; the read had the same gap
+already, between the review and kube-controller-manager making the claim from the template.
 """
 
 from __future__ import annotations
@@ -56,8 +61,10 @@ def claims_path(namespace: str) -> str:
 
 class DraClaims:
     def __init__(self, kube: AsyncKube, clock: Callable[[], float] = time.monotonic,
-                 max_age: float = UNITS_MAX_AGE) -> None:
+                 max_age: float = UNITS_MAX_AGE,
+                 known_template: Callable[[str, str], JSON | None] | None = None) -> None:
         self.kube = kube
+        self.known_template = known_template  # (namespace, name) -> the template as a watch shows it
         self.clock = clock
         self.max_age = max_age
         self._cards = PublishedCards()
@@ -99,6 +106,9 @@ class DraClaims:
         for template in templates:
             path = templates_path(namespace)
             name = template["metadata"]["name"]
+            watched = self.known_template(namespace, name) if self.known_template is not None else None
+            if watched is not None and foreign_template(watched, template, namespace) is None:
+                continue
             try:
                 found = await self.kube.call(self.kube.kube.request, "GET", f"{path}/{name}")
             except NotFoundError:

@@ -84,7 +84,7 @@ def test_dra_mode_webhook_rewrites_with_create_rights_and_declares_its_side_effe
         granted = {(r["apiGroups"][0], r["resources"][0]): set(r["verbs"]) for r in role["rules"]}
         if mode == "dra":
             # get-or-create only: the webhook never edits or deletes a template a pod may be using.
-            assert granted[("resource.k8s.io", "resourceclaimtemplates")] == {"get", "create"}
+            assert granted[("resource.k8s.io", "resourceclaimtemplates")] == {"get", "list", "watch", "create"}
             # read only: list for the namespace quota, and watch too, as /prioritize ranks nodes by
             # the slices and allocated claims it watches
             [dra_rule] = [r for r in role["rules"] if "resourceslices" in r["resources"]]

@@ -135,9 +135,10 @@ def test_pack_ranks_fullest_first_and_breaks_ties_by_name():
 class FakeApi:
     """list_page and watch of the two resources, with scripted watch streams."""
 
-    def __init__(self, slices: list[dict], claims: list[dict]) -> None:
-        self.lists = {"resourceslices": slices, "resourceclaims": claims}
-        self.streams: dict[str, list[list[dict] | Exception]] = {"resourceslices": [], "resourceclaims": []}
+    def __init__(self, slices: list[dict], claims: list[dict], templates: list[dict] | None = None) -> None:
+        self.lists = {"resourceslices": slices, "resourceclaims": claims, "resourceclaimtemplates": templates or []}
+        self.streams: dict[str, list[list[dict] | Exception]] = {
+            "resourceslices": [], "resourceclaims": [], "resourceclaimtemplates": []}
         self.listed: list[str] = []
 
     async def list_page(self, path, limit, continue_token="", keep=None):
@@ -173,6 +174,41 @@ async def test_the_informer_lists_then_follows_the_watch_and_relists_on_gone():
         # the relist after 410 found no claims; the watch after it brought claim 2 on a
         assert api.listed.count("resourceclaims") == 2
         assert usage.fullness()["a"] == pytest.approx(0.5) and usage.fullness()["b"] == 0
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def rtemplate(name: str, namespace: str = "team", cores: str = "30") -> dict:
+    return {"metadata": {"name": name, "namespace": namespace, "labels": {names.OWNER_LABEL: names.OWNER},
+                         "uid": "u", "managedFields": [{"manager": "m"}]},
+            "spec": {"spec": {"devices": {"requests": [{"name": "dcu", "exactly": {
+                "deviceClassName": names.DEVICE_CLASS, "capacity": {"requests": {"cores": cores}}}}]}}}}
+
+
+async def test_the_informer_shows_templates_as_the_watch_last_did():
+    api = FakeApi([], [], [rtemplate("t1")])
+    api.streams["resourceclaimtemplates"] = [[
+        {"type": "ADDED", "object": rtemplate("t2", cores="60")},
+        {"type": "DELETED", "object": rtemplate("t1")},
+        {"type": "MODIFIED", "object": rtemplate("t2", cores="90")},
+    ]]
+    informer = DraInformer(api, DraUsage())  # type: ignore[arg-type]
+    assert informer.template("team", "t1") is None  # not listed yet: the caller reads
+    task = asyncio.ensure_future(informer.run())
+    try:
+        for _ in range(300):
+            if informer.template("team", "t1") is None and informer.template("team", "t2") is not None:
+                break
+            await asyncio.sleep(0.01)
+        shown = informer.template("team", "t2")
+        assert shown is not None and informer.template("team", "t1") is None
+        assert informer.template("other", "t2") is None
+        assert shown["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["cores"] == "90"
+        # kept: what the trust check reads (labels, spec), not the rest of the object
+        assert shown["metadata"]["labels"] == {names.OWNER_LABEL: names.OWNER}
+        assert "managedFields" not in shown["metadata"]
+        assert informer.synced.is_set()
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

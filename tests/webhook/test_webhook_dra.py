@@ -286,6 +286,47 @@ async def test_our_template_as_the_api_server_returns_it_is_reused(aiohttp_clien
     assert not any(method == "POST" for method, _ in fake.calls)
 
 
+# --- the extender's watch of templates answers before a read --------------------------------
+
+
+async def post_watched(aiohttp_client: Any, fake: FakeKube, watched: dict[tuple[str, str], JSON], body: JSON) -> JSON:
+    dra = DraClaims(AsyncKube(fake), known_template=lambda ns, name: watched.get((ns, name)))  # type: ignore[arg-type]
+    client = await aiohttp_client(build_app(DRA_ONLY, CollectorRegistry(), dra=dra))
+    response = await client.post("/webhook", json=body)
+    assert response.status == 200
+    return (await response.json())["response"]
+
+
+def template_reads(fake: FakeKube) -> int:
+    return sum(1 for method, path in fake.calls if "resourceclaimtemplates" in path)
+
+
+async def test_a_template_the_watch_shows_as_ours_costs_no_read(aiohttp_client):
+    ours = review(pod(container()), DRA_SETTINGS).templates[0]
+    key = ("team", ours["metadata"]["name"])
+    fake = FakeKube()
+    fake.templates[key] = ours
+    watched = {key: json.loads(json.dumps(ours))}
+    response = await post_watched(aiohttp_client, fake, watched, admission(pod(container())))
+    assert response["allowed"] is True
+    assert template_reads(fake) == 0
+
+
+@pytest.mark.parametrize("watched_as", [
+    pytest.param("planted", id="shown-but-not-ours"),
+    pytest.param(None, id="not-shown-yet"),
+])
+async def test_a_template_the_watch_does_not_show_as_ours_is_read_as_before(aiohttp_client, watched_as):
+    ours = review(pod(container()), DRA_SETTINGS).templates[0]
+    key = ("team", ours["metadata"]["name"])
+    fake = FakeKube()
+    fake.templates[key] = planted(ours, spec=whole_card_spec())  # what the API holds now
+    watched = {key: planted(ours, spec=whole_card_spec())} if watched_as else {}
+    response = await post_watched(aiohttp_client, fake, watched, admission(pod(container())))
+    assert response["allowed"] is False and "not made by hami-dcu" in response["status"]["message"]
+    assert template_reads(fake) == 1
+
+
 # --- the namespace DCU quota in DRA mode (issue 21, item 6) ------------------------------------
 
 TEAM_QUOTA = QuotaLimits(memory=Limit(10000, "team-dcu"), cores=Limit(50, "team-dcu"))
