@@ -57,7 +57,7 @@ BIG_NODE = "big"
 # machine it competes with the control plane for the same cores.
 CONTROL_PLANE = ("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "hami-kube-scheduler",
                  "extender")
-STAND_INS = "kubelet stand-ins + bench"  # this process: the stand-ins' threads, pod creation, polling
+STAND_INS = "kubelet stand-ins + bench"  # this process: the stand-ins' threads, pod creation, its watches
 MACHINE = "machine"
 
 

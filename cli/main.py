@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
 import os
 import sys
 import typing
@@ -24,6 +23,7 @@ from hami_dcu.cli.startup import startup_problems
 from hami_dcu.common import keys
 from hami_dcu.common.errors import CliError
 from hami_dcu.common.logs import setup_logging
+from hami_dcu.common.version import installed_version
 
 # gRPC's C core logs connection teardown at INFO on stderr; our own logs say what matters.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
@@ -127,10 +127,7 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
 
 
 def version() -> str:
-    try:
-        return importlib.metadata.version("hami-dcu")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown (not installed)"
+    return installed_version() or "unknown (not installed)"
 
 
 def _load(sub: Subcommand) -> ModuleType | None:

@@ -13,7 +13,6 @@ that must relist), `UnreachableError` (no answer at all), `KubeError` for the re
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import json
 import logging
 import os
@@ -33,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from hami_dcu.common.errors import HamiDcuError
+from hami_dcu.common.version import installed_version
 
 log = logging.getLogger(__name__)
 
@@ -142,11 +142,7 @@ def user_agent(component: str) -> str:
     and its audit log records the whole; the client's default names every Python client alike."""
     if not _COMPONENT.fullmatch(component):
         raise ValueError(f"component name {component!r}: lowercase letters, digits and '-' only")
-    try:
-        version = importlib.metadata.version("hami-dcu")
-    except importlib.metadata.PackageNotFoundError:
-        version = "0.0.0"
-    return f"hami-dcu-{component}/{version}"
+    return f"hami-dcu-{component}/{installed_version() or '0.0.0'}"
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
