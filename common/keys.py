@@ -160,6 +160,13 @@ SCHEDULER_OWNED_POD_ANNOTATIONS: frozenset[str] = frozenset(
     | DCU_NAMING.pod_allocation_keys | HCU_NAMING.pod_allocation_keys
 )
 
+# The card selection lists a pod author writes, in both naming sets (the webhook bounds them
+# before renaming, as written: common/preferences.py).
+CARD_SELECTION_KEYS: tuple[str, ...] = (
+    DCU_NAMING.use_type, DCU_NAMING.nouse_type, HCU_NAMING.use_type, HCU_NAMING.nouse_type,
+    USE_DCU_UUID, NOUSE_DCU_UUID,
+)
+
 # --- webhook opt-out ----------------------------------------------------------------------
 
 WEBHOOK_LABEL = "hami.io/webhook"

@@ -9,6 +9,8 @@
 
 * `hygon.com/use-<set>type`: of its rules only one lives here, the value HAMi matches no
   card with (`names_no_type`).
+* the card selection lists (`use-`/`nouse-<set>type`, `use-`/`nouse-gpuuuid`): split as HAMi
+  splits them, and bounded (`selection_entries`: at most 64 entries of 128 characters).
 
 The scheduler reads these to place the pod; the webhook reads them to warn at admission
 about a value that would be ignored or refused. Both import them from here, so they agree.
@@ -17,8 +19,10 @@ about a value that would be ignored or refused. Both import them from here, so t
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from hami_dcu.common import keys
 from hami_dcu.common.errors import HamiDcuError
 from hami_dcu.common.untrusted import shown
 
@@ -94,6 +98,58 @@ def names_no_type(use_type: str | None) -> bool:
     if not use_type or not use_type.strip():
         return False
     return not any(t.strip() for t in use_type.split(","))
+
+
+# The card selection lists (`hygon.com/use-<set>type`, `nouse-<set>type`, `use-gpuuuid`,
+# `nouse-gpuuuid`, keys.CARD_SELECTION_KEYS) name card models or card ids, comma-separated.
+# Hygon sells a handful of models and a node holds 8 cards (16 at most), so a real list names a
+# few: 64 entries still pin a pod to eight whole 8-card nodes. A card id is the set's prefix and
+# a serial (about 20 characters), a model "DCU-K100_AI": 128 characters leave room for any.
+# Every entry is matched against every card the extender weighs, per scheduling attempt, in the
+# process that also serves the webhook: unbounded, a 240 KiB list cost 0.4 s of CPU there
+# (issue 35). So the webhook refuses a longer list, and the extender's parser fails such a pod
+# (one created before the webhook refused them, or past it) on every node.
+SELECTION_MAX_ENTRIES = 64
+SELECTION_MAX_ENTRY_CHARS = 128
+_SHOWN_ENTRY = 24  # what an error shows of an entry too long: enough to find it, never all of it
+
+
+class SelectionError(HamiDcuError, ValueError):
+    """A card selection list longer than hami-dcu reads; the message names the annotation,
+    the limit and what the value has."""
+
+
+def selection_entries(key: str, value: str | None) -> tuple[str, ...]:
+    """The entries of the card selection list `value` of annotation `key`: split on commas,
+    trimmed, empty ones dropped (as HAMi reads them). Raises SelectionError for more than
+    SELECTION_MAX_ENTRIES entries or an entry longer than SELECTION_MAX_ENTRY_CHARS: one pass
+    over the value (at most the API server's 256 KiB of annotations), before any card is weighed."""
+    if not value:
+        return ()
+    entries = tuple(t for t in (piece.strip() for piece in value.split(",")) if t)
+    if len(entries) > SELECTION_MAX_ENTRIES:
+        raise SelectionError(
+            f"annotation {key} lists {len(entries)} entries, at most {SELECTION_MAX_ENTRIES} are allowed: "
+            "name the few card models or card ids the pod may use (or must avoid)")
+    for entry in entries:
+        if len(entry) > SELECTION_MAX_ENTRY_CHARS:
+            raise SelectionError(
+                f"annotation {key} has an entry of {len(entry)} characters ({shown(entry, _SHOWN_ENTRY)}), at most "
+                f"{SELECTION_MAX_ENTRY_CHARS} are allowed per entry: a card model or a card id is far shorter")
+    return entries
+
+
+def selection_problem(annotations: Mapping[str, object]) -> str | None:
+    """Why the pod's card selection lists, in either naming set's keys, cannot be read; None
+    when they can (the webhook's check, with the parser's words)."""
+    for key in keys.CARD_SELECTION_KEYS:
+        value = annotations.get(key)
+        if isinstance(value, str):
+            try:
+                selection_entries(key, value)
+            except SelectionError as exc:
+                return str(exc)
+    return None
 
 
 def parse_node_policy(value: str | None) -> str | None:

@@ -28,7 +28,7 @@ from hami_dcu.common import keys
 from hami_dcu.common.counting import StartOrder, Usage, start_order
 from hami_dcu.common.keys import DCU_NAMING, Naming, ResourceNames
 from hami_dcu.common.podchecks import Refusal
-from hami_dcu.common.preferences import WeightsError, parse_weights
+from hami_dcu.common.preferences import SelectionError, WeightsError, parse_weights
 from hami_dcu.common.requests import DcuRequest, RequestError, parse_pod_requests, pod_containers
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.cache import ClusterCache, NodeEntry
@@ -106,13 +106,17 @@ def plan_pod(pod: JSON, settings: FilterSettings) -> PodPlan | None:
             weights = parse_weights(written)
         except WeightsError as exc:
             raise RequestError(f"annotation {keys.DEVICE_SCORING_WEIGHTS}: {exc}") from exc
+    try:
+        selection = Selection.from_annotations(annotations, settings.naming)
+    except SelectionError as exc:  # fails closed: the pod fits no node, the annotation named
+        raise RequestError(str(exc)) from exc
     card_default = policies.parse_card_policy(settings.card_policy) or policies.CardPolicy((policies.SPREAD,))
     node_policy, card_policy = policies.pod_policies(annotations, settings.node_policy, card_default)
     return PodPlan(
         requests=requests,
         names=tuple(c.get("name") or f"#{i}" for i, c in enumerate(pod_containers(pod))),
         order=start_order(pod),
-        selection=Selection.from_annotations(annotations, settings.naming),
+        selection=selection,
         node_policy=node_policy,
         card_policy=card_policy,
         weights=weights,

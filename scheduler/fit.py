@@ -36,7 +36,7 @@ from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, PodDevices
 from hami_dcu.common.counting import StartOrder, Usage, collapse
 from hami_dcu.common.keys import Naming
-from hami_dcu.common.preferences import names_no_type
+from hami_dcu.common.preferences import names_no_type, selection_entries
 from hami_dcu.common.requests import DcuRequest
 from hami_dcu.common.untrusted import shown
 from hami_dcu.scheduler import policy as policies
@@ -57,12 +57,6 @@ class CardSpec:
     numa: int = 0
 
 
-def _tokens(value: str | None) -> tuple[str, ...]:
-    if not value:
-        return ()
-    return tuple(t.strip() for t in value.split(",") if t.strip())
-
-
 @dataclass(frozen=True, slots=True)
 class Selection:
     """The pod's card selection annotations, parsed once per pod, in the naming set the
@@ -78,14 +72,20 @@ class Selection:
 
     @classmethod
     def from_annotations(cls, annotations: Mapping[str, str], naming: Naming) -> Selection:
-        use_types = annotations.get(naming.use_type)
+        """Raises SelectionError for a list longer than common/preferences.py bounds: each
+        entry is matched against every card weighed, so it is refused before any is."""
+        def entries(key: str) -> tuple[str, ...]:
+            return selection_entries(key, annotations.get(key))
+
+        use_types, nouse_types = entries(naming.use_type), entries(naming.nouse_type)
+        use_ids, nouse_ids = entries(keys.USE_DCU_UUID), entries(keys.NOUSE_DCU_UUID)
         return cls(
             naming=naming,
-            use_types_empty=names_no_type(use_types),
-            use_types=tuple(t.upper() for t in _tokens(use_types)),
-            nouse_types=tuple(t.upper() for t in _tokens(annotations.get(naming.nouse_type))),
-            use_ids=frozenset(_tokens(annotations.get(keys.USE_DCU_UUID))),
-            nouse_ids=frozenset(_tokens(annotations.get(keys.NOUSE_DCU_UUID))),
+            use_types_empty=names_no_type(annotations.get(naming.use_type)),
+            use_types=tuple(t.upper() for t in use_types),
+            nouse_types=tuple(t.upper() for t in nouse_types),
+            use_ids=frozenset(use_ids),
+            nouse_ids=frozenset(nouse_ids),
         )
 
     def type_problem(self, model: str) -> str | None:

@@ -17,6 +17,7 @@ import jsonpatch
 
 from hami_dcu.common import keys
 from hami_dcu.common.podchecks import CheckSettings, DcuPod, Stage, dcu_pod, first_refusal
+from hami_dcu.common.preferences import selection_problem
 from hami_dcu.common.requests import RequestError
 from hami_dcu.common.writers import Identities
 from hami_dcu.dra.translate import TranslateError, translate
@@ -131,6 +132,13 @@ def deny_rules(a: Admission) -> Decision | None:
     return None if refused is None else _deny(refused.check, refused.message)
 
 
+def selection_lists(a: Admission) -> Decision | None:
+    """Card selection lists longer than the extender reads (common/preferences.py), in either
+    naming set's keys as the author wrote them: refused in every mode, with the parser's words."""
+    problem = selection_problem((a.original.get("metadata") or {}).get("annotations") or {})
+    return None if problem is None else _deny("selection-too-long", problem)
+
+
 def claims_in_dra_mode(a: Admission) -> Decision | None:
     """DRA mode: kube-scheduler places claims itself; no extender quota book or policy
     annotations apply."""
@@ -197,6 +205,7 @@ def route_to_scheduler(a: Admission) -> Decision:
 STEPS: tuple[Step, ...] = (
     not_a_dcu_pod,
     deny_rules,
+    selection_lists,
     claims_in_dra_mode,
     left_to_volcano,
     other_scheduler,

@@ -29,8 +29,8 @@ SHARE = {"num": 1, "mem": 2000, "cores": 20}
 
 
 def test_the_steps_run_in_the_documented_order():
-    assert [s.__name__ for s in STEPS] == ["not_a_dcu_pod", "deny_rules", "claims_in_dra_mode", "left_to_volcano",
-                                           "other_scheduler", "namespace_quota"]
+    assert [s.__name__ for s in STEPS] == ["not_a_dcu_pod", "deny_rules", "selection_lists", "claims_in_dra_mode",
+                                           "left_to_volcano", "other_scheduler", "namespace_quota"]
 
 
 def test_not_a_dcu_pod_settles_plain_and_opted_out_pods_only():
