@@ -30,8 +30,20 @@ app.kubernetes.io/name: {{ include "hami-dcu.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* global.imageRegistry, as the prefix of an image reference ("" when unset, else
+"<registry>/"): every image the chart runs is pulled through it, the repository's own registry
+kept in the path (m.daocloud.io/ghcr.io/hami-dcu/hami-dcu). */}}
+{{- define "hami-dcu.imageRegistryPrefix" -}}
+{{- with (.Values.global | default dict).imageRegistry -}}{{ trimSuffix "/" . }}/{{- end -}}
+{{- end -}}
+
 {{- define "hami-dcu.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ include "hami-dcu.imageRegistryPrefix" . }}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The bundled kube-scheduler's image, through global.imageRegistry as hami-dcu's. */}}
+{{- define "hami-dcu.kubeSchedulerImage" -}}
+{{ include "hami-dcu.imageRegistryPrefix" . }}{{ .Values.scheduler.kubeScheduler.image }}:{{ include "hami-dcu.kubeSchedulerTag" . }}
 {{- end -}}
 
 {{/* The Service in front of the webhook listener (and nothing else). */}}
