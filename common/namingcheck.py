@@ -23,6 +23,7 @@ from typing import Any
 
 from hami_dcu.common import keys
 from hami_dcu.common.keys import Naming, other_naming
+from hami_dcu.common.requests import pod_asks_for_count
 
 JSON = dict[str, Any]
 EVENT_REASON = "NamingMismatch"
@@ -67,12 +68,8 @@ def find_traces(nodes: Iterable[JSON], pods: Iterable[JSON], naming: Naming) -> 
             traces.placed.append(_name(pod))
         if phase not in (None, "Pending"):
             continue
-        spec = pod.get("spec") or {}
-        for container in list(spec.get("initContainers") or []) + list(spec.get("containers") or []):
-            resources = container.get("resources") or {}
-            if any(other.resources.count in (resources.get(section) or {}) for section in ("limits", "requests")):
-                traces.pending.append(_name(pod))
-                break
+        if pod_asks_for_count(pod, other.resources.count):  # naming it with 0 asks for nothing
+            traces.pending.append(_name(pod))
     return traces
 
 

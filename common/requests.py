@@ -60,7 +60,9 @@ class DcuRequest:
 
 
 def names_dcu(container: dict[str, Any], names: ResourceNames) -> bool:
-    """True when the container names any DCU resource in limits or requests."""
+    """True when the container names any DCU resource in limits or requests, even with 0: what
+    admission reads, to say what is wrong with a request. Whether a pod asks the kubelet for
+    DCUs is `pod_asks_for_count`."""
     resources = container.get("resources") or {}
     for section in ("limits", "requests"):
         values = resources.get(section) or {}
@@ -81,8 +83,21 @@ def sidecar_positions(pod: dict[str, Any]) -> frozenset[int]:
     return start_order(pod).sidecars
 
 
-def pod_uses_dcu(pod: dict[str, Any], names: ResourceNames) -> bool:
-    return any(names_dcu(c, names) for c in pod_containers(pod))
+def asks_for_count(container: dict[str, Any], resource: str) -> bool:
+    """True when the container asks for more than 0 of the count resource `resource`, read as
+    every request is (limits, else requests): only then does the kubelet call Allocate for it.
+    Naming the resource with 0 asks for nothing (issue 35: a Pending tenant pod with `dcunum: 0`
+    was taken for one awaiting an Allocate that never comes). A count that cannot be read
+    counts as asking: it may yet be a request the kubelet serves, so who waits stays unknown."""
+    try:
+        return bool(_quantity(container, resource, container.get("name") or "<unnamed>"))
+    except RequestError:
+        return True
+
+
+def pod_asks_for_count(pod: dict[str, Any], resource: str) -> bool:
+    """True when some container, init containers included, asks for more than 0 of `resource`."""
+    return any(asks_for_count(c, resource) for c in pod_containers(pod))
 
 
 def asks_for_dcu(container: dict[str, Any], names: ResourceNames) -> bool:

@@ -7,14 +7,14 @@ kubelet's Allocate finds no lock. Hygon's own plugin then takes the first Pendin
 `bind-phase: allocating`, which confuses two pods allocating on one node at once.
 
 Here the pod must prove it is the one: among the pods bound to this node that still await an
-Allocate (Pending, not being deleted, naming the count resource, and either `allocating` with
-an entry left to serve or never bound by a scheduler that writes bind-phase), exactly one may
-exist, it must be the Volcano scheduler's and `allocating` with `hami.io/vgpu-node` naming this
-node, and its next entry must name the cards the kubelet passed (GetPreferredAllocation steers
-the kubelet there). Two or more awaiting pods are refused as ambiguous, whatever cards the
-kubelet passed: the kubelet's choice of device ids names no pod, and GetPreferredAllocation
-could only steer it by guessing which pod is being admitted, so a card match between several
-candidates proves nothing.
+Allocate (Pending, not being deleted, asking for more than 0 of the count resource: the kubelet
+calls no Allocate for 0, and either `allocating` with an entry left to serve or never bound by
+a scheduler that writes bind-phase), exactly one may exist, it must be the Volcano scheduler's
+and `allocating` with `hami.io/vgpu-node` naming this node, and its next entry must name the
+cards the kubelet passed (GetPreferredAllocation steers the kubelet there). Two or more
+awaiting pods are refused as ambiguous, whatever cards the kubelet passed: the kubelet's choice
+of device ids names no pod, and GetPreferredAllocation could only steer it by guessing which
+pod is being admitted, so a card match between several candidates proves nothing.
 
 The fork writes an entry only for containers that request HCU (`hcunum` or `hcumem` in their
 limits; it has no vHCU in init containers), without the trailing `;`: entry i belongs to the
@@ -31,7 +31,7 @@ from hami_dcu.common import keys
 from hami_dcu.common.codec import CodecError, decode_pod_devices
 from hami_dcu.common.errors import DevicePluginError
 from hami_dcu.common.keys import ResourceNames
-from hami_dcu.common.requests import pod_containers
+from hami_dcu.common.requests import pod_asks_for_count
 from hami_dcu.deviceplugin.plan import card_of_fake_id, who
 
 JSON = dict[str, Any]
@@ -64,14 +64,6 @@ def hcu_containers(pod: JSON, names: ResourceNames) -> list[JSON]:
     return found
 
 
-def _names_resource(pod: JSON, resource: str) -> bool:
-    for container in pod_containers(pod):
-        resources = container.get("resources") or {}
-        if resource in (resources.get("limits") or {}) or resource in (resources.get("requests") or {}):
-            return True
-    return False
-
-
 def _entries_left(pod: JSON, to_allocate: str) -> bool:
     value = ((pod.get("metadata") or {}).get("annotations") or {}).get(to_allocate)
     if value is None:
@@ -92,7 +84,7 @@ def awaiting_pods(pods: list[JSON], node: str, resource: str, to_allocate: str) 
             continue
         if (pod.get("spec") or {}).get("nodeName") != node or (pod.get("status") or {}).get("phase") != "Pending":
             continue
-        if not _names_resource(pod, resource):
+        if not pod_asks_for_count(pod, resource):  # the kubelet calls Allocate for no count of 0
             continue
         bind_phase = (meta.get("annotations") or {}).get(keys.POD_BIND_PHASE)
         if bind_phase is None:

@@ -16,7 +16,7 @@ from hami_dcu.common import keys
 from hami_dcu.common.codec import CodecError, ContainerDevice, PodDevices, decode_pod_devices, encode_pod_devices
 from hami_dcu.common.errors import DevicePluginError
 from hami_dcu.common.keys import Naming
-from hami_dcu.common.requests import pod_containers
+from hami_dcu.common.requests import pod_asks_for_count, pod_containers
 from hami_dcu.node.discovery import DcuCard
 
 JSON = dict[str, Any]
@@ -156,17 +156,13 @@ def _refuse_split_share(pod: JSON, cname: str, devices: list[ContainerDevice], c
         )
 
 
-def _requests_count(container: JSON, resource: str) -> bool:
-    resources = container.get("resources") or {}
-    return resource in (resources.get("limits") or {}) or resource in (resources.get("requests") or {})
-
-
 def rival_pods(pods: list[JSON], holder_uid: str, node: str, resource: str) -> list[str]:
     """Pods besides the lock holder that this Allocate call may be for: bound to this node,
-    Pending, not being deleted, asking the kubelet for `resource`, and still expecting an
-    Allocate: never bound by hami-scheduler (no bind-phase), or `allocating` without holding
-    the lock (it expired and passed on). The kubelet names no pod, so while such a pod exists
-    the holder's allocation could go to the wrong pod (as in Project-HAMi/HAMi#920, #3096, #338)."""
+    Pending, not being deleted, asking the kubelet for more than 0 of `resource` (it calls no
+    Allocate for 0), and still expecting an Allocate: never bound by hami-scheduler (no
+    bind-phase), or `allocating` without holding the lock (it expired and passed on). The
+    kubelet names no pod, so while such a pod exists the holder's allocation could go to the
+    wrong pod (as in Project-HAMi/HAMi#920, #3096, #338)."""
     rivals = []
     for pod in pods:
         meta = pod.get("metadata") or {}
@@ -174,7 +170,7 @@ def rival_pods(pods: list[JSON], holder_uid: str, node: str, resource: str) -> l
             continue
         if (pod.get("spec") or {}).get("nodeName") != node or (pod.get("status") or {}).get("phase") != "Pending":
             continue
-        if not any(_requests_count(c, resource) for c in pod_containers(pod)):
+        if not pod_asks_for_count(pod, resource):  # the kubelet calls Allocate for no count of 0
             continue
         bind_phase = (meta.get("annotations") or {}).get(keys.POD_BIND_PHASE)
         if bind_phase is None:

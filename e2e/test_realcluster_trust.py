@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster, unavailable
+from e2e.realcluster.cluster import IMAGE_REPOSITORY, IMAGE_TAG, RELEASE, SYSTEM_NAMESPACE, RealCluster, unavailable
 from e2e.scenarios import phase, wait_until
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
 from hami_dcu.common import keys, writers
@@ -479,3 +479,42 @@ def test_a_native_sidecar_holds_a_share(cluster: RealCluster) -> None:
     node = cluster.kube.get_pod(cluster.namespace, "sidecar")["spec"]["nodeName"]
     mine = [d for d in cluster.vdev_files(node) if d.startswith(created["metadata"]["uid"])]
     assert sorted(d.split("_")[1] for d in mine) == ["main", "proxy"]  # one vDCU each
+
+
+# --- issue 35, finding 1: a zero-count pod stopped every DCU Allocate on its node -------------
+
+
+def test_a_pending_zero_count_pod_does_not_stop_the_nodes_dcu_pods(cluster: RealCluster) -> None:
+    """A tenant pod with `dcunum: 0` (admitted as a no-DCU pod), placed on node0 by the default
+    scheduler through a nodeSelector and kept Pending by an init container that keeps failing,
+    was a rival of every lock holder there: the kubelet calls no Allocate for a count of 0, so
+    it never cleared, and each DCU pod on node0 was refused "cannot tell which pod this Allocate
+    is for". Now only a pod asking for more than 0 is a rival: the DCU pod runs beside it."""
+    cluster.clear_pods()
+    tenant = _tenant(cluster)
+    image = f"{IMAGE_REPOSITORY}:{IMAGE_TAG}"  # one the kubelet stand-in runs: its init container fails
+    zero = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "zero"}, "spec": {
+        "nodeSelector": {"kubernetes.io/hostname": "node0"},
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 1,
+        "initContainers": [{"name": "stuck", "image": image, "command": ["false"],
+                            "resources": {"limits": {DCU.resources.count: "0"}}}],
+        "containers": [{"name": "main", "image": image, "command": ["sleep", "3600"],
+                        "resources": {"limits": {DCU.resources.count: "0"}}}]}}
+    created = tenant.create_pod(cluster.namespace, zero)
+    assert created["spec"]["schedulerName"] == keys.KUBE_DEFAULT_SCHEDULER  # a no-DCU pod: not routed
+    wait_until("the zero-count pod bound to node0 by the default scheduler",
+               lambda: cluster.kube.get_pod(cluster.namespace, "zero")["spec"].get("nodeName") == "node0",
+               timeout=60)
+    dcu = pod_manifest("dcu", [Ctr("main", 1, 1000, 10)])
+    dcu["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node0"}
+    uid = tenant.create_pod(cluster.namespace, dcu)["metadata"]["uid"]
+    wait_until("the DCU pod on node0 running (or failed)",
+               lambda: phase(cluster.kube, cluster.namespace, "dcu") in ("Running", "Failed"), timeout=90)
+    pod = cluster.kube.get_pod(cluster.namespace, "dcu")
+    assert pod["status"]["phase"] == "Running", pod["status"].get("message")
+    assert pod["metadata"]["annotations"][keys.POD_BIND_PHASE] == keys.BIND_PHASE_SUCCESS
+    assert [d for d in cluster.vdev_files("node0") if d.startswith(uid)]  # its vDCU was made
+    assert phase(cluster.kube, cluster.namespace, "zero") == "Pending"  # still there all along
+    events = cluster.kube.request("GET", f"/api/v1/namespaces/{cluster.namespace}/events")["items"]
+    assert not [e for e in events if e["reason"] == "DCUAllocationAmbiguous"]

@@ -6,9 +6,10 @@ from hami_dcu.common.keys import DCU_NAMING, ResourceNames
 from hami_dcu.common.requests import (
     DcuRequest,
     RequestError,
+    asks_for_count,
     parse_container_request,
     parse_pod_requests,
-    pod_uses_dcu,
+    pod_asks_for_count,
 )
 
 DCU = DCU_NAMING.resources
@@ -108,8 +109,8 @@ def test_pod_requests_in_codec_order_init_first():
         }
     }
     assert parse_pod_requests(pod, DCU) == [DcuRequest(1), DcuRequest(1, 100), None, DcuRequest(2)]
-    assert pod_uses_dcu(pod, DCU)
-    assert not pod_uses_dcu({"spec": {"containers": [ctr("x", limits={"cpu": "1"})]}}, DCU)
+    assert pod_asks_for_count(pod, DCU.count)
+    assert not pod_asks_for_count({"spec": {"containers": [ctr("x", limits={"cpu": "1"})]}}, DCU.count)
 
 
 def test_shared_means_part_of_one_card():
@@ -140,3 +141,20 @@ def test_leading_zeros_still_read_as_the_number():
     # Only significant digits count towards the range: zero padding is not "out of range".
     limits = {"hygon.com/dcunum": "0002", "hygon.com/dcumem": "0" * 40 + "1000"}
     assert parse_container_request(ctr(limits=limits), DCU) == DcuRequest(2, 1000, 100)
+
+
+@pytest.mark.parametrize(("limits", "requests", "asks"), [
+    ({}, {}, False),
+    ({DCU.count: "0"}, {}, False),
+    ({}, {DCU.count: "0"}, False),
+    ({DCU.count: 0}, {DCU.count: "0"}, False),
+    ({DCU.count: "0", DCU.memory: "1000"}, {}, False),  # invalid as a request, but no count for the kubelet
+    ({DCU.count: "1"}, {}, True),
+    ({}, {DCU.count: "2"}, True),
+    ({DCU.count: "1Ki"}, {}, True),
+    ({DCU.count: "1.5"}, {}, True),  # unreadable: it may yet be a request the kubelet serves
+])
+def test_asks_for_count_means_more_than_zero_of_the_count_resource(limits, requests, asks):
+    assert asks_for_count(ctr(limits=limits, requests=requests), DCU.count) is asks
+    pod = {"spec": {"initContainers": [ctr("i", limits=limits, requests=requests)], "containers": [ctr()]}}
+    assert pod_asks_for_count(pod, DCU.count) is asks

@@ -1,7 +1,8 @@
 """The admission decision for one pod: pure, no I/O.
 
-A pod *uses DCU* when any container or init container names a DCU resource in limits or
-requests. Such a pod is routed to hami-scheduler, or denied with a message that says what
+A pod *uses DCU* when any container or init container asks for a DCU, or names a DCU resource
+in a way that cannot be honoured (common/podchecks.py, `DcuPod.asks`; a lone `dcunum: 0` asks
+for nothing). Such a pod is routed to hami-scheduler, or denied with a message that says what
 to change. Pods that do not use DCU pass untouched. In DRA mode the pod is instead rewritten
 to ask through ResourceClaims (dra/translate.py); the templates it names are returned in the
 decision, for the shell to create: this module does no I/O.

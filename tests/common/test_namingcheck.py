@@ -44,3 +44,10 @@ def test_many_objects_are_counted_not_listed():
     message = report("device plugin", keys.HCU_NAMING, find_traces(nodes, [], keys.HCU_NAMING))
     assert "node(s) n00, n01, n02, n03, n04 and 7 more register cards only as hami.io/node-dcu-register" in message
     assert "components of the dcu set (HAMi v2.10)" in message
+
+
+def test_a_pending_pod_asking_for_zero_of_the_other_sets_count_is_no_trace():
+    """Issue 35, finding 1: naming a count with 0 asks for nothing; a tenant's zero-count pod
+    must not make a component report the other naming set at work."""
+    pods = [pod("zero", limits={"hygon.com/hcunum": "0"}), pod("asks", limits={"hygon.com/hcunum": "1"})]
+    assert find_traces([], pods, keys.DCU_NAMING).pending == ["ml/asks"]

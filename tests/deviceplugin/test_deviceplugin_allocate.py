@@ -388,6 +388,24 @@ def test_a_pod_that_bypassed_the_scheduler_makes_the_call_ambiguous_and_the_hold
     assert dcu_node.annotation("a", keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS
 
 
+def zero_count_pod(node, name="zero"):
+    """Issue 35, finding 1: a tenant pod naming the count with 0 (admitted as a no-DCU pod),
+    placed here by another scheduler and kept Pending (an init container that keeps failing)."""
+    return node.kube.create_pod("default", {"metadata": {"name": name}, "spec": {"nodeName": "n1", "initContainers": [
+        {"name": "stuck", "image": "x", "resources": {"limits": {DCU.resources.count: "0"}}}], "containers": [
+        {"name": "c", "image": "x", "resources": {"limits": {DCU.resources.count: "0"},
+                                                  "requests": {DCU.resources.count: "0"}}}]}})
+
+
+def test_a_pending_pod_asking_for_zero_dcus_does_not_stop_the_nodes_allocations(dcu_node):
+    core = dcu_node.core()
+    zero_count_pod(dcu_node)
+    dcu_node.bind("a", [("c", [dev("S1", 1000, 10)])])
+    core.allocate([["DCU-S1-fake-0"]])
+    assert dcu_node.annotation("a", keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS
+    assert dcu_node.lock_value() is None
+
+
 def test_a_pod_still_allocating_without_the_lock_is_a_rival(dcu_node):
     """As in Project-HAMi/HAMi#3096: an expired lock must not swap two pods' allocations."""
     core = dcu_node.core()

@@ -1,7 +1,11 @@
 """The device plugin's pure Allocate helpers (CU counts, preferred slots, rival pods) and its
 node loop's pacing."""
 
-from hami_dcu.common.keys import DCU_NAMING
+import pytest
+
+from hami_dcu.common import keys
+from hami_dcu.common.keys import DCU_NAMING, HCU_NAMING
+from hami_dcu.deviceplugin.lockless import awaiting_pods
 from hami_dcu.deviceplugin.plan import cu_count, preferred_ids, rival_pods
 
 
@@ -59,3 +63,59 @@ def test_node_loop_waits_the_interval_after_success_and_five_seconds_after_a_fai
     loop.once = lambda: outcomes.pop(0)
     loop.run()
     assert waits == [30.0, RETRY_AFTER_FAILURE, 30.0] and RETRY_AFTER_FAILURE == 5.0
+
+
+def _bound_pod(name: str, containers: list[dict], init: list[dict] | None = None,
+               bind_phase: str | None = None) -> dict:
+    annotations = {keys.POD_BIND_PHASE: bind_phase} if bind_phase else {}
+    return {"metadata": {"namespace": "d", "name": name, "uid": name, "annotations": annotations},
+            "spec": {"nodeName": "n1", "initContainers": init or [], "containers": containers},
+            "status": {"phase": "Pending"}}
+
+
+def _asking(resource: str, value: object, section: str = "limits", name: str = "c") -> dict:
+    return {"name": name, "resources": {section: {resource: value}}}
+
+
+@pytest.mark.parametrize("naming", [DCU_NAMING, HCU_NAMING], ids=lambda n: n.name)
+@pytest.mark.parametrize(("where", "section", "value"), [
+    ("container", "limits", "0"), ("container", "requests", "0"), ("container", "limits", 0),
+    ("init", "limits", "0"), ("init", "requests", "0"), ("container", "limits", "00"),
+])
+def test_a_pod_asking_for_zero_of_the_count_is_no_rival_nor_awaiting(naming, where, section, value):
+    """Issue 35, finding 1: a tenant pod naming the count resource with 0, kept Pending on the
+    node, was a rival of every lock holder (and awaited an Allocate without a lock): the kubelet
+    never calls Allocate for 0, so it never cleared and every DCU Allocate there was refused."""
+    resource = naming.resources.count
+    zero = _asking(resource, value, section)
+    pods = [_bound_pod("holder", [_asking(resource, "1")], bind_phase=keys.BIND_PHASE_ALLOCATING),
+            _bound_pod("zero", [zero] if where == "container" else [_asking("cpu", "1")],
+                       init=[zero] if where == "init" else None)]
+    assert rival_pods(pods, "holder", "n1", resource) == []
+    assert [a.pod["metadata"]["name"] for a in awaiting_pods(pods, "n1", resource,
+                                                             naming.pod_devices_to_allocate)] == []
+
+
+@pytest.mark.parametrize("naming", [DCU_NAMING, HCU_NAMING], ids=lambda n: n.name)
+@pytest.mark.parametrize(("init", "containers"), [
+    ([], ["0", "1"]),  # one container asks 0, another 1: the pod still awaits an Allocate
+    (["2"], ["0"]),  # an init container asks: the kubelet calls Allocate for it
+    ([], ["1Ki"]),  # any whole quantity above 0
+])
+def test_a_pod_with_any_container_asking_above_zero_is_still_a_rival(naming, init, containers):
+    resource = naming.resources.count
+    rival = _bound_pod("bypass", [_asking(resource, v, name=f"c{i}") for i, v in enumerate(containers)],
+                       init=[_asking(resource, v, name=f"i{i}") for i, v in enumerate(init)])
+    pods = [_bound_pod("holder", [_asking(resource, "1")], bind_phase=keys.BIND_PHASE_ALLOCATING), rival]
+    assert [r.split(" ")[0] for r in rival_pods(pods, "holder", "n1", resource)] == ["d/bypass"]
+    assert [a.pod["metadata"]["name"] for a in awaiting_pods(pods, "n1", resource, naming.pod_devices_to_allocate)
+            ] == ["bypass"]
+
+
+def test_a_count_the_plugin_cannot_read_still_makes_a_rival():
+    """Failing closed: a count no reader can parse (the API server would not store one) may yet
+    be a request the kubelet serves, so the call stays ambiguous rather than guessed."""
+    resource = DCU_NAMING.resources.count
+    pods = [_bound_pod("holder", [_asking(resource, "1")], bind_phase=keys.BIND_PHASE_ALLOCATING),
+            _bound_pod("odd", [_asking(resource, "1.5")])]
+    assert [r.split(" ")[0] for r in rival_pods(pods, "holder", "n1", resource)] == ["d/odd"]

@@ -137,6 +137,19 @@ def test_a_pod_bound_by_hand_beside_the_volcano_pod_makes_the_call_ambiguous(dcu
         core.allocate([["DCU-S1-fake-0"]])
 
 
+def test_a_pending_pod_asking_for_zero_hcus_beside_the_volcano_pod_is_not_awaiting(dcu_node):
+    """Issue 35, finding 1, lockless: the zero-count pod made every call ambiguous, and no
+    Allocate ever came to clear it (the kubelet calls none for a count of 0)."""
+    core = dcu_node.core(volcano_scheduler=VOLCANO)
+    dcu_node.kube.create_pod("default", {"metadata": {"name": "zero"}, "spec": {"nodeName": "n1", "containers": [
+        {"name": "c", "image": "x", "resources": {"limits": {DCU.resources.count: "0"}}}]}})
+    volcano_bind(dcu_node, "v", [("main", [dev("S1", 2000, 10)])])
+    available = [f"DCU-S{c}-fake-{s}" for c in (1, 2) for s in range(4)]
+    assert core.preferred(available, [], 1) == ["DCU-S1-fake-0"]  # steered: one pod awaits
+    core.allocate([["DCU-S1-fake-0"]])
+    assert dcu_node.annotation("v", keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS
+
+
 def test_without_volcano_mode_a_lockless_call_is_refused_as_before(dcu_node):
     core = dcu_node.core()
     volcano_bind(dcu_node, "v", [("main", [dev("S1", 2000, 10)])])
