@@ -154,6 +154,10 @@ def fit_pod(
     (counted as common.counting counts: sidecars run beside what starts after them)."""
     # what is on the cards plus the sidecars placed so far, then plus the app containers
     running = [[u.slots, u.memory, u.cores] for u in used]
+    # HAMi's card list for the app containers: each sorts it in place, and equal cards keep
+    # the places the previous container's sort gave them (policy.card_order). HAMi fits every
+    # init container on a fresh copy of the node, its cards in registration order.
+    app_list = list(range(len(cards)))
     devices: PodDevices = []
     for position, request in enumerate(requests):
         if request is None:
@@ -161,7 +165,9 @@ def fit_pod(
             continue
         ordinary_init = order.ordinary_init(position)
         usage = [list(row) for row in running] if ordinary_init else running  # an init container's share ends
-        placed = fit_container(cards, usage, request, container_names[position], selection, card_policy, weights)
+        listed = list(range(len(cards))) if position < order.init_count else app_list
+        placed = fit_container(cards, usage, request, container_names[position], selection, card_policy, weights,
+                               listed)
         if isinstance(placed, PodMiss):
             return placed
         devices.append(placed)
@@ -176,9 +182,11 @@ def fit_container(
     selection: Selection,
     card_policy: policies.CardPolicy,
     weights: policies.Weights = policies.DEFAULT_WEIGHTS,
+    listed: list[int] | None = None,
 ) -> list[ContainerDevice] | PodMiss:
     """Choose `request.count` distinct cards; `usage` ([slots, memory, cores] per card) is
-    updated in place with what was taken."""
+    updated in place with what was taken, `listed` (HAMi's card list, policy.card_order)
+    sorted in place."""
     if request.count > len(cards):
         plural = "s" if len(cards) != 1 else ""
         return PodMiss(name, Code.NODE_TOO_FEW_CARDS,
@@ -188,10 +196,10 @@ def fit_container(
     # container takes do not reorder the rest of its walk.
     states = [
         policies.CardState(policies.card_score(u[0], c.slots, u[1], c.memory, u[2], c.cores, weights), u[0], c.numa,
-                           c.index, c.id)
+                           c.index)
         for c, u in zip(cards, usage, strict=True)
     ]
-    order = policies.card_order(states, card_policy)
+    order = policies.card_order(states, card_policy, listed)
     if card_policy.numa and request.count > 1:
         return _fit_on_one_numa_node(cards, usage, request, name, selection, card_policy, order)
     chosen, rejections = _take(cards, usage, request, selection, card_policy, order)

@@ -8,23 +8,29 @@ incoming request to each term, but compares the request type "DCU" with the card
 "DCU-K100_AI", which never match, so its score is plain current utilisation; we keep that
 observable behaviour.
 
-Card order. HAMi sorts the cards ascending by a key chain and its Fit walks the sorted list
-from the END, so the card that sorts last is tried first. We build the same ascending order
-and reverse it, so the same pod lands on the same card as under HAMi, and a multi-card
-container lists its cards in the order HAMi would. The keys, per policy value:
-    binpack            score asc,      NUMA asc, index asc  -> the fullest card first
-    spread (default)   score desc,     NUMA asc, index asc  -> the least used card first
-    mutex              used slots desc, NUMA asc, index asc -> idle cards first
+Card order. HAMi sorts the node's cards ascending (`DeviceUsageList.Less` in
+pkg/scheduler/policy/gpu_policy.go) and its DCU Fit walks the sorted list from the END, so the
+card that sorts last is tried first. We build the same ascending order and reverse it, so the
+same pod lands on the same card as under HAMi, and a multi-card container lists its cards in
+the order HAMi would. The keys, per policy value:
+    binpack            score asc,       NUMA asc  -> the fullest card first
+    spread (default)   score desc,      NUMA asc  -> the least used card first
+    mutex              used slots desc, NUMA asc  -> idle cards first
     topology-aware     as spread (it has no meaning for DCU cards)
-    a chain ("binpack,numa") or "numa" alone: one key per word, in the order written
-        (binpack score asc, spread score desc, numa NUMA asc; mutex and topology-aware add
-        no key), then index asc. A chain of words that add no key ("mutex,topology-aware")
-        orders as spread, as HAMi does.
-    `nvidia.com/numa-bind: true` on the pod (HAMi's NumaBind, read for every vendor): the
-        NUMA node becomes the first key, before the policy's own.
-Among equal cards HAMi therefore tries the highest NUMA node first, then the highest index.
-The card id is a last key only so that a registration with duplicate indexes still sorts
-deterministically (HAMi's sort is unstable there).
+    `nvidia.com/numa-bind: true` on the pod (HAMi's NumaBind, read for every vendor), with
+        one word: binpack sorts NUMA desc then score asc (the lowest NUMA node is tried
+        first, its fullest card first); spread and topology-aware NUMA asc then score desc
+        (the highest NUMA node first, its least used card first); mutex ignores it.
+    a chain ("binpack,numa") or "numa" alone (`lessByChain`): one key per word, in the order
+        written (binpack score asc, spread score desc, numa NUMA asc; mutex and
+        topology-aware add no key; a chain with no key word, "mutex,topology-aware", orders
+        as spread), NumaBind's NUMA asc before them all, then index asc.
+A single word has no index key: HAMi's sort.Sort (an insertion sort, so stable, up to 12
+cards) leaves equal cards where they were. Each app container sorts the list the previous
+one left (fit.py keeps it); the first one, and every init container, starts from
+registration order, which the plugin writes in index order. So among equal cards the
+highest NUMA node is tried first, then the highest index, until earlier containers of the
+pod reorder them. Past 12 cards Go's sort is not stable; ours stays stable there.
 
 Node score: the same formula, unweighted, over the sums of all the node's cards, computed
 before the pod is placed. binpack (default) picks the highest score among fitting nodes,
@@ -32,9 +38,11 @@ spread the lowest; ties go to the node name ascending.
 
 Per-pod overrides: `hami.io/node-scheduler-policy` (one word) and
 `hami.io/gpu-scheduler-policy` (a word or a comma chain), parsed in common/preferences.py.
-As in HAMi, a value with any word HAMi does not know is ignored as a whole and the
+A value with any word HAMi does not know (or a blank one) is ignored as a whole and the
 configured default stands; the webhook warns about it at admission (webhook/advice.py), so
-the fallback is never silent.
+the fallback is never silent. HAMi v2.10 compares the raw value instead: a single unknown
+word (or " binpack", "Binpack", "") sorts as spread whatever the default, and a chain keeps
+the words it knows ("binpack,foo" is binpack).
 """
 
 from __future__ import annotations
@@ -96,47 +104,60 @@ def utilisation(used_slots: int, slots: int, used_memory: int, memory: int, used
 
 @dataclass(frozen=True, slots=True)
 class CardState:
-    """What the card order looks at: the card's score and slots in use, its NUMA node,
-    index and id."""
+    """What the card order looks at: the card's score and slots in use, its NUMA node and
+    index."""
 
     score: float
     used_slots: int
     numa: int
     index: int
-    id: str
 
 
-def _sort_key(card: CardState, policy: CardPolicy) -> tuple[float | int | str, ...]:
-    head = (card.numa,) if policy.numa_first else ()
-    return (*head, *_policy_key(card, policy), card.index, card.id)
-
-
-def _policy_key(card: CardState, policy: CardPolicy) -> tuple[float | int, ...]:
+def _sort_key(card: CardState, policy: CardPolicy) -> tuple[float | int, ...]:
+    """HAMi's `DeviceUsageList.Less` as an ascending key. A single word has no index key: equal
+    cards keep the order the list had (card_order)."""
     if policy.chained:
-        chain: list[float | int] = []
-        for word in policy.words:
-            if word == BINPACK:
-                chain.append(card.score)
-            elif word == SPREAD:
-                chain.append(-card.score)
-            elif word == NUMA:
-                chain.append(card.numa)
-        if chain:
-            return tuple(chain)
-        return (-card.score, card.numa)  # only filter words: spread's order (HAMi)
+        return _chain_key(card, policy)
     word = policy.words[0]
-    if word == BINPACK:
-        return (card.score, card.numa)
     if word == MUTEX:
-        return (-card.used_slots, card.numa)
-    return (-card.score, card.numa)  # spread, topology-aware
+        return (-card.used_slots, card.numa)  # HAMi's mutex branch comes before NumaBind's
+    if word == BINPACK:
+        return (-card.numa, card.score) if policy.numa_first else (card.score, card.numa)
+    return (card.numa, -card.score) if policy.numa_first else (-card.score, card.numa)  # spread, topology-aware
 
 
-def card_order(cards: Sequence[CardState], policy: CardPolicy) -> list[int]:
-    """Positions of `cards` in the order fit tries them: HAMi's sorted list, walked from the end."""
-    ascending = sorted(range(len(cards)), key=lambda i: _sort_key(cards[i], policy))
-    ascending.reverse()
-    return ascending
+def _chain_key(card: CardState, policy: CardPolicy) -> tuple[float | int, ...]:
+    """HAMi's `lessByChain`: NumaBind's NUMA first, the key words in the order written, spread
+    when no word is a key, then the index."""
+    chain: list[float | int] = [card.numa] if policy.numa_first else []
+    keyed = False
+    for word in policy.words:
+        if word == BINPACK:
+            chain.append(card.score)
+        elif word == SPREAD:
+            chain.append(-card.score)
+        elif word == NUMA:
+            chain.append(card.numa)
+        else:
+            continue
+        keyed = True
+    if not keyed:
+        chain.append(-card.score)  # only filter words ("mutex,topology-aware"): spread (HAMi)
+    chain.append(card.index)
+    return tuple(chain)
+
+
+def card_order(cards: Sequence[CardState], policy: CardPolicy, listed: list[int] | None = None) -> list[int]:
+    """Positions of `cards` in the order fit tries them: HAMi's sorted list, walked from the end.
+
+    `listed` is HAMi's list before this sort (positions of `cards`, registration order when
+    None); it is sorted in place, as HAMi's `sort.Sort` sorts the node's list, so the next
+    container's sort can start from it. The sort is stable: cards equal under the policy's
+    keys keep their places in `listed`."""
+    if listed is None:
+        listed = list(range(len(cards)))
+    listed.sort(key=lambda i: _sort_key(cards[i], policy))
+    return listed[::-1]
 
 
 def pick_node(scored: Sequence[tuple[str, float]], policy: str) -> str | None:

@@ -98,7 +98,7 @@ def test_a_chain_without_numa_breaks_ties_by_index_alone():
 
 
 def test_mutex_orders_by_slots_in_use_idle_cards_first():
-    states = [policy.CardState(score=s, used_slots=u, numa=0, index=i, id=f"c{i}")
+    states = [policy.CardState(score=s, used_slots=u, numa=0, index=i)
               for i, (s, u) in enumerate([(1.0, 3), (9.0, 1), (2.0, 0)])]
     assert policy.card_order(states, policy.CardPolicy(("mutex",))) == [2, 1, 0]
 

@@ -140,8 +140,12 @@ def test_spread_takes_least_used_card_binpack_the_fullest():
     assert binpack.devices[0][0].uuid == "DCU-S3"
 
 
-def test_ties_go_to_the_highest_card_index_as_in_hami():
+def test_ties_go_to_the_last_registered_card_or_in_a_chain_the_highest_index_as_in_hami():
+    """HAMi v2.10's single-word Less has no index key and its stable sort keeps registration
+    order, so the last card registered is tried first; lessByChain ends on the index (both
+    answered by HAMi's own fitInDevices)."""
     cards = [card(2), card(0), card(1)]
-    result = fit(cards, [Usage()] * 3, [SHARE])
-    assert isinstance(result, PodFit)
-    assert result.devices[0][0].uuid == "DCU-S2"
+    for value, expected in (("spread", "DCU-S1"), ("binpack", "DCU-S1"), ("spread,numa", "DCU-S2"), ("numa", "DCU-S2")):
+        result = fit(cards, [Usage()] * 3, [SHARE], policy=value)
+        assert isinstance(result, PodFit)
+        assert result.devices[0][0].uuid == expected, value

@@ -43,7 +43,7 @@ def test_hami_chain_of_only_filter_words_falls_back_to_spreads_order(value):
         assert uuids(place(cards, used, SHARE, chain)) == ["DCU-S1"]
     # The order itself is spread's, whatever the filter words then skip.
     states = [policy.CardState(policy.card_score(u.slots, 4, u.memory, 65520, u.cores, 100), u.slots, c.numa,
-                               c.index, c.id) for c, u in zip(cards, used, strict=True)]
+                               c.index) for c, u in zip(cards, used, strict=True)]
     assert policy.card_order(states, chain) == policy.card_order(states, spread)
 
 
@@ -80,14 +80,23 @@ def test_hami_ignores_a_numa_bind_that_is_not_a_true_boolean(value):
     assert not card_policy.numa_first
 
 
-def test_numa_bind_goes_before_the_keys_of_a_chain():
+def test_numa_bind_goes_before_the_keys_of_a_chain_and_reverses_binpack_alone():
+    """HAMi v2.10 gpu_policy.go: lessByChain puts NumaBind's NUMA (asc) before the chain's
+    keys; Less with binpack alone sorts NUMA desc, so the lowest NUMA node is tried first."""
     cards = [card(0, numa=0), card(1, numa=1), card(2, numa=0)]
     used = [Usage(1, 8000, 20), Usage(), Usage()]
-    _, chain = policy.pod_policies({keys.DEVICE_SCHEDULER_POLICY: "binpack", keys.NUMA_BIND: "true"}, "binpack",
-                                   policy.CardPolicy(("spread",)))
-    # binpack alone takes busy card 0; NUMA first makes NUMA node 1 (card 1) go first.
+
+    def bound(value: str) -> policy.CardPolicy:
+        _, card_policy = policy.pod_policies({keys.DEVICE_SCHEDULER_POLICY: value, keys.NUMA_BIND: "true"},
+                                             "binpack", policy.CardPolicy(("spread",)))
+        return card_policy
+
+    # binpack alone takes busy card 0, with NumaBind too: NUMA node 0 first, its fullest card.
     assert uuids(place(cards, used, SHARE, policy.CardPolicy(("binpack",)))) == ["DCU-S0"]
-    assert uuids(place(cards, used, SHARE, chain)) == ["DCU-S1"]
+    assert uuids(place(cards, used, SHARE, bound("binpack"))) == ["DCU-S0"]
+    # In a chain NUMA asc comes first: NUMA node 1 (card 1) goes first.
+    assert uuids(place(cards, used, SHARE, bound("binpack,numa"))) == ["DCU-S1"]
+    assert uuids(place(cards, used, SHARE, bound("binpack,spread"))) == ["DCU-S1"]
 
 
 # --- use-<set>type with only empty entries matches no card ----------------------------------
