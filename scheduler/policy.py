@@ -6,7 +6,7 @@ and 0 when any of the three capacities is 0 (HAMi's rule). The weights default t
 (`hami.io/device-scoring-weights` changes them per pod, weights.py). HAMi also adds the
 incoming request to each term, but compares the request type "DCU" with the card model
 "DCU-K100_AI", which never match, so its score is plain current utilisation; we keep that
-observable behaviour.
+observable behaviour (README, Where we differ).
 
 Card order. HAMi sorts the node's cards ascending (`DeviceUsageList.Less` in
 pkg/scheduler/policy/gpu_policy.go) and its DCU Fit walks the sorted list from the END, so the
@@ -30,7 +30,8 @@ cards) leaves equal cards where they were. Each app container sorts the list the
 one left (fit.py keeps it); the first one, and every init container, starts from
 registration order, which the plugin writes in index order. So among equal cards the
 highest NUMA node is tried first, then the highest index, until earlier containers of the
-pod reorder them. Past 12 cards Go's sort is not stable; ours stays stable there.
+pod reorder them. Past 12 cards Go's sort is not stable; ours stays stable there (README,
+Where we differ).
 
 Node score: the same formula, unweighted, over the sums of all the node's cards, computed
 before the pod is placed. binpack (default) picks the highest score among fitting nodes,
@@ -42,7 +43,7 @@ A value with any word HAMi does not know (or a blank one) is ignored as a whole 
 configured default stands; the webhook warns about it at admission (webhook/advice.py), so
 the fallback is never silent. HAMi v2.10 compares the raw value instead: a single unknown
 word (or " binpack", "Binpack", "") sorts as spread whatever the default, and a chain keeps
-the words it knows ("binpack,foo" is binpack).
+the words it knows ("binpack,foo" is binpack) (README, Where we differ).
 """
 
 from __future__ import annotations

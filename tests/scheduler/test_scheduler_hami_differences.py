@@ -99,6 +99,45 @@ def test_numa_bind_goes_before_the_keys_of_a_chain_and_reverses_binpack_alone():
     assert uuids(place(cards, used, SHARE, bound("binpack,spread"))) == ["DCU-S1"]
 
 
+# --- the card score is the card's current use, never the incoming request ------------------
+
+@pytest.mark.parametrize("model", ["DCU", "DCU-K100_AI"])
+def test_the_card_score_ignores_the_incoming_request_whatever_the_cards_type(model):
+    """HAMi v2.10 pkg/scheduler/policy/gpu_policy.go ComputeScore adds the container's request
+    to a card's use only when the card's registered type equals the request's type, "DCU":
+    for two cards registered as "DCU" (A: 1 slot, idle; B: 8 slots, one 8000 MiB / 20 % share)
+    a spread pod asking for the same share scores A 13.22 and B 8.94 and goes to B; registered
+    as "DCU-K100_AI", as every Hygon plugin writes a model, A 0 and B 4.47: A (both answered
+    by HAMi's own fitInDevices). We score current use whatever the type: A."""
+    cards = [CardSpec(id="A", index=0, model=model, slots=1, memory=65520, cores=100),
+             CardSpec(id="B", index=1, model=model, slots=8, memory=65520, cores=100)]
+    used = [Usage(), Usage(1, 8000, 20)]
+    request = DcuRequest(count=1, memory_mib=8000, cores=20)
+    assert uuids(place(cards, used, request, policy.CardPolicy(("spread",)))) == ["A"]
+
+
+# --- a policy value with a word HAMi does not know (README, Where we differ) ----------------
+
+@pytest.mark.parametrize(("card", "node", "ours", "hami"), [
+    ("binpack,fastest", "fastest", ("mutex", "spread"), ("binpack", "binpack")),
+    ("Binpack", "Spread", ("mutex", "spread"), ("spread", "binpack")),
+    (" binpack", " spread", ("binpack", "spread"), ("spread", "binpack")),
+    ("", "", ("mutex", "spread"), ("spread", "binpack")),
+])
+def test_an_unknown_policy_word_leaves_the_configured_default_where_hami_reads_the_raw_value(card, node, ours, hami):
+    """HAMi v2.10 compares the raw annotation (util.GetGPUSchedulerPolicyByPod,
+    resolveNodeSchedulerPolicy), whatever the configured defaults: gpu_policy.go Less sorts
+    any single value but exactly binpack, mutex or numa as spread and lessByChain keeps a
+    chain's known words (both confirmed on HAMi's own fitInDevices with default binpack);
+    node_policy.go Less takes anything but exactly "spread" as binpack. We trim words and
+    ignore a value with an unknown word as a whole, so the configured default (here mutex
+    for cards, spread for nodes) stands, and the webhook warns."""
+    node_policy, card_policy = policy.pod_policies(
+        {keys.DEVICE_SCHEDULER_POLICY: card, keys.NODE_SCHEDULER_POLICY: node}, "spread", policy.CardPolicy(("mutex",)))
+    assert (card_policy.words, node_policy) == ((ours[0],), ours[1])
+    assert ours != hami
+
+
 # --- use-<set>type with only empty entries matches no card ----------------------------------
 
 @pytest.mark.parametrize("value", [",,", ",", " , "])

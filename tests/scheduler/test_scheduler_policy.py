@@ -64,12 +64,12 @@ def test_equal_nodes_break_ties_by_name_under_both_policies():
 
 @pytest.mark.parametrize(("value", "words"), [
     (None, None), ("", None), (" ", None),
-    ("BinPack", None),  # HAMi compares words exactly: not binpack, the whole value is ignored
-    ("binpack,", None), ("binpack,best-fit", None),
+    ("BinPack", None),  # words are compared exactly: not binpack, the whole value is ignored
+    ("binpack,", None), ("binpack,best-fit", None),  # HAMi reads these differently (hami_differences)
     ("binpack", ("binpack",)), (" spread ", ("spread",)), ("mutex,binpack", ("mutex", "binpack")),
     ("binpack , numa", ("binpack", "numa")), ("topology-aware", ("topology-aware",)),
 ])
-def test_card_policy_parsing_follows_hami(value, words):
+def test_card_policy_parsing_takes_known_trimmed_words_only(value, words):
     parsed = policy.parse_card_policy(value)
     assert (parsed.words if parsed else None) == words
 
