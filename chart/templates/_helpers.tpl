@@ -58,6 +58,11 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "hami-dcu.fullname" . 
 {{- define "hami-dcu.devicePluginIdentity" -}}
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "hami-dcu.fullname" . }}-device-plugin
 {{- end -}}
+{{- define "hami-dcu.draDriverIdentity" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "hami-dcu.fullname" . }}-dra-driver
+{{- end -}}
+{{/* The DRA driver's name (hami_dcu.dra.names.DRIVER), which its ResourceSlices carry. */}}
+{{- define "hami-dcu.draDriverName" -}}dra.hygon.com{{- end -}}
 {{- define "hami-dcu.kubeSchedulerIdentity" -}}
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "hami-dcu.fullname" . }}-kube-scheduler
 {{- end -}}

