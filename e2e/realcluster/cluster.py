@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from e2e.realcluster import upstream
+from e2e.realcluster import hami, upstream
 from e2e.realcluster.controlplane import ControlPlane
 from e2e.realcluster.kubelet import RealKubelet
 from e2e.realcluster.network import PodNetwork
@@ -36,7 +36,7 @@ from e2e.scenarios import phase
 from e2e.tools import ROOT, helm_and_kubectl
 from hami_dcu.cli.localcluster.pods import MockCard, default_cards
 from hami_dcu.common import keys
-from hami_dcu.common.kube import Kube, KubeError
+from hami_dcu.common.kube import Kube, KubeError, NotFoundError
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -52,8 +52,13 @@ PLUGIN_SOCKET_DIR = "/var/lib/kubelet/device-plugins"
 class RealCluster:
     def __init__(self, nodes: dict[str, list[MockCard]] | None = None, namespace: str = "hami-e2e",
                  values: JSON | None = None, workdir: Path | None = None,
-                 controller_manager_args: Sequence[str] = ()) -> None:
+                 controller_manager_args: Sequence[str] = (), hami_peer: bool = False) -> None:
         self.controller_manager_args = controller_manager_args
+        # HAMi v2.10's own chart (its scheduler, webhook and node lock) installed first, and
+        # hami-dcu's chart with the node side only (scheduler.enabled=false): HAMi places and
+        # binds the DCU pods, hami-dcu's device plugin serves them (e2e/realcluster/hami.py).
+        self.hami_peer = hami_peer
+        self.hami_binary: Path | None = None
         self.node_specs = nodes if nodes is not None else {n: default_cards(n) for n in ("node0", "node1")}
         self.namespace = namespace
         self.extra_values = values or {}
@@ -97,7 +102,11 @@ class RealCluster:
                                           self.controller_manager_args).start()
         self.kubeconfig = self.control_plane.admin_kubeconfig
         self.kube = Kube.from_kubeconfig(str(self.kubeconfig))
-        images = Images(IMAGE_REPOSITORY, KUBE_SCHEDULER_IMAGE, self.kube_version, binaries)
+        peers: tuple[tuple[str, tuple[str, ...]], ...] = ()
+        if self.hami_peer:
+            self.hami_binary = hami.binary()
+            peers = hami.images(self.hami_binary)
+        images = Images(IMAGE_REPOSITORY, KUBE_SCHEDULER_IMAGE, self.kube_version, binaries, peers)
         for node in self.node_specs:
             self._start_node(node, images)
         wait_for("nodes schedulable (not-ready taint removed by the node lifecycle controller)",
@@ -107,6 +116,8 @@ class RealCluster:
         self.kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": self.namespace}})
         wait_for(f"ServiceAccount default in {self.namespace}", lambda: self.kube.request(
             "GET", f"/api/v1/namespaces/{self.namespace}/serviceaccounts/default"), 60)
+        if self.hami_peer:
+            hami.serves(self.kube, self.namespace)
         return self
 
     def _start_node(self, node: str, images: Images) -> None:
@@ -135,13 +146,25 @@ class RealCluster:
             "image": {"repository": IMAGE_REPOSITORY, "tag": IMAGE_TAG, "pullPolicy": "Never"},
             "devicePlugin": {"smi": "mock", "mockDevicesPerNode": mock, "registerIntervalSeconds": 5},
         }
+        if self.hami_peer:
+            values["scheduler"] = {"enabled": False, "external": {"identity": hami.IDENTITY}}
         return _merge(values, self.extra_values)
 
     def _helm_install(self) -> None:
+        if self.hami_binary is not None:
+            self.install_hami()
         values = self.workdir / "values.yaml"
         values.write_text(yaml.safe_dump(self.values()))
         self.helm_run("install", RELEASE, str(ROOT / "chart"), "--namespace", SYSTEM_NAMESPACE, "-f", str(values),
                       "--wait", "--timeout", "5m")
+
+    def install_hami(self) -> None:
+        """HAMi's own chart, as released, in kube-system (release `hami`)."""
+        assert self.hami_binary is not None
+        values = self.workdir / "hami-values.yaml"
+        values.write_text(yaml.safe_dump(hami.values(self.kube_version)))
+        self.helm_run("install", hami.RELEASE, str(hami.chart(self.hami_binary)), "--namespace", hami.NAMESPACE,
+                      "-f", str(values), "--wait", "--timeout", "5m")
 
     def helm_run(self, *args: str) -> str:
         result = subprocess.run([str(self.helm), *args, "--kubeconfig", str(self.kubeconfig)],
@@ -270,7 +293,10 @@ class RealCluster:
         """Delete every pod of the test namespace and wait until they are gone (between tests)."""
         names = [p["metadata"]["name"] for p in self.kube.list_pods(namespace=self.namespace).items]
         for name in names:
-            self.kube.delete_pod(self.namespace, name)
+            try:
+                self.kube.delete_pod(self.namespace, name)
+            except NotFoundError:
+                pass  # deleted meanwhile (a Job's pods, by the garbage collector)
         wait_for("the previous test's pods gone",
                  lambda: all(phase(self.kube, self.namespace, n) == "Gone" for n in names), 60)
         time.sleep(0.5)

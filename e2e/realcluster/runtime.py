@@ -47,6 +47,10 @@ class Images:
     kube_scheduler: str  # image repository of the bundled kube-scheduler
     kube_version: str  # the only kube-scheduler tag we have a binary for
     binaries: Path
+    # Other projects' images (a peer's chart, e.g. HAMi's): repository -> what stands for the
+    # image's entrypoint. A container's `command` replaces the entrypoint, so its first word
+    # (the binary's name in that image) is dropped and the rest follows it, then `args`.
+    peers: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def argv(self, container: JSON) -> list[str] | None:
         repository, _, tag = container["image"].rpartition(":")
@@ -61,6 +65,9 @@ class Images:
             if not command or Path(command[0]).name != "kube-scheduler":
                 raise RuntimeError(f"kube-scheduler container runs {command!r}, not kube-scheduler")
             return [str(self.binaries / "kube-scheduler"), *command[1:], *args]
+        for peer, entrypoint in self.peers:
+            if repository == peer:
+                return [*entrypoint, *command[1:], *args]
         return None
 
 
@@ -215,10 +222,14 @@ class PodRuntime:
         mounts: list[str] = []
         for mount in container.get("volumeMounts") or []:
             source, target = dirs[mount["name"]], mount["mountPath"]
-            # Mount points are created on the host's root filesystem (empty directories);
-            # what is mounted on them is visible only inside this pod's mount namespace.
-            mounts.append(f"mkdir -p {shlex.quote(target)} && mount --bind {shlex.quote(str(source))} "
-                          f"{shlex.quote(target)}")
+            if mount.get("subPath"):
+                source = source / mount["subPath"]
+            # Mount points are created on the host's root filesystem (empty directories, or
+            # empty files for a file's subPath); what is mounted on them is visible only inside
+            # this pod's mount namespace.
+            point = f"mkdir -p {shlex.quote(target)}" if source.is_dir() else \
+                f"mkdir -p {shlex.quote(str(Path(target).parent))} && touch {shlex.quote(target)}"
+            mounts.append(f"{point} && mount --bind {shlex.quote(str(source))} {shlex.quote(target)}")
             if mount.get("readOnly"):
                 mounts.append(f"mount -o remount,bind,ro {shlex.quote(target)}")
         user = _run_as_user(pod, container)

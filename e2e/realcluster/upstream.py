@@ -56,11 +56,13 @@ def to_stderr(line: str) -> None:
 announce: Callable[[str], None] = to_stderr
 
 
-def binaries(script: Path = BUILD_SCRIPT) -> Path:
-    """The directory with the four binaries, building them first if needed (minutes, once)."""
-    given = os.environ.get("HAMI_DCU_UPSTREAM_BIN")
-    if given:
-        return Path(given)
+class BuildUnavailable(RuntimeError):
+    """The build script's exit status 3: what it needs (Go, a source tarball) is not here."""
+
+
+def run_build(script: Path, what: str) -> str:
+    """Runs a cached build script, its progress lines to `announce` as they come; returns the
+    last line it printed (the path of what it built)."""
     process = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout is not None and process.stderr is not None
     said: deque[str] = deque(maxlen=100)
@@ -68,9 +70,20 @@ def binaries(script: Path = BUILD_SCRIPT) -> Path:
         said.append(line)
         announce(line.rstrip("\n"))
     out = process.stdout.read()
-    if process.wait() != 0:
-        raise RuntimeError(f"building the upstream binaries failed:\n{''.join(said)[-4000:]}")
-    directory = Path(out.strip().splitlines()[-1])
+    code = process.wait()
+    if code == 3:
+        raise BuildUnavailable(said[-1].strip() if said else f"{script.name}: unavailable here")
+    if code != 0 or not out.strip():
+        raise RuntimeError(f"building {what} failed:\n{''.join(said)[-4000:]}")
+    return out.strip().splitlines()[-1]
+
+
+def binaries(script: Path = BUILD_SCRIPT) -> Path:
+    """The directory with the four binaries, building them first if needed (minutes, once)."""
+    given = os.environ.get("HAMI_DCU_UPSTREAM_BIN")
+    if given:
+        return Path(given)
+    directory = Path(run_build(script, "the upstream binaries"))
     if not _complete(directory):
         raise RuntimeError(f"build.sh reported {directory}, which lacks some of {', '.join(BINARIES)}")
     return directory

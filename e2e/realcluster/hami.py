@@ -1,0 +1,119 @@
+"""HAMi v2.10 as a peer of the real-cluster suite: its scheduler process, built from the source
+tarball in ../shared/peers (e2e/upstream/build-hami.sh, cached per user), and its own chart
+(`charts/hami` of the same tarball), installed with helm as HAMi's users install it.
+
+The kubelet stand-in runs HAMi's chart's pods as it runs ours (e2e/realcluster/runtime.py):
+the extender container of HAMi's image runs the built `hami-scheduler` binary, the bundled
+kube-scheduler the upstream one, and the chart's certificate hooks (kube-webhook-certgen, whose
+image is not here) e2e/realcluster/certgen.py. Nothing of HAMi goes into hami-dcu.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from e2e.realcluster import upstream
+from e2e.realcluster.processes import wait_for
+from e2e.tools import ROOT
+from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
+from hami_dcu.common.kube import Kube, KubeError, NotFoundError
+
+BUILD_SCRIPT = ROOT / "e2e" / "upstream" / "build-hami.sh"
+TARBALL = "hami-v2.10.0-src.tar.gz"
+RELEASE = "hami"
+NAMESPACE = "kube-system"
+# The images HAMi's chart renders (values: scheduler.extender.image, scheduler.patch.imageNew).
+IMAGE = "docker.io/projecthami/hami"
+CERTGEN_IMAGE = "docker.io/liangjw/kube-webhook-certgen"
+# The username HAMi's scheduler (its extender and its kube-scheduler share the pod's account) writes with.
+IDENTITY = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-scheduler"
+SCHEDULER_NAME = "hami-scheduler"  # HAMi chart's schedulerName, which its webhook sets
+JSON = dict[str, Any]
+
+
+def source() -> Path:
+    """The HAMi source tarball: $HAMI_SRC (the file or its folder), else ../shared/peers."""
+    given = Path(os.environ.get("HAMI_SRC") or ROOT.parent / "shared" / "peers")
+    return given / TARBALL if given.is_dir() else given
+
+
+def why_unavailable() -> str | None:
+    """The one-line reason HAMi's scheduler can be neither found nor built here, or None."""
+    if shutil.which("go") is None:
+        return "HAMi peer: no Go toolchain on PATH to build HAMi's scheduler"
+    if not source().is_file():
+        return f"HAMi peer: no HAMi source tarball at {source()} (set HAMI_SRC)"
+    return None
+
+
+def binary() -> Path:
+    """The built hami-scheduler, building it first if needed (about 8 minutes cold, once)."""
+    return Path(upstream.run_build(BUILD_SCRIPT, "HAMi's scheduler"))
+
+
+def chart(built: Path) -> Path:
+    """HAMi's chart as released in the same tarball (the build copies it beside the binary)."""
+    return built.parent / "charts" / "hami"
+
+
+def images(built: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """What the kubelet stand-in runs for the images of HAMi's chart."""
+    return ((IMAGE, (str(built),)),
+            (CERTGEN_IMAGE, (sys.executable, str(ROOT / "e2e" / "realcluster" / "certgen.py"))))
+
+
+def values(kube_version: str) -> JSON:
+    """HAMi's chart as its users install it for DCUs: its defaults, with the bundled
+    kube-scheduler image of this cluster's version, and its NVIDIA device plugin off (it needs
+    NVML on the node; the DCU node side is hami-dcu's device plugin)."""
+    return {
+        "scheduler": {
+            "kubeScheduler": {"image": {"registry": "registry.k8s.io", "repository": "kube-scheduler",
+                                        "tag": kube_version}},
+            "service": {"type": "ClusterIP"},
+        },
+        "devicePlugin": {"enabled": False},
+    }
+
+
+def webhook_routes(kube: Kube, namespace: str) -> bool:
+    """HAMi's webhook answers: a DCU pod created with dryRun comes back routed to HAMi's
+    scheduler. Its failurePolicy is Ignore, so until its Service routes to a ready pod a DCU
+    pod is silently left to the default scheduler; nothing else says when that ends."""
+    probe = pod_manifest("hami-webhook-probe", [Ctr("main", 1, 1000, 10)])
+    try:
+        made = kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", query={"dryRun": "All"}, body=probe)
+    except KubeError:
+        return False
+    return made["spec"].get("schedulerName") == SCHEDULER_NAME
+
+
+def serves(kube: Kube, namespace: str, timeout: float = 180.0) -> None:
+    """Until HAMi's webhook routes DCU pods and its scheduler has registered the nodes' DCUs
+    (its cache reads node registrations on its own 15 s cycle): one canary pod served end to
+    end, then deleted."""
+    wait_for("HAMi's webhook routing DCU pods", lambda: webhook_routes(kube, namespace), 60)
+    kube.create_pod(namespace, pod_manifest("hami-canary", [Ctr("main", 1, 1000, 10)]))
+
+    def running() -> bool:
+        return (kube.get_pod(namespace, "hami-canary").get("status") or {}).get("phase") == "Running"
+
+    wait_for("a canary DCU pod placed by HAMi and Running", running, timeout)
+    kube.delete_pod(namespace, "hami-canary")
+    wait_for("the canary gone", lambda: _gone(kube, namespace, "hami-canary"), 60)
+
+
+def _gone(kube: Kube, namespace: str, name: str) -> bool:
+    try:
+        kube.get_pod(namespace, name)
+    except NotFoundError:
+        return True
+    return False
+
+
+__all__ = ["IDENTITY", "NAMESPACE", "RELEASE", "SCHEDULER_NAME", "binary", "chart", "images", "serves", "values",
+           "webhook_routes", "why_unavailable"]

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Builds HAMi's scheduler process (Project-HAMi/HAMi v2.10.0, ./cmd/scheduler) from the source
+# tarball in ../shared/peers/ (or $HAMI_SRC: the tarball, or the folder holding it), for the
+# suites and benches that run hami-dcu against the real HAMi. Nothing of HAMi goes into the
+# product: the binary lives in the per-user cache, keyed by the tarball's sha256 and the Go
+# version, and is built once; later runs only print its path.
+#
+#   e2e/upstream/build-hami.sh            # prints the path of the hami-scheduler binary
+#   HAMI_SRC=/elsewhere/hami-v2.10.0-src.tar.gz e2e/upstream/build-hami.sh
+#
+# Exit status 3 with one line on stderr when Go or the tarball is missing (the suites skip with
+# that line); any other failure is a failed build. A cold build on 2 cores takes about 8
+# minutes (every dependency from the Go module proxy); progress goes to stderr every minute.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${HAMI_DCU_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hami-dcu}
+src=${HAMI_SRC:-$here/../../../shared/peers}
+[ -d "$src" ] && src="$src/hami-v2.10.0-src.tar.gz"
+
+say() { echo "hami build: $*" >&2; }
+if ! command -v go >/dev/null; then
+    say "no Go toolchain on PATH: HAMi's scheduler cannot be built"
+    exit 3
+fi
+if [ ! -f "$src" ]; then
+    say "no HAMi source tarball at $src (set HAMI_SRC to it)"
+    exit 3
+fi
+
+sum=$(sha256sum "$src" | cut -c1-16)
+gover=$(go env GOVERSION)
+out="$cache/hami/$sum-$gover"
+binary="$out/hami-scheduler"
+if [ -x "$binary" ]; then
+    echo "$binary"
+    exit 0
+fi
+
+started=$SECONDS
+elapsed() { local s=$((SECONDS - started)); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
+mkdir -p "$out"
+staging=$(mktemp -d "$out/.build.XXXXXX")
+trap 'rm -rf "$staging"' EXIT
+tar xzf "$src" -C "$staging"
+tree=$(find "$staging" -mindepth 1 -maxdepth 1 -type d | head -1)
+# The chart travels with the binary: the tests install HAMi's own chart and read its device
+# configuration, exactly as released.
+say "HAMi ($src, $gover) is not built yet: building ./cmd/scheduler once into $out" \
+    "(downloads Go modules on first use; about 8 minutes cold on 2 cores)"
+(cd "$tree" && go build -trimpath -ldflags "-s -w" -o "$staging/hami-scheduler" ./cmd/scheduler) &
+pid=$!
+while :; do
+    for _ in $(seq 1 "${HAMI_DCU_BUILD_HEARTBEAT:-60}"); do
+        kill -0 "$pid" 2>/dev/null || break 2
+        sleep 1
+    done
+    say "still building HAMi's scheduler ($(elapsed) so far)"
+done
+wait "$pid" || { say "building HAMi's scheduler failed after $(elapsed)"; exit 1; }
+rm -rf "$out/charts"
+cp -r "$tree/charts" "$out/charts"
+mv "$staging/hami-scheduler" "$binary"
+say "built in $(elapsed): later runs reuse $out"
+echo "$binary"
