@@ -222,6 +222,16 @@ was, and an update of the status subresource changes the status.) */}}
 request.operation == 'UPDATE' && {{ if .subresource }}has(request.subResource) && request.subResource == '{{ .subresource }}'{{ else }}(!has(request.subResource) || request.subResource == ''){{ end }} && {{ join " && " $same }} && (!has(object.metadata.annotations) || object.metadata.annotations.all(k, k in {{ .keys }} || (has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k]))) && (!has(oldObject.metadata.annotations) || oldObject.metadata.annotations.all(k, k in {{ .keys }} || (has(object.metadata.annotations) && k in object.metadata.annotations)))
 {{- end -}}
 
+{{/* CEL: a node status write (nodes/status UPDATE) that changes, of the status, only the
+resources in the CEL list `.resources` of `capacity` and `allocatable`: every other field of the
+status (conditions, addresses, nodeInfo, images, ..., whichever this API server has) and every
+other resource of those two maps as it was. Status fields are iterated as map keys, so a field
+added by a later Kubernetes is compared too. */}}
+{{- define "hami-dcu.onlyStatusResourcesChangeCel" -}}
+{{- $maps := "['allocatable', 'capacity']" -}}
+has(object.status) == has(oldObject.status) && (!has(object.status) || (object.status.all(f, f in {{ $maps }} || (f in oldObject.status && object.status[f] == oldObject.status[f])) && oldObject.status.all(f, f in {{ $maps }} || f in object.status) && {{ $maps }}.all(f, (f in object.status) == (f in oldObject.status) && (!(f in object.status) || (object.status[f].all(r, r in {{ .resources }} || (r in oldObject.status[f] && object.status[f][r] == oldObject.status[f][r])) && oldObject.status[f].all(r, r in {{ .resources }} || r in object.status[f]))))))
+{{- end -}}
+
 {{/* CEL: the request sets, changes or removes annotation `k` (oldObject is null on CREATE). */}}
 {{- define "hami-dcu.changedCel" -}}
 (has(object.metadata.annotations) && k in object.metadata.annotations) != (oldObject != null && has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations) || (has(object.metadata.annotations) && k in object.metadata.annotations && oldObject != null && has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && object.metadata.annotations[k] != oldObject.metadata.annotations[k])

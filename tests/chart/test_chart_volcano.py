@@ -7,6 +7,9 @@ import subprocess
 import pytest
 from chart_paths import CHART
 
+from hami_dcu.common import keys
+from hami_dcu.deviceplugin import lockless
+
 VOLCANO = ["--set", "naming=hcu", "--set", "volcano.enabled=true"]
 
 
@@ -83,3 +86,46 @@ def test_every_policy_expression_has_balanced_cel_strings(render, volcano):
         expressions += [v.get("expression", "") for v in spec.get("variables") or []]
         for expression in expressions:
             assert _quotes_balanced(expression), f"{policy['metadata']['name']}: {expression}"
+
+
+def _plugin_write_rule(render, *values):
+    docs = render(*values)
+    policy = by_kind(docs, "ValidatingAdmissionPolicy", "device-plugin-scope")
+    return policy["spec"]["validations"][2]
+
+
+def test_in_volcano_mode_a_plugin_changes_only_its_shares_in_its_nodes_status(render):
+    """Issue 35, finding 7. Before: the status branch compared the spec, labels, finalizers, owners
+    and annotations, and nothing of the status: a plugin's nodes/status patch could change the
+    capacity of cpu or pods, the addresses, the Ready condition. Now every field of the status is
+    compared (iterated as map keys, so fields of a later Kubernetes too) and, of capacity and
+    allocatable, every resource but the two the plugin advertises."""
+    rule = _plugin_write_rule(render, *VOLCANO)
+    expression = rule["expression"]
+    status_branch = expression[expression.index("request.subResource == 'status'"):]
+    status_branch = status_branch[:status_branch.index(") : ")]  # up to the pods' branch
+    maps = "['allocatable', 'capacity']"
+    shares = sorted(lockless.share_resources([(65520, True)], keys.HCU_NAMING.resources)["capacity"])
+    assert shares == sorted([keys.HCU_NAMING.resources.memory, keys.HCU_NAMING.resources.cores])
+    assert shares == ["hygon.com/hcucores", "hygon.com/hcumem"]
+    for term in (
+        # every other status field: present on both sides, equal
+        f"object.status.all(f, f in {maps} || (f in oldObject.status && object.status[f] == oldObject.status[f]))",
+        f"oldObject.status.all(f, f in {maps} || f in object.status)",
+        # of capacity and allocatable, every other resource: present on both sides, equal
+        f"{maps}.all(f, (f in object.status) == (f in oldObject.status)",
+        f"object.status[f].all(r, r in {shares} || (r in oldObject.status[f] && "
+        "object.status[f][r] == oldObject.status[f][r]))",
+        f"oldObject.status[f].all(r, r in {shares} || r in object.status[f])",
+        # and the rest of the node as before: spec, labels, annotations
+        "object.spec == oldObject.spec", "object.metadata.labels == oldObject.metadata.labels",
+        "annotations.all(k, k in [] ||",
+    ):
+        assert term in status_branch, term
+    assert _quotes_balanced(rule["messageExpression"])
+    assert ("no subresource but the status of its node, and there only the capacity and allocatable of "
+            "hygon.com/hcucores and hygon.com/hcumem, no create") in rule["messageExpression"]
+    # Outside Volcano mode a plugin writes no status at all: no status branch to compare.
+    default = _plugin_write_rule(render)
+    assert "object.status" not in default["expression"] and "request.subResource == 'status'" not in \
+        default["expression"]
