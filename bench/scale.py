@@ -6,6 +6,7 @@ and the node-side simulator running the device plugin's own Allocate per pod).
     python bench/scale.py --nodes 20,1000,5000 --pods 100,2000,10000
     python bench/scale.py --mode dra --nodes 1000 --pods 2000     # the chart in DRA mode
     python bench/scale.py --mode both --nodes 1000 --pods 2000    # device-plugin mode, then DRA
+    python bench/scale.py --peer hami --nodes 1000 --pods 2000    # HAMi v2.10, ours, plain (bench/peerrace.py)
 
 For each node count (ascending, on one cluster that grows), a burst of `--pods` pods in the mix
 of e2e/realcluster/scalemix.py (shares, whole cards, two and four cards, per-pod policies) is
@@ -58,7 +59,7 @@ from benchlib import cpu_seconds, machine_cpu_seconds, memory_mib
 # The test harness (e2e/) is not installed: it imports from the checkout this script is in.
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from e2e.realcluster import scalemix
+from e2e.realcluster import hami, scalemix
 from e2e.realcluster import scalestats as st
 from e2e.realcluster.cluster import unavailable
 from e2e.realcluster.kwokscale import CARDS_PER_NODE, DEVICE_PLUGIN, DRA, NAMESPACE, KwokScale
@@ -334,8 +335,14 @@ def main() -> None:
                         "(with --mode both, one folder per mode in it)")
     parser.add_argument("--mode", choices=(DEVICE_PLUGIN, DRA, "both"), default=DEVICE_PLUGIN,
                         help="the chart's mode; both: device-plugin mode, then DRA mode on a new cluster")
+    parser.add_argument("--peer", choices=("hami",),
+                        help="race a peer on one cluster: HAMi v2.10's scheduler, then ours, then plain pods "
+                             "(bench/peerrace.py; one node count)")
+    parser.add_argument("--hami-qps", type=int, default=1000,
+                        help="--peer hami: HAMi's API client rate (--kube-qps; burst twice it); 0: HAMi's own "
+                             "default (5/s), at which it cannot register 1,000 nodes in time")
     args = parser.parse_args()
-    reason = unavailable()
+    reason = unavailable() or (hami.why_unavailable() if args.peer else None)
     if reason:
         raise SystemExit(reason)
     nodes = sorted(_counts(args.nodes))
@@ -349,6 +356,15 @@ def main() -> None:
         if need > n:
             raise SystemExit(f"{m} pods of the mix need at least {need} nodes x {CARDS_PER_NODE} cards, not {n}")
     logging.basicConfig(level=logging.WARNING)
+    if args.peer:
+        if len(nodes) != 1 or args.mode != DEVICE_PLUGIN or args.values:
+            raise SystemExit("--peer hami: one node count, device-plugin mode, the chart's default values")
+        signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
+        from peerrace import race
+
+        print(race(nodes[0], pods[0], args.register_interval, Path(args.workdir) if args.workdir else None,
+                   args.hami_qps))
+        return
     # A stopped bench tears its cluster down (the `with` below) instead of leaving a control
     # plane, kwok and the simulator running.
     signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))

@@ -138,9 +138,10 @@ def job_manifest(name: str, pods: int, ctr: Ctr) -> JSON:
 
 
 @hami_scenario
-def a_job_of_ten_on_one_node(b: ClusterBackend) -> None:
-    """HAMi#1367's case: ten pods of one Job contend for one node's lock; each waits for the
-    one before it to be served, and all are."""
+def a_job_of_ten(b: ClusterBackend) -> None:
+    """HAMi#1367's case: ten pods of one Job contend for the node lock (on the real control
+    plane's one node, all for the same lock); each waits for the one before it to be served,
+    and all are."""
     b.kube.request("POST", f"/apis/batch/v1/namespaces/{b.namespace}/jobs",
                    body=job_manifest("ten", 10, Ctr("c", 1, 1000, 5)))
 

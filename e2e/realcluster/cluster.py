@@ -52,12 +52,14 @@ PLUGIN_SOCKET_DIR = "/var/lib/kubelet/device-plugins"
 class RealCluster:
     def __init__(self, nodes: dict[str, list[MockCard]] | None = None, namespace: str = "hami-e2e",
                  values: JSON | None = None, workdir: Path | None = None,
-                 controller_manager_args: Sequence[str] = (), hami_peer: bool = False) -> None:
+                 controller_manager_args: Sequence[str] = (), hami_peer: bool = False,
+                 hami_args: Sequence[str] = ()) -> None:
         self.controller_manager_args = controller_manager_args
         # HAMi v2.10's own chart (its scheduler, webhook and node lock) installed first, and
         # hami-dcu's chart with the node side only (scheduler.enabled=false): HAMi places and
         # binds the DCU pods, hami-dcu's device plugin serves them (e2e/realcluster/hami.py).
         self.hami_peer = hami_peer
+        self.hami_args = hami_args  # HAMi's scheduler process's extra flags
         self.hami_binary: Path | None = None
         self.node_specs = nodes if nodes is not None else {n: default_cards(n) for n in ("node0", "node1")}
         self.namespace = namespace
@@ -162,7 +164,7 @@ class RealCluster:
         """HAMi's own chart, as released, in kube-system (release `hami`)."""
         assert self.hami_binary is not None
         values = self.workdir / "hami-values.yaml"
-        values.write_text(yaml.safe_dump(hami.values(self.kube_version)))
+        values.write_text(yaml.safe_dump(hami.values(self.kube_version, self.hami_args)))
         self.helm_run("install", hami.RELEASE, str(hami.chart(self.hami_binary)), "--namespace", hami.NAMESPACE,
                       "-f", str(values), "--wait", "--timeout", "5m")
 

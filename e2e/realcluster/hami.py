@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,9 @@ TARBALL = "hami-v2.10.0-src.tar.gz"
 RELEASE = "hami"
 NAMESPACE = "kube-system"
 # The images HAMi's chart renders (values: scheduler.extender.image, scheduler.patch.imageNew).
-IMAGE = "docker.io/projecthami/hami"
-CERTGEN_IMAGE = "docker.io/liangjw/kube-webhook-certgen"
+IMAGE, IMAGE_TAG = "docker.io/projecthami/hami", "v2.10.0"
+CERTGEN_IMAGE, CERTGEN_TAG = "docker.io/liangjw/kube-webhook-certgen", "v1.1.1"
+CERTGEN = ROOT / "e2e" / "realcluster" / "certgen.py"
 # The username HAMi's scheduler (its extender and its kube-scheduler share the pod's account) writes with.
 IDENTITY = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-scheduler"
 SCHEDULER_NAME = "hami-scheduler"  # HAMi chart's schedulerName, which its webhook sets
@@ -63,17 +65,19 @@ def chart(built: Path) -> Path:
 def images(built: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """What the kubelet stand-in runs for the images of HAMi's chart."""
     return ((IMAGE, (str(built),)),
-            (CERTGEN_IMAGE, (sys.executable, str(ROOT / "e2e" / "realcluster" / "certgen.py"))))
+            (CERTGEN_IMAGE, (sys.executable, str(CERTGEN))))
 
 
-def values(kube_version: str) -> JSON:
+def values(kube_version: str, extender_args: Sequence[str] = ()) -> JSON:
     """HAMi's chart as its users install it for DCUs: its defaults, with the bundled
     kube-scheduler image of this cluster's version, and its NVIDIA device plugin off (it needs
-    NVML on the node; the DCU node side is hami-dcu's device plugin)."""
+    NVML on the node; the DCU node side is hami-dcu's device plugin). `extender_args` go to its
+    scheduler process (the chart's scheduler.extender.extraArgs), e.g. its API client's rate."""
     return {
         "scheduler": {
             "kubeScheduler": {"image": {"registry": "registry.k8s.io", "repository": "kube-scheduler",
                                         "tag": kube_version}},
+            "extender": {"extraArgs": ["--debug", "-v=4", *extender_args]},
             "service": {"type": "ClusterIP"},
         },
         "devicePlugin": {"enabled": False},

@@ -38,12 +38,14 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from e2e.realcluster import kwok, scalemix
+import yaml
+
+from e2e.realcluster import hami, kwok, scalemix
 from e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster
 from e2e.realcluster.controlplane import free_port
 from e2e.realcluster.dra_cluster import DraRealCluster
@@ -101,9 +103,11 @@ def fake_node_names(count: int) -> list[str]:
 class KwokScale:
     def __init__(self, workdir: Path | None = None, register_interval: float = 30.0, sim_workers: int = 32,
                  say: Callable[[str], None] = lambda line: print(line, flush=True), values: JSON | None = None,
-                 mode: str = DEVICE_PLUGIN) -> None:
+                 mode: str = DEVICE_PLUGIN, hami_peer: bool = False, hami_args: Sequence[str] = ()) -> None:
         if mode not in (DEVICE_PLUGIN, DRA):
             raise ValueError(f"mode {mode!r}: {DEVICE_PLUGIN} or {DRA}")
+        if hami_peer and mode == DRA:
+            raise ValueError("HAMi v2.10 has no DRA mode: hami_peer needs the device-plugin mode")
         self.mode = mode
         self.register_interval = register_interval
         self.sim_workers = sim_workers
@@ -112,8 +116,9 @@ class KwokScale:
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="hami-kwok-", dir="/tmp"))
         self.workdir.chmod(0o755)
         (self.workdir / "cluster").mkdir(exist_ok=True)
+        extra: JSON = {"hami_peer": True, "hami_args": hami_args} if hami_peer else {}
         backend = DraRealCluster if mode == DRA else RealCluster
-        self.cluster = backend({STANDIN: default_cards(STANDIN, 1)}, namespace=NAMESPACE, values=values,
+        self.cluster = backend({STANDIN: default_cards(STANDIN, 1)}, namespace=NAMESPACE, values=values, **extra,
                                    workdir=self.workdir / "cluster",
                                    controller_manager_args=[f"--node-monitor-grace-period={NODE_MONITOR_GRACE_SECONDS}s",
                                                             f"--kube-api-qps={CONTROLLER_MANAGER_QPS}",
@@ -341,11 +346,33 @@ class KwokScale:
         return [s for s in self.kube.request("GET", f"{dra_names.RESOURCE_API}/resourceslices").get("items") or []
                 if (s.get("spec") or {}).get("driver") == dra_names.DRIVER]
 
+    # --- which scheduler places the DCU pods: HAMi's (hami_peer, until use_our_scheduler) or ours
+
+    @property
+    def hami_places(self) -> bool:
+        return self.cluster.hami_binary is not None and self.cluster.hami_peer
+
+    @property
+    def extender_container(self) -> str:
+        return "vgpu-scheduler-extender" if self.hami_places else "extender"
+
+    def use_our_scheduler(self) -> None:
+        """Uninstall HAMi's chart and upgrade ours to the full chart (scheduler, webhook): the
+        same cluster, nodes and node simulator, now with hami-dcu placing the DCU pods."""
+        self.cluster.helm_run("uninstall", hami.RELEASE, "--namespace", hami.NAMESPACE, "--wait")
+        self.cluster.hami_peer = False
+        values = self.workdir / "values-ours.yaml"
+        values.write_text(yaml.safe_dump(self.cluster.values()))
+        self.cluster.helm_run("upgrade", RELEASE, str(ROOT / "chart"), "--namespace", SYSTEM_NAMESPACE,
+                              "-f", str(values), "--wait", "--timeout", "5m")
+        self.cluster.wait_scheduler_ready()
+        self._canary()
+
     def extender_pid(self) -> int:
         """The extender process of the scheduler pod (its container's process is the command)."""
-        pid = self.pids().get("extender")
+        pid = self.pids().get(self.extender_container)
         if pid is None:
-            raise RuntimeError("no running extender container on the stand-in node")
+            raise RuntimeError(f"no running {self.extender_container} container on the stand-in node")
         return pid
 
     def pids(self) -> dict[str, int]:
@@ -361,10 +388,12 @@ class KwokScale:
         return found
 
     def extender_metrics(self) -> str:
+        component = "hami-scheduler" if self.hami_places else "scheduler"
         pods = self.kube.list_pods(namespace=SYSTEM_NAMESPACE,
-                                   label_selector="app.kubernetes.io/component=scheduler").items
+                                   label_selector=f"app.kubernetes.io/component={component}").items
         ip = next(p["status"]["podIP"] for p in pods if (p.get("status") or {}).get("podIP"))
-        port = self.cluster.values().get("scheduler", {}).get("metricsPort", 9395)
+        # HAMi's chart: --metrics-bind-address=:9395; ours: scheduler.metricsPort.
+        port = 9395 if self.hami_places else self.cluster.values().get("scheduler", {}).get("metricsPort", 9395)
         with urllib.request.urlopen(f"http://{ip}:{port}/metrics", timeout=60) as answer:
             return answer.read().decode()
 
