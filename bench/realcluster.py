@@ -3,6 +3,7 @@ control plane (e2e/realcluster: kube-apiserver, kube-controller-manager, kube-sc
 etcd built from Go modules; the chart installed with helm; kubelet stand-ins per node).
 
     python bench/realcluster.py [--nodes 20] [--cards 4] [--pods 200] [--job 40] [--mode devicePlugin|dra]
+    python bench/realcluster.py --peer hami     # HAMi v2.10's chart, then ours, then plain, on one cluster
 
 Three measurements, each against its baseline from the same run and the same cluster:
 * a burst of `--pods` shared-DCU pods (1 card, 1000-4000 MiB, 5-20 % cores) created as fast as
@@ -46,6 +47,7 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from benchlib import cpu_seconds, machine_cpu_seconds
 
+from e2e.realcluster import hami
 from e2e.realcluster import scalestats as st
 from e2e.realcluster.cluster import RealCluster, unavailable
 from e2e.realcluster.cyclesteps import StepRecorder, steps
@@ -56,7 +58,7 @@ BIG_NODE = "big"
 # Where a pod's CPU goes. On a real cluster the node side runs on the nodes; on this one
 # machine it competes with the control plane for the same cores.
 CONTROL_PLANE = ("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "hami-kube-scheduler",
-                 "extender")
+                 "extender", "vgpu-scheduler-extender")
 STAND_INS = "kubelet stand-ins + bench"  # this process: the stand-ins' threads, pod creation, its watches
 MACHINE = "machine"
 
@@ -189,6 +191,11 @@ def main() -> None:
                              "the test suites' 5 s adds a node write, a pod list and a node read per node every 5 s)")
     parser.add_argument("--values", help="a YAML file of chart values to install with (e.g. other connection limits)")
     parser.add_argument("--workdir", help="keep the cluster's files (every component's log) here afterwards")
+    parser.add_argument("--peer", choices=("hami",),
+                        help="race HAMi v2.10 on the same cluster: its chart places the burst and the Jobs, then "
+                             "ours does (HAMi uninstalled), then the plain baseline")
+    parser.add_argument("--hami-qps", type=int, default=1000,
+                        help="--peer hami: HAMi's API client rate (--kube-qps, burst twice it; 0: its default 5/s)")
     parser.add_argument("--controller-manager-qps", type=int,
                         help="kube-controller-manager's --kube-api-qps (burst twice it); default its own, 20: "
                              "in DRA mode it creates each pod's claim and records it in the pod's status")
@@ -196,12 +203,17 @@ def main() -> None:
     values = (yaml.safe_load(Path(args.values).read_text()) if args.values else None) or {}
     for reporter in ("devicePlugin", "draDriver"):  # a --values file's own interval wins
         values.setdefault(reporter, {}).setdefault("registerIntervalSeconds", args.register_interval)
-    reason = unavailable()
+    reason = unavailable() or (hami.why_unavailable() if args.peer else None)
     if reason:
         raise SystemExit(reason)
     logging.basicConfig(level=logging.WARNING)
     nodes = {f"node{i:02d}": default_cards(f"node{i:02d}", args.cards) for i in range(args.nodes)}
     nodes[BIG_NODE] = default_cards(BIG_NODE, 10)  # the pinned Job's (the binpack Job keeps off it)
+    if args.peer:
+        if args.mode != "devicePlugin":
+            raise SystemExit("--peer hami: HAMi v2.10 has no DRA mode")
+        race(args, nodes, values)
+        return
     print(f"starting a real control plane with {args.nodes} nodes x {args.cards} cards, mode {args.mode} ...",
           flush=True)
     started = time.monotonic()
@@ -259,6 +271,46 @@ def main() -> None:
         print(f"Job of {args.job} pods onto one 10-card node ({BIG_NODE}, node affinity): all Running in "
               f"{one:.2f} s (target <= 5 s: {'met' if one <= 5 else 'MISSED'}); baseline, {args.job} plain pods "
               f"of a Job onto it: {plain:.2f} s; ratio {one / plain:.2f}x")
+
+
+def race(args: argparse.Namespace, nodes: dict, values: dict) -> None:
+    """HAMi v2.10's chart places the DCU burst and both Jobs, then ours does on the same cluster
+    (HAMi uninstalled, our chart upgraded from the node side to the full chart), then the plain
+    baseline; the last line is `peer-realcluster: ...`."""
+    hami_args = [f"--kube-qps={args.hami_qps}", f"--kube-burst={2 * args.hami_qps}"] if args.hami_qps else []
+    workdir = Path(args.workdir) if args.workdir else None
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    print(f"starting a real control plane with {args.nodes} nodes x {args.cards} cards, HAMi v2.10's chart "
+          f"({' '.join(hami_args) or 'its default API rate'}) and our node side ...", flush=True)
+    rates: dict[str, float] = {}
+    with RealCluster(nodes, values=values, workdir=workdir, hami_peer=True, hami_args=hami_args) as cluster:
+        print(f"cluster up in {time.monotonic() - started:.1f} s (Kubernetes {cluster.kube_version})", flush=True)
+        for who, label in (("HAMi v2.10", "hami"), ("hami-dcu", "ours")):
+            if label == "ours":
+                cluster.replace_hami_with_ours()
+            cpu_before = _cpu(cluster)
+            created, bound, running = _burst(cluster, label, args.pods, dcu=True, creators=args.creators)
+            cpu = _cpu_line(who, cpu_before, _cpu(cluster), args.pods, running)
+            _delete_all(cluster, claims=False)
+            job_time, used = _job(cluster, args.job, f"{label}-job", BIG_NODE, pinned=False)
+            _delete_job(cluster, f"{label}-job")
+            one, _ = _job(cluster, args.job, f"{label}-one", BIG_NODE)
+            _delete_job(cluster, f"{label}-one")
+            rates[label] = args.pods / bound
+            print(f"\n{who}: burst of {args.pods} bound in {bound:6.2f} s ({rates[label]:6.1f} pods/s), Running in "
+                  f"{running:6.2f} s (created in {created:.2f} s)\n{cpu}\n"
+                  f"  Job of {args.job} (binpack): Running in {job_time:.2f} s on {used} nodes (fewest "
+                  f"{math.ceil(args.job / (args.cards * 4))}); Job of {args.job} onto {BIG_NODE}: {one:.2f} s",
+                  flush=True)
+        cpu_before = _cpu(cluster)
+        _created, plain_bound, plain_running = _burst(cluster, "plain", args.pods, dcu=False, creators=args.creators)
+        print(f"\nplain: bound in {plain_bound:6.2f} s ({args.pods / plain_bound:6.1f} pods/s)\n"
+              f"{_cpu_line('plain', cpu_before, _cpu(cluster), args.pods, plain_running)}")
+    print(f"peer-realcluster: nodes={args.nodes} pods={args.pods} hami_pods_per_s={rates['hami']:.1f} "
+          f"ours_pods_per_s={rates['ours']:.1f} plain_pods_per_s={args.pods / plain_bound:.1f} "
+          f"ours_vs_hami={st.ratio(rates['ours'], rates['hami']):.2f}")
 
 
 if __name__ == "__main__":

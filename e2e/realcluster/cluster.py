@@ -168,6 +168,17 @@ class RealCluster:
         self.helm_run("install", hami.RELEASE, str(hami.chart(self.hami_binary)), "--namespace", hami.NAMESPACE,
                       "-f", str(values), "--wait", "--timeout", "5m")
 
+    def replace_hami_with_ours(self) -> None:
+        """Uninstall HAMi's chart and upgrade ours to the full chart (scheduler, webhook): the
+        same cluster and nodes, now with hami-dcu placing the DCU pods."""
+        self.helm_run("uninstall", hami.RELEASE, "--namespace", hami.NAMESPACE, "--wait")
+        self.hami_peer = False
+        values = self.workdir / "values-ours.yaml"
+        values.write_text(yaml.safe_dump(self.values()))
+        self.helm_run("upgrade", RELEASE, str(ROOT / "chart"), "--namespace", SYSTEM_NAMESPACE, "-f", str(values),
+                      "--wait", "--timeout", "5m")
+        self.wait_scheduler_ready()
+
     def helm_run(self, *args: str) -> str:
         result = subprocess.run([str(self.helm), *args, "--kubeconfig", str(self.kubeconfig)],
                                 capture_output=True, text=True, timeout=600)

@@ -43,9 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from e2e.realcluster import hami, kwok, scalemix
+from e2e.realcluster import kwok, scalemix
 from e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster
 from e2e.realcluster.controlplane import free_port
 from e2e.realcluster.dra_cluster import DraRealCluster
@@ -359,13 +357,7 @@ class KwokScale:
     def use_our_scheduler(self) -> None:
         """Uninstall HAMi's chart and upgrade ours to the full chart (scheduler, webhook): the
         same cluster, nodes and node simulator, now with hami-dcu placing the DCU pods."""
-        self.cluster.helm_run("uninstall", hami.RELEASE, "--namespace", hami.NAMESPACE, "--wait")
-        self.cluster.hami_peer = False
-        values = self.workdir / "values-ours.yaml"
-        values.write_text(yaml.safe_dump(self.cluster.values()))
-        self.cluster.helm_run("upgrade", RELEASE, str(ROOT / "chart"), "--namespace", SYSTEM_NAMESPACE,
-                              "-f", str(values), "--wait", "--timeout", "5m")
-        self.cluster.wait_scheduler_ready()
+        self.cluster.replace_hami_with_ours()
         self._canary()
 
     def extender_pid(self) -> int:
