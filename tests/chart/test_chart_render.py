@@ -80,7 +80,7 @@ def test_old_clusters_get_the_old_config_api_and_no_match_conditions(render):
     config = yaml.safe_load(by_kind(docs, "ConfigMap", "scheduler-config")["data"]["config.yaml"])
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1beta3"
     hooks = by_kind(docs, "MutatingWebhookConfiguration")["webhooks"]
-    assert [h["name"] for h in hooks] == ["dcu.hami.io", "writers.dcu.hami.io"]
+    assert [h["name"] for h in hooks] == ["dcu.hami.io", "writers.dcu.hami.io", "status.writers.dcu.hami.io"]
     assert all("matchConditions" not in hook for hook in hooks)
 
 
@@ -121,8 +121,36 @@ def test_pod_updates_and_bindings_are_reviewed_where_no_policy_runs(render, kube
          "scope": "Namespaced"}]
     assert writers["failurePolicy"] == "Fail" and "objectSelector" not in writers
     assert "matchConditions" not in writers  # every DCU pod's update: the webhook tells DCU pods apart
+    # Status writes too (issue 35, finding 6): the API server keeps the metadata a status write
+    # carries, so a pods/status PATCH could rewrite an allocation where no policy runs.
+    status = hooks["status.writers.dcu.hami.io"]
+    assert status["rules"] == [{"operations": ["UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                                "resources": ["pods/status"], "scope": "Namespaced"}]
+    assert status["failurePolicy"] == "Fail" and status["sideEffects"] == "None" and "objectSelector" not in status
+    assert status["namespaceSelector"] == writers["namespaceSelector"]
+    assert status["clientConfig"] == writers["clientConfig"]
+    if kube_version >= "1.30":
+        # Only a status write that sets, changes or removes one of our pod keys leaves the API server.
+        (condition,) = status["matchConditions"]
+        assert condition["name"] == "changes-an-allocation-key"
+        assert "'hami.io/dcu-devices-allocated'" in condition["expression"]
+        assert "oldObject.metadata.annotations[k]" in condition["expression"]
+    else:
+        assert "matchConditions" not in status  # every kubelet status write of a selected namespace
     for doc in docs:
         kubernetes_validate.validate(doc, kube_version, strict=True)
+
+
+def test_the_status_write_condition_is_the_one_writer_rules_keys(render):
+    """The matchCondition lists every key writers.POD_KEYS guards, so no write the webhook would
+    refuse skips it."""
+    from hami_dcu.common import writers
+
+    hooks = {h["name"]: h for h in by_kind(render("--set", "admissionPolicy.enabled=false"),
+                                           "MutatingWebhookConfiguration")["webhooks"]}
+    (condition,) = hooks["status.writers.dcu.hami.io"]["matchConditions"]
+    listed = condition["expression"].split("].exists(")[0].lstrip("[")
+    assert {k.strip().strip("'") for k in listed.split(",")} == set(writers.POD_KEYS)
 
 
 def test_the_release_namespace_is_never_sent_to_the_webhook(helm):

@@ -120,3 +120,44 @@ def test_a_device_plugin_stays_on_its_node_even_for_pods_that_are_not_ours():
     response = review("UPDATE", plain_pod("node1", **SHARED), old=plain_pod("node1"), user=PLUGIN,
                       extra={NODE_NAME_EXTRA: ["node0"]})
     assert response["allowed"] is False and "node node0" in response["status"]["message"]
+
+
+# --- issue 35, finding 6: pods/status writes carry metadata too -------------------------------
+
+KUBE_SCHEDULER = "system:serviceaccount:kube-system:hami-dcu-kube-scheduler"  # the bundled one: pods/status rights
+KUBELET = "system:node:node0"
+
+
+def running(pod, **status):
+    return {**pod, "status": {"phase": "Running", **status}}
+
+
+def test_a_status_write_rewriting_the_allocation_is_refused_whoever_writes_it():
+    """The API server persists the annotations a pods/status PATCH carries: kube-scheduler's
+    account rewrote a running pod's allocation to a whole card that way. Judged as a pod write."""
+    share = {DCU.pod_devices_allocated: "DCU-A,DCU,1000,10:;", keys.POD_NODE: "node0"}
+    old = running(dcu(plain_pod("node0", **share)))
+    whole = running(dcu(plain_pod("node0", **{**share, DCU.pod_devices_allocated: "DCU-A,DCU,65520,100:;"})))
+    for user in (KUBE_SCHEDULER, KUBELET, "kubernetes-admin"):
+        response = review("UPDATE", whole, old=old, user=user, sub="status")
+        assert response["allowed"] is False and response["status"]["code"] == 403
+        assert f"annotations {DCU.pod_devices_allocated} are written only by hami-dcu" in response["status"]["message"]
+    # Removing it, or adding one to a pod that had none, the same.
+    assert review("UPDATE", running(dcu(plain_pod("node0"))), old=old, user=KUBE_SCHEDULER,
+                  sub="status")["allowed"] is False
+    forged = running(plain_pod("node0", **{keys.HCU_NAMING.pod_devices_to_allocate: "DCU-A,DCU,65520,100:;"}))
+    assert review("UPDATE", forged, old=running(plain_pod("node0")), user=KUBELET, sub="status")["allowed"] is False
+
+
+def test_the_kubelets_ordinary_status_writes_pass():
+    """A status change (phase, conditions) that leaves our keys as they were, on a DCU pod
+    holding an allocation: allowed, and answered without a patch."""
+    share = {DCU.pod_devices_allocated: "DCU-A,DCU,1000,10:;", keys.POD_NODE: "node0",
+             keys.POD_BIND_PHASE: keys.BIND_PHASE_SUCCESS}
+    pending = {**dcu(plain_pod("node0", **share)), "status": {"phase": "Pending"}}
+    now = running(dcu(plain_pod("node0", **share)), conditions=[{"type": "Ready", "status": "True"}])
+    response = review("UPDATE", now, old=pending, user=KUBELET, sub="status")
+    assert response["allowed"] is True and "patch" not in response
+    # Other metadata in a status write is not ours to judge.
+    labelled = {**now, "metadata": {**now["metadata"], "labels": {"team": "a"}}}
+    assert review("UPDATE", labelled, old=now, user=KUBE_SCHEDULER, sub="status")["allowed"] is True
