@@ -3,7 +3,9 @@
 Starts a LocalCluster (default 2 nodes x 2 K100_AI), submits example pods, prints where
 each went (node, card, memory, cores, CU mask), why the ones that did not fit are pending
 or were refused, and the vdev file of one shared pod; then shuts down and exits 0 (1 when
-the pods did not settle in time). With `--keep` the cluster keeps running, with a kubeconfig
+the pods did not settle in time). A pod that cannot be placed (too few nodes or cards for
+all the examples) is settled too: it is named as staying Pending, and the demo does not
+wait for it. With `--keep` the cluster keeps running, with a kubeconfig
 for kubectl and `hami-dcu status`, until Ctrl-C or SIGTERM.
 """
 
@@ -21,6 +23,7 @@ from typing import Any
 from hami_dcu.cli.localcluster.cluster import LocalCluster
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, events_for, pod_manifest
 from hami_dcu.common import keys
+from hami_dcu.common.cannotstart import CannotStart
 from hami_dcu.common.codec import decode_pod_devices
 from hami_dcu.common.kube import KubeError
 
@@ -89,6 +92,9 @@ def _mask_of(cluster: LocalCluster, pod: dict[str, Any], container: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.kubeconfig:
+        raise CannotStart(f"--kubeconfig {args.kubeconfig}: the demo reads no kubeconfig, it runs a local cluster of "
+                          "its own (with --keep it prints that cluster's kubeconfig for kubectl and hami-dcu status)")
     logging.getLogger().setLevel(logging.WARNING)  # the table is the output; components log warnings only
     nodes = {f"node{i}": default_cards(f"node{i}", args.cards) for i in range(args.nodes)}
     print(f"starting a local cluster: {args.nodes} nodes x {args.cards} mock K100_AI cards (65520 MiB, 120 CUs)",
@@ -102,9 +108,14 @@ def run(args: argparse.Namespace) -> int:
                 cluster.kube.create_pod(cluster.namespace, pod_manifest(name, written, annotations))
             except KubeError as exc:
                 refused[name] = exc.message
-        unsettled = _wait_for_pods(cluster, args.timeout, expected_pending={"too-big"})
-        _wait_for_reasons(cluster, "too-big")
+        unsettled, unplaced = _wait_for_pods(cluster, args.timeout, expected_pending={"too-big"})
+        for name in sorted({"too-big"} | unplaced):
+            _wait_for_reasons(cluster, name)
         _print_placements(cluster, refused)
+        if unplaced:
+            print(f"\n{', '.join(sorted(unplaced))} cannot be placed on {_count(args.nodes, 'node')} x "
+                  f"{_count(args.cards, 'card')} (the reasons above): they stay Pending; more --nodes or --cards "
+                  "make room", flush=True)
         if unsettled:
             print(f"\ntimed out after {args.timeout:g}s: still waiting for {', '.join(sorted(unsettled))}",
                   flush=True)
@@ -114,21 +125,60 @@ def run(args: argparse.Namespace) -> int:
     return 1 if unsettled else 0
 
 
-def _wait_for_pods(cluster: LocalCluster, timeout: float, expected_pending: set[str]) -> set[str]:
-    """Wait until every pod but the expected Pending ones runs or failed; print progress.
-    Returns the pods that had not settled when time ran out."""
+# A pod the scheduler cannot place is settled once it has failed this many times more, and
+# at least QUIET_SECONDS passed, since every other pod settled (ran, failed, or could not be
+# placed either): nothing in the demo ends, so no card frees up after that. Not one failure:
+# the extender's cache follows the API server by a watch, and a failure right after the last
+# bind may predate it; not at once: a failure in the first second can be the extender still
+# filling its cache, which the scheduler loop's retries (backing off up to 2 s) get past.
+FINAL_FAILURES = 2
+QUIET_SECONDS = 3.0
+SETTLED_PHASES = ("Running", "Failed")
+
+
+def _wait_for_pods(cluster: LocalCluster, timeout: float, expected_pending: set[str]) -> tuple[set[str], set[str]]:
+    """Wait until every pod but the expected Pending ones runs, failed or cannot be placed;
+    print progress. Returns the pods that had not settled when time ran out, and those that
+    cannot be placed."""
+    assert cluster.scheduler_loop is not None
+    stats = cluster.scheduler_loop.stats
+
+    def failures(name: str) -> int:
+        key = f"{cluster.namespace}/{name}"
+        return stats.filter_failures.get(key, 0) + stats.bind_failures.get(key, 0)
+
     deadline = time.monotonic() + timeout
     next_progress = time.monotonic() + PROGRESS_EVERY
+    quiet: dict[str, int] = {}  # failures of each unplaced pod when the others settled
+    quiet_since: float | None = None
     while True:
         pods = {p["metadata"]["name"]: p for p in cluster.kube.list_pods(namespace=cluster.namespace).items}
-        waiting = {n for n, p in pods.items() if p["status"].get("phase") not in ("Running", "Failed")}
-        waiting -= expected_pending
-        if not waiting or time.monotonic() >= deadline:
-            return waiting
-        if time.monotonic() >= next_progress:
+        unplaced = {n for n, p in pods.items()
+                    if n not in expected_pending and _unbound(p) and failures(n) > 0}
+        moving = {n for n, p in pods.items() if p["status"].get("phase") not in SETTLED_PHASES}
+        moving -= expected_pending | unplaced
+        now = time.monotonic()
+        if moving or set(quiet) != unplaced or quiet_since is None:
+            quiet, quiet_since = {n: failures(n) for n in unplaced}, None if moving else now
+        elif now - quiet_since >= QUIET_SECONDS and all(failures(n) >= quiet[n] + FINAL_FAILURES for n in unplaced):
+            return set(), unplaced
+        if not moving and not unplaced:
+            return set(), set()
+        if now >= deadline:
+            return moving | unplaced, set()
+        if now >= next_progress:
+            waiting = moving | unplaced
             print(f"waiting for {len(waiting)} of {len(pods)} pods: {', '.join(sorted(waiting))}", flush=True)
-            next_progress = time.monotonic() + PROGRESS_EVERY
+            next_progress = now + PROGRESS_EVERY
         time.sleep(0.2)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def _unbound(pod: dict[str, Any]) -> bool:
+    return pod["status"].get("phase", "Pending") == "Pending" and not pod["spec"].get("nodeName")
 
 
 def _print_placements(cluster: LocalCluster, refused: dict[str, str]) -> None:

@@ -30,6 +30,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from hami_dcu.common.flagtypes import positive_int, positive_seconds
+
 # Go's HTTP client (kube-apiserver, kube-scheduler) closes its idle connections after 90 s:
 # keeping ours a little longer lets the client, not us, close them (no request ever races
 # our close). An idle connection still yields its place to a new one when the caps are reached.
@@ -63,35 +65,15 @@ class ConnectionLimits:
 DEFAULT_LIMITS = ConnectionLimits()
 
 
-def _positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not number > 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"{value!r}: expected seconds above 0")
-    return number
-
-
-def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value!r}: expected at least 1")
-    return number
-
-
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags every command serving HTTP takes (chart values `httpLimits.*`)."""
     d = DEFAULT_LIMITS
     group = parser.add_argument_group("connection limits (every HTTP port of this process)")
-    group.add_argument("--header-timeout", type=_positive_float, default=d.header_timeout,
+    group.add_argument("--header-timeout", type=positive_seconds, default=d.header_timeout,
                        help="seconds a client has to send a request's headers (default %(default)s)")
-    group.add_argument("--body-timeout", type=_positive_float, default=d.body_timeout,
+    group.add_argument("--body-timeout", type=positive_seconds, default=d.body_timeout,
                        help="seconds a client has to send a request's body (default %(default)s)")
-    group.add_argument("--tls-handshake-timeout", type=_positive_float, default=d.tls_handshake_timeout,
+    group.add_argument("--tls-handshake-timeout", type=positive_seconds, default=d.tls_handshake_timeout,
                        help="seconds a client has to finish the TLS handshake (default %(default)s)")
     group.add_argument("--max-connections", type=positive_int, default=d.max_connections,
                        help="open connections per port (default %(default)s)")

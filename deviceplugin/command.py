@@ -12,6 +12,7 @@ from hami_dcu.common import keys
 from hami_dcu.common.cannotstart import CannotStart
 from hami_dcu.common.connlimits import connection_limits_from
 from hami_dcu.common.failures import Component
+from hami_dcu.common.flagtypes import absolute_path
 from hami_dcu.common.kube import Kube, KubeError, user_agent
 from hami_dcu.common.metricsserver import serve
 from hami_dcu.deviceplugin.metrics import PluginMetrics
@@ -30,7 +31,8 @@ RETRY_AFTER_FAILURE = 5.0
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_node_arguments(parser)
-    parser.add_argument("--plugin-dir", default="/var/lib/kubelet/device-plugins", help="kubelet device plugin dir")
+    parser.add_argument("--plugin-dir", type=absolute_path, default="/var/lib/kubelet/device-plugins",
+                        help="kubelet device plugin dir (a relative path is taken from the working directory)")
     parser.add_argument("--state-dir", default="/var/lib/hami-dcu/state",
                         help="host dir for the plugin's own record of its grants, mounted into no container")
     parser.add_argument("--register-interval", type=float, default=30.0,

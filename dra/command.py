@@ -14,6 +14,7 @@ from hami_dcu.common import keys
 from hami_dcu.common.cannotstart import CannotStart
 from hami_dcu.common.connlimits import connection_limits_from
 from hami_dcu.common.failures import Component
+from hami_dcu.common.flagtypes import absolute_path, positive_seconds
 from hami_dcu.common.kube import Kube, KubeError, user_agent
 from hami_dcu.common.metricsserver import serve
 from hami_dcu.dra.core import DraPaths, DriverCore
@@ -31,19 +32,22 @@ RETRY_AFTER_FAILURE = 5.0
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_node_arguments(parser)
-    parser.add_argument("--registry-dir", default="/var/lib/kubelet/plugins_registry",
-                        help="the kubelet's plugin registration directory")
-    parser.add_argument("--kubelet-plugins-dir", default="/var/lib/kubelet/plugins",
-                        help="the kubelet's plugins directory (the DRA socket goes in <dir>/dra.hygon.com/)")
+    parser.add_argument("--registry-dir", type=absolute_path, default="/var/lib/kubelet/plugins_registry",
+                        help="the kubelet's plugin registration directory (a relative path is taken from the "
+                             "working directory)")
+    parser.add_argument("--kubelet-plugins-dir", type=absolute_path, default="/var/lib/kubelet/plugins",
+                        help="the kubelet's plugins directory (the DRA socket goes in <dir>/dra.hygon.com/; a "
+                             "relative path is taken from the working directory)")
     parser.add_argument("--cdi-dir", default="/var/run/cdi", help="where the container runtime reads CDI specs")
     parser.add_argument("--state-dir", default="/var/lib/hami-dcu/dra",
                         help="the driver's own records of prepared claims, mounted into no container")
     parser.add_argument("--register-interval", type=float, default=30.0,
                         help="seconds between slice checks and claim reconciles")
-    parser.add_argument("--claim-recheck", type=float, default=CLAIM_RECHECK,
+    parser.add_argument("--claim-recheck", type=positive_seconds, default=CLAIM_RECHECK,
                         help="seconds a prepared claim seen allocated goes unread by the reconcile (it frees "
                              "claims deleted while the driver was away; a Prepare short of room checks at once)")
-    parser.add_argument("--health-interval", type=float, default=1.0, help="seconds between card health checks")
+    parser.add_argument("--health-interval", type=positive_seconds, default=1.0,
+                        help="seconds between card health checks")
 
 
 class DriverLoop:

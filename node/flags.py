@@ -10,6 +10,7 @@ import os
 
 from hami_dcu.common import keys
 from hami_dcu.common.connlimits import add_connection_arguments
+from hami_dcu.common.flagtypes import optional_absolute_path
 from hami_dcu.common.keys import Naming
 from hami_dcu.node import layout
 from hami_dcu.node.discovery import DcuCard, discover
@@ -46,7 +47,7 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
                         help="vDCU slots per card: at most this many shares of one card at once (default %(default)s)")
     parser.add_argument("--metrics-bind", default="",
                         help="serve Prometheus /metrics on HOST:PORT, per-pod usage included (default: off)")
-    parser.add_argument("--pod-resources-socket", default=DEFAULT_SOCKET,
+    parser.add_argument("--pod-resources-socket", type=optional_absolute_path, default=DEFAULT_SOCKET,
                         help="the kubelet's pod resources socket: which container each vDCU and card serves, for "
                              "the usage metrics (empty: usage without namespace/pod/container; default %(default)s)")
     parser.add_argument("--hydmi-library", default="libhydmi.so",

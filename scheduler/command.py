@@ -38,8 +38,8 @@ from hami_dcu.common.connlimits import (
     ConnectionLimits,
     add_connection_arguments,
     connection_limits_from,
-    positive_int,
 )
+from hami_dcu.common.flagtypes import positive_int, positive_seconds
 from hami_dcu.common.guardedsite import serve_guarded
 from hami_dcu.common.kube import AsyncKube, Kube, KubeConfigError, user_agent
 from hami_dcu.common.preferences import CARD_WORDS
@@ -89,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lock-timeout", type=float, default=300, help="seconds after which a node lock expires")
     parser.add_argument("--lock-wait", type=float, default=20,
                         help="seconds /bind waits for a locked node (keep below the extender httpTimeout)")
-    parser.add_argument("--resync", type=float, default=300, help="seconds between full relists")
+    parser.add_argument("--resync", type=positive_seconds, default=300, help="seconds between full relists")
     parser.add_argument("--serve-webhook", action="store_true", help="also serve POST /webhook on --bind")
     parser.add_argument("--mode", choices=("devicePlugin", "dra"), default="devicePlugin",
                         help="what the webhook does with DCU pods: route them to this extender (devicePlugin) or "

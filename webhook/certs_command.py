@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
-from hami_dcu.common.kube import Kube, KubeConfigError, KubeError, user_agent
+from hami_dcu.common.kube import Kube, user_agent
 from hami_dcu.webhook.certs import ca_secret_name, ensure
-
-log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,12 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        kube = Kube.from_kubeconfig(args.kubeconfig, agent=user_agent("certs"))
-        _, action = ensure(kube, args.namespace, args.service, args.secret, args.webhook_config,
-                           ca_secret=args.ca_secret or ca_secret_name(args.secret))
-    except (KubeConfigError, KubeError) as exc:
-        log.error("certs: %s", exc)
-        return 1
+    """What goes wrong (a kubeconfig, the API server) is raised: the CLI says it on one line
+    with its exit code (cli/errors.py), as the README promises."""
+    kube = Kube.from_kubeconfig(args.kubeconfig, agent=user_agent("certs"))
+    _, action = ensure(kube, args.namespace, args.service, args.secret, args.webhook_config,
+                       ca_secret=args.ca_secret or ca_secret_name(args.secret))
     print(f"secret {args.namespace}/{args.secret}: certificate {action}")
     return 0

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -252,3 +253,144 @@ def test_an_expected_failure_is_its_message_and_a_bug_is_named_as_one(capsys):
     # ...anything else is a bug, named as one.
     assert run_reporting("hami-dcu status", _raises(ZeroDivisionError("division by zero"))) == EXIT_FAILED
     assert "unexpected ZeroDivisionError: division by zero" in capsys.readouterr().err
+
+
+# --- issue 39: flags accepted that could not work, failures said as log lines -----------------
+
+UNREACHABLE_KUBECONFIG = ("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                          "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+                          "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n")
+
+
+def _serves_until_sockets(command: list[str], cwd: Path, sockets: list[Path]) -> str:
+    """Start a kubelet plugin in `cwd`, wait for its sockets, stop it with SIGTERM; its stderr."""
+    plugin = subprocess.Popen([HAMI_DCU, *command], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not all(s.exists() for s in sockets) and plugin.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        served = all(s.exists() for s in sockets)
+        if plugin.poll() is None:
+            plugin.send_signal(signal.SIGTERM)
+        _, stderr = plugin.communicate(timeout=30)
+    finally:
+        if plugin.poll() is None:
+            plugin.kill()
+    assert served and plugin.returncode == 0, stderr
+    assert "Traceback" not in stderr and "Failed to bind" not in stderr
+    return stderr
+
+
+def _node_flags(cwd: Path) -> list[str]:
+    (cwd / "kubeconfig").write_text(UNREACHABLE_KUBECONFIG)  # the plugin keeps serving while the API is away
+    return ["--node-name", "n1", "--kubeconfig", "kubeconfig", "--smi", "mock", "--mock-fake-tree",
+            "--sys-root", "sys", "--dev-root", "dev", "--vdev-dir", "vdev", "--etc-vdev", "etc", "--state-dir",
+            "state"]
+
+
+def test_a_relative_plugin_dir_is_taken_from_the_working_directory(tmp_path):
+    # gRPC reads unix://pd/x as /pd/x: the plugin failed with a C-core line before.
+    (tmp_path / "pd").mkdir()
+    _serves_until_sockets(["device-plugin", *_node_flags(tmp_path), "--plugin-dir", "pd"], tmp_path,
+                          [tmp_path / "pd" / "hygon.com_dcunum.sock"])
+
+
+def test_relative_kubelet_dirs_of_the_dra_driver_are_taken_from_the_working_directory(tmp_path):
+    plugin_socket = tmp_path / "kp" / "dra.hygon.com" / "dra.sock"
+    stderr = _serves_until_sockets(
+        ["dra-driver", *_node_flags(tmp_path), "--cdi-dir", "cdi", "--kubelet-plugins-dir", "kp",
+         "--registry-dir", "rd"], tmp_path, [plugin_socket, tmp_path / "rd" / "dra.hygon.com-reg.sock"])
+    assert f"serving on {plugin_socket}," in stderr  # the path the kubelet is told is absolute
+
+
+@pytest.mark.parametrize(("command", "flags", "message"), [
+    ("scheduler", ["--resync", "0"], "argument --resync: '0': expected seconds above 0"),
+    ("scheduler", ["--resync", "-1"], "argument --resync: '-1': expected seconds above 0"),
+    ("dra-driver", ["--health-interval", "-1"], "argument --health-interval: '-1': expected seconds above 0"),
+    ("dra-driver", ["--claim-recheck", "0"], "argument --claim-recheck: '0': expected seconds above 0"),
+    ("dra-driver", ["--claim-recheck", "inf"], "argument --claim-recheck: 'inf': expected seconds above 0"),
+    ("device-plugin", ["--plugin-dir", ""], "argument --plugin-dir: expected a path, not an empty one"),
+])
+def test_intervals_that_cannot_work_are_refused(command, flags, message):
+    result = run(command, *flags)
+    assert result.returncode == 2
+    assert the_problem(result, command) == f"hami-dcu {command}: {message} (see hami-dcu {command} --help)"
+
+
+def test_the_demo_refuses_a_kubeconfig_it_would_not_read(tmp_path):
+    result = run("demo", "--kubeconfig", str(tmp_path / "nonexistent"))
+    assert result.returncode == 2
+    assert result.stdout == ""  # refused before any cluster starts
+    assert the_problem(result, "demo") == (
+        f"hami-dcu demo: --kubeconfig {tmp_path / 'nonexistent'}: the demo reads no kubeconfig, it runs a local "
+        "cluster of its own (with --keep it prints that cluster's kubeconfig for kubectl and hami-dcu status)")
+
+
+def test_the_demo_stops_waiting_for_pods_that_cannot_be_placed():
+    # 1 node x 1 card: two-workers and whole-card never fit. The demo waited its whole --timeout
+    # for them and exited 1; it now says they stay Pending, and why, as soon as that is final.
+    result = run("demo", "--nodes", "1", "--cards", "1", "--timeout", "60", timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "\ntwo-workers, whole-card cannot be placed on 1 node x 1 card (the reasons above): they stay " \
+           "Pending; more --nodes or --cards make room\n" in result.stdout
+    assert "two-workers is Pending (FilteringFailed): no node fits the DCU request" in result.stdout
+    assert "timed out" not in result.stdout
+
+
+def test_certs_failures_are_one_line_not_a_log_record(tmp_path):
+    missing = tmp_path / "missing"
+    flags = ["--namespace", "ops", "--service", "wh", "--secret", "wh-tls"]
+    result = run("certs", "--kubeconfig", str(missing), *flags)
+    assert result.returncode == 2
+    assert result.stderr == f"hami-dcu certs: kubeconfig {missing} does not exist\n"
+    (tmp_path / "kubeconfig").write_text(UNREACHABLE_KUBECONFIG)
+    result = run("certs", "--kubeconfig", str(tmp_path / "kubeconfig"), *flags)
+    assert result.returncode == 1
+    assert result.stderr == ("hami-dcu certs: Kubernetes API: API server http://127.0.0.1:9 unreachable: "
+                             "Connection refused\n")
+
+
+@pytest.fixture
+def outside_a_pod(tmp_path, monkeypatch) -> Path:
+    from hami_dcu.scheduler import token_command
+
+    own = tmp_path / "serviceaccount"
+    monkeypatch.setattr(token_command, "SA_DIR", own)
+    monkeypatch.delenv("HOSTNAME", raising=False)
+    return own
+
+
+def test_token_outside_a_pod_says_where_to_run_it(outside_a_pod, tmp_path, capsys):
+    from hami_dcu.cli.main import main
+
+    argv = ["token", "--service-account", "hami-dcu-scheduler", "--dir", str(tmp_path / "out"), "--once"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"hami-dcu token: no ServiceAccount token at {outside_a_pod}: run it inside the scheduler pod, where the "
+        "kubelet mounts the pod's token, CA and namespace there\n")
+    outside_a_pod.mkdir()
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (f"hami-dcu token: no ServiceAccount namespace at {outside_a_pod}/namespace: "
+                                       "run it inside the scheduler pod, or give --namespace\n")
+    assert main([*argv, "--namespace", "kube-system"]) == 2
+    assert capsys.readouterr().err == (
+        f"hami-dcu token: no ServiceAccount ca.crt at {outside_a_pod}/ca.crt: run it inside the scheduler pod "
+        "(the extender is given the cluster CA beside its token)\n")
+    assert main([*argv, "--expiration-seconds", "60"]) == 2
+    assert capsys.readouterr().err == ("hami-dcu token: --expiration-seconds 60: at least 600 (the API server's "
+                                       "minimum)\n")
+
+
+def test_token_once_that_gets_no_token_is_one_line(outside_a_pod, tmp_path, capsys):
+    from hami_dcu.cli.main import main
+
+    outside_a_pod.mkdir()
+    (outside_a_pod / "namespace").write_text("kube-system\n")
+    (outside_a_pod / "ca.crt").write_text("CA\n")
+    (tmp_path / "kubeconfig").write_text(UNREACHABLE_KUBECONFIG)
+    argv = ["token", "--kubeconfig", str(tmp_path / "kubeconfig"), "--service-account", "hami-dcu-scheduler",
+            "--dir", str(tmp_path / "out"), "--once"]
+    assert main(argv) == 1
+    assert capsys.readouterr().err == ("hami-dcu token: no token for kube-system/hami-dcu-scheduler: API server "
+                                       "http://127.0.0.1:9 unreachable: Connection refused\n")

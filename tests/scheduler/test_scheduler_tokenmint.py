@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from hami_dcu.common.cannotstart import CannotStart
+from hami_dcu.common.errors import CliError
 from hami_dcu.common.kube import KubeError
 from hami_dcu.scheduler import token_command, tokenmint
 from hami_dcu.scheduler.tokenmint import Minted
@@ -108,14 +110,16 @@ def test_once_fails_when_no_token_is_given(tmp_path, own_credentials, monkeypatc
     monkeypatch.setattr(token_command.Kube, "from_kubeconfig", classmethod(lambda cls, *a, **k: FakeApi(failing=1)))
     out = tmp_path / "minted"
     out.mkdir()
-    assert token_command.run(_args(out, once=True)) == 1
+    with pytest.raises(CliError, match="no token for kube-system/hami-dcu-scheduler: 403 Forbidden"):
+        token_command.run(_args(out, once=True))  # the CLI says it in one line, exit 1
     assert not (out / "token").exists()
 
 
 def test_a_short_lifetime_is_refused_before_any_call(tmp_path, own_credentials, monkeypatch):
     api = FakeApi()
     monkeypatch.setattr(token_command.Kube, "from_kubeconfig", classmethod(lambda cls, *a, **k: api))
-    assert token_command.run(_args(tmp_path, expiration_seconds=60)) == 2
+    with pytest.raises(CannotStart, match="--expiration-seconds 60: at least 600"):
+        token_command.run(_args(tmp_path, expiration_seconds=60))  # the CLI says it in one line, exit 2
     assert api.calls == []
 
 

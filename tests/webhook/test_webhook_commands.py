@@ -30,10 +30,11 @@ def test_certs_command_reports_a_missing_namespace(api_server, capsys):
     assert 'namespaces "nowhere" not found' in capsys.readouterr().err
 
 
-def test_certs_command_fails_cleanly_without_a_kubeconfig(tmp_path):
+def test_certs_command_fails_cleanly_without_a_kubeconfig(tmp_path, capsys):
     argv = ["certs", "--kubeconfig", str(tmp_path / "missing"), "--namespace", "ops", "--service", "wh",
             "--secret", "wh-tls"]
-    assert main(argv) == 1
+    assert main(argv) == 2  # could not start (cli/errors.py)
+    assert capsys.readouterr().err == f"hami-dcu certs: kubeconfig {tmp_path / 'missing'} does not exist\n"
 
 
 def test_webhook_command_refuses_unreadable_certificates(tmp_path, capsys):
