@@ -23,6 +23,7 @@ from typing import Any
 from hami_dcu.common import keys
 from hami_dcu.common.codec import CodecError, decode_handshake, decode_lock, decode_node_devices, decode_pod_devices
 from hami_dcu.common.counting import Usage, pod_holdings
+from hami_dcu.common.requests import names_dcu, pod_containers
 from hami_dcu.common.untrusted import shown
 
 JSON = dict[str, Any]
@@ -132,6 +133,30 @@ def cluster_usage(
                 card.shares = [s for s in card.shares if s.namespace == namespace]
         counted_pods = {key for key in counted_pods if key[0] == namespace}
     return ClusterUsage(nodes=selected, summary=_summary(selected, len(counted_pods)))
+
+
+def naming_hint(nodes: Iterable[JSON], pods: Iterable[JSON], naming: keys.Naming) -> str | None:
+    """The line to say when nothing here speaks `naming` (no node registered or reported in
+    it, no pod allocated or asking in it) but something speaks the other set: a status in the
+    wrong set would show no card and every waiting pod's request as "-", without a word."""
+    node_list, pod_list = list(nodes), list(pods)
+    if _speaks(node_list, pod_list, naming):
+        return None
+    other = keys.other_naming(naming)
+    if not _speaks(node_list, pod_list, other):
+        return None
+    return f"no {naming.name} registrations found; this cluster speaks {other.name}: try --naming {other.name}"
+
+
+def _speaks(nodes: list[JSON], pods: list[JSON], naming: keys.Naming) -> bool:
+    if any((n.get("metadata") or {}).get("name") and _is_dcu_node(n, naming) for n in nodes):
+        return True
+    for pod in pods:
+        if naming.pod_allocation_keys & ((pod.get("metadata") or {}).get("annotations") or {}).keys():
+            return True
+        if any(isinstance(c, dict) and names_dcu(c, naming.resources) for c in pod_containers(pod)):
+            return True
+    return False
 
 
 def _is_dcu_node(node: JSON, naming: keys.Naming) -> bool:

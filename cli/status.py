@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from hami_dcu.cli.cardusage import cluster_usage
+from hami_dcu.cli.cardusage import cluster_usage, naming_hint
 from hami_dcu.cli.drausage import DraUsage, dra_usage
 from hami_dcu.cli.errors import say
 from hami_dcu.cli.pending import pending_pods
@@ -80,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
     naming = keys.naming_by_name(args.naming)
     usage = cluster_usage(nodes, pods, now, naming, node_name=args.node, namespace=namespace)
     dra: DraUsage | None = dra_usage(slices, claims, node_name=args.node, namespace=namespace) if slices else None
+    hint = None if dra else naming_hint(nodes, pods, naming)
+    if hint:
+        say(PROG, hint)
+        return 1
     if args.node and not usage.nodes and not (dra and dra.cards):
         say(PROG, f"node {args.node} has no DCUs registered (no {naming.node_register} and no ResourceSlice of "
                   f"{dra_names.DRIVER})")

@@ -113,7 +113,12 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
             # kubectl skips the missing files of a list and fails only when none exists.
             if not any(os.path.exists(p) for p in path.split(os.pathsep) if p):
                 raise KubeConfigError(f"kubeconfig {path} does not exist")
+            if context is not None:
+                _check_context(path, context)
             k8s_config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+        elif context is not None:
+            raise KubeConfigError(f"no context {context}: there is no kubeconfig to take it from (no --kubeconfig, "
+                                  "KUBECONFIG or ~/.kube/config)")
         else:
             k8s_config.load_incluster_config(client_configuration=configuration)
     except ConfigException as exc:
@@ -131,6 +136,15 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
     # opening (and discarding) new ones under load.
     configuration.connection_pool_maxsize = 32
     return k8s_client.ApiClient(configuration)
+
+
+def _check_context(path: str, context: str) -> None:
+    """`context` is one of the kubeconfig's, or a line that names the ones there are (the
+    client's own words are "Expected object with name ... in .../contexts list")."""
+    contexts, _ = k8s_config.list_kube_config_contexts(config_file=path)
+    names = [str(c.get("name")) for c in contexts or [] if isinstance(c, dict)]
+    if context not in names:
+        raise KubeConfigError(f"no context {context} in {path} (contexts: {', '.join(names) or 'none'})")
 
 
 _COMPONENT = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")

@@ -24,6 +24,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from pytest_kind import KindCluster
 
+from e2e import kind_hami
+from e2e.realcluster import hami
 from e2e.scenarios import wait_until
 from e2e.tools import helm_and_kubectl
 from hami_dcu.cli.localcluster.pods import MockCard, default_cards
@@ -180,6 +182,8 @@ class KindBackend:
         repository, tag = self.image.rsplit(":", 1)
         mock = {node: [c.as_mock_entry() for c in cards] for node, cards in self.cards.items()}
         extra: JSON = {"naming": "hcu", "volcano": {"enabled": True}} if mode == "volcano" else {}
+        if mode == "hami":
+            extra = {"scheduler": {"enabled": False, "external": {"identity": hami.IDENTITY}}}
         return {
             **extra,
             "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
@@ -217,11 +221,19 @@ class KindBackend:
         self.install(mode)
 
     def install(self, mode: str = "devicePlugin") -> None:
+        """The chart in `mode`; `hami`: HAMi v2.10's own chart first (e2e/kind_hami.py), then
+        ours with the node side only."""
+        if mode == "hami":
+            kind_hami.install(self)
         values = Path(self.cluster.path) / f"values-{mode}.yaml"
         values.write_text(yaml.safe_dump(self.values(mode)))
         _run(self.helm, "install", RELEASE, ROOT / "chart", "--namespace", RELEASE_NAMESPACE,
              "--kubeconfig", self.kubeconfig, "-f", values, "--wait", "--timeout", "10m", timeout=900)
         self.mode = mode
+        if mode == "hami":
+            self.wait_registered()
+            hami.serves(self.kube, self.namespace)
+            return
         self.wait_webhook_serving()
         if mode != "dra":
             self.wait_registered()
@@ -272,6 +284,8 @@ class KindBackend:
     def uninstall(self) -> None:
         _run(self.helm, "uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--kubeconfig", self.kubeconfig,
              "--wait", "--timeout", "5m", timeout=400)
+        if self.mode == "hami":
+            kind_hami.uninstall(self)
         self.mode = None
 
     def wait_registered(self, timeout: float = 120) -> None:

@@ -126,3 +126,45 @@ def test_status_shows_a_waiting_dcu_pod_with_its_request_and_latest_reason(clust
     assert pending["name"] == "waits" and pending["reason_source"] == "FailedScheduling (hami-scheduler)"
     assert main(["status", "--kubeconfig", str(cluster), "-n", "default"]) == 0
     assert "PENDING" not in capsys.readouterr().out
+
+
+# --- issue 39 -----------------------------------------------------------------------------
+
+
+def test_an_unknown_context_names_the_ones_there_are(cluster, capsys):
+    assert main(["status", "--kubeconfig", str(cluster), "--context", "nope"]) == 2
+    assert capsys.readouterr().err == f"hami-dcu status: no context nope in {cluster} (contexts: local)\n"
+
+
+def test_a_context_without_any_kubeconfig_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    assert main(["status", "--context", "nope"]) == 2
+    assert capsys.readouterr().err == ("hami-dcu status: no context nope: there is no kubeconfig to take it from (no "
+                                       "--kubeconfig, KUBECONFIG or ~/.kube/config)\n")
+
+
+def test_status_in_the_other_naming_set_says_which_one_the_cluster_speaks(cluster, capsys):
+    # The cluster speaks dcu: with --naming hcu status showed no card and a waiting pod's REQUEST "-".
+    assert main(["status", "--kubeconfig", str(cluster), "--naming", "hcu"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == "hami-dcu status: no hcu registrations found; this cluster speaks dcu: try --naming dcu\n"
+    assert main(["status", "--kubeconfig", str(cluster), "--naming", "hcu", "--node", "gpu1"]) == 1
+    assert "try --naming dcu" in capsys.readouterr().err
+
+
+def test_the_naming_hint_only_when_the_other_set_is_there():
+    from hami_dcu.cli.cardusage import naming_hint
+
+    hcu, dcu = keys.HCU_NAMING, keys.DCU_NAMING
+    dcu_node = {"metadata": {"name": "n", "annotations": {dcu.node_handshake: "Reported now"}}}
+    hcu_node = {"metadata": {"name": "m", "annotations": {hcu.node_register: ""}}}
+    asking = {"metadata": {"name": "p"},
+              "spec": {"containers": [{"name": "c", "resources": {"limits": {dcu.resources.count: "1"}}}]}}
+    assert naming_hint([], [], hcu) is None  # nothing of either: nothing to hint at
+    assert naming_hint([dcu_node], [], dcu) is None
+    assert naming_hint([dcu_node, hcu_node], [], hcu) is None  # a mixed cluster speaks both
+    assert naming_hint([{"metadata": {"name": "plain"}}], [asking], hcu) == (
+        "no hcu registrations found; this cluster speaks dcu: try --naming dcu")
+    assert naming_hint([hcu_node], [], dcu) == "no dcu registrations found; this cluster speaks hcu: try --naming hcu"
