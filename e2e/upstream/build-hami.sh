@@ -3,7 +3,9 @@
 # tarball in ../shared/peers/ (or $HAMI_SRC: the tarball, or the folder holding it), for the
 # suites and benches that run hami-dcu against the real HAMi. Nothing of HAMi goes into the
 # product: the binary lives in the per-user cache, keyed by the tarball's sha256 and the Go
-# version, and is built once; later runs only print its path.
+# version, and is built once; later runs only print its path. The extracted source tree stays
+# beside it at src/ (extracted on its own where a binary was built before the tree was kept):
+# e2e/hami/cardorder.py compiles HAMi's pkg/scheduler tests there with a probe of ours.
 #
 #   e2e/upstream/build-hami.sh            # prints the path of the hami-scheduler binary
 #   HAMI_SRC=/elsewhere/hami-v2.10.0-src.tar.gz e2e/upstream/build-hami.sh
@@ -32,7 +34,8 @@ sum=$(sha256sum "$src" | cut -c1-16)
 gover=$(go env GOVERSION)
 out="$cache/hami/$sum-$gover"
 binary="$out/hami-scheduler"
-if [ -x "$binary" ]; then
+tree="$out/src"
+if [ -x "$binary" ] && [ -d "$tree" ]; then
     echo "$binary"
     exit 0
 fi
@@ -42,8 +45,16 @@ elapsed() { local s=$((SECONDS - started)); printf '%dm%02ds' $((s / 60)) $((s %
 mkdir -p "$out"
 staging=$(mktemp -d "$out/.build.XXXXXX")
 trap 'rm -rf "$staging"' EXIT
-tar xzf "$src" -C "$staging"
-tree=$(find "$staging" -mindepth 1 -maxdepth 1 -type d | head -1)
+if [ ! -d "$tree" ]; then
+    tar xzf "$src" -C "$staging"
+    top=$(find "$staging" -mindepth 1 -maxdepth 1 -type d | head -1)
+    # one rename, so a tree is whole or absent; a concurrent run that got there first wins
+    mv -T "$top" "$tree" 2>/dev/null || [ -d "$tree" ]
+fi
+if [ -x "$binary" ]; then
+    echo "$binary"
+    exit 0
+fi
 # The chart travels with the binary: the tests install HAMi's own chart and read its device
 # configuration, exactly as released.
 say "HAMi ($src, $gover) is not built yet: building ./cmd/scheduler once into $out" \
