@@ -20,7 +20,8 @@ from hami_dcu.common.tls import pem_pair_problem
 EXISTING_DIRS = {"plugin_dir": "--plugin-dir"}
 # Directories we create when missing: they, or their nearest existing parent, must be writable.
 WRITABLE_DIRS = {"vdev_dir": "--vdev-dir", "etc_vdev": "--etc-vdev"}
-READABLE_FILES = {"tls_cert": "--tls-cert", "tls_key": "--tls-key", "mock_devices": "--mock-devices"}
+READABLE_FILES = {"tls_cert": "--tls-cert", "tls_key": "--tls-key", "client_ca": "--client-ca",
+                  "mock_devices": "--mock-devices"}
 NO_NODE_NAME = "no node name: pass --node-name or set NODE_NAME (the downward API's spec.nodeName)"
 
 

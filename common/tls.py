@@ -39,7 +39,9 @@ def pem_pair_problem(cert_file: Path, key_file: Path) -> str | None:
 
 
 class ReloadingTLS:
-    """Serving TLS that follows cert and key on disk. Each reload builds a new context and,
+    """Serving TLS that follows cert and key on disk (and `client_ca`, when given: a client may
+    then present a certificate, verified against it; whether one must is the server's to say,
+    per path, e.g. the webhook's for /webhook and not for the kubelet's probes). Each reload builds a new context and,
     only once the pair has loaded whole, makes it the one new handshakes use (the listener's
     `context` hands each handshake to the current one from its SNI callback, which OpenSSL
     calls for every ClientHello, with or without a server name). Loading into the live
@@ -48,9 +50,10 @@ class ReloadingTLS:
     caught mid-update) would leave no usable key and fail every handshake until the next
     good reload."""
 
-    def __init__(self, cert_file: str, key_file: str) -> None:
+    def __init__(self, cert_file: str, key_file: str, client_ca: str | None = None) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
+        self.client_ca = client_ca
         self._stamp = self._mtimes()
         self._current = self._load()  # raises when the pair cannot serve: the caller says why
         self.context = self._load()
@@ -68,6 +71,12 @@ class ReloadingTLS:
     def _load(self) -> ssl.SSLContext:
         context = self._new_context()
         context.load_cert_chain(self.cert_file, self.key_file)
+        if self.client_ca is not None:
+            # Optional at the handshake, verified when presented: a certificate the CA did not
+            # sign fails the handshake; none at all is the request handler's to refuse. Every
+            # context gets it alike (the listener's, and each one a handshake is handed over to).
+            context.load_verify_locations(cafile=self.client_ca)
+            context.verify_mode = ssl.CERT_OPTIONAL
         return context
 
     def _hand_over(self, connection: ssl.SSLObject | ssl.SSLSocket, _server_name: str | None,
@@ -75,8 +84,9 @@ class ReloadingTLS:
         if connection.context is not self._current:
             connection.context = self._current
 
-    def _mtimes(self) -> tuple[float, float]:
-        return (os.stat(self.cert_file).st_mtime_ns, os.stat(self.key_file).st_mtime_ns)
+    def _mtimes(self) -> tuple[float, ...]:
+        files = (self.cert_file, self.key_file, *((self.client_ca,) if self.client_ca is not None else ()))
+        return tuple(os.stat(f).st_mtime_ns for f in files)
 
     def reload_if_changed(self) -> bool:
         try:

@@ -46,6 +46,12 @@ RESOURCE_API = "/apis/resource.k8s.io/v1"
 OWNER_LABEL = "app.kubernetes.io/managed-by"
 OWNER = "hami-dcu"
 
+# On a pod the webhook rewrote into claims while no caller was proven the API server: the
+# templates it names that did not exist yet, as `{name: spec}` JSON, for the extender to create
+# once its watch shows the pod stored (webhook/pendingtemplates.py). Not `hami.io/`: the
+# extender's pod cache keeps none of it.
+PENDING_TEMPLATES = "dcu.hami.io/claim-templates"
+
 
 def device_name(pci_bus_id: str) -> str:
     """`0000:3D:00.0` -> `hcu-0000-3d-00-0`: a DNS label from the PCI bus id, as Hygon's

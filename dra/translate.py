@@ -111,10 +111,19 @@ def device_request(request: DcuRequest, unit_counts: tuple[int, ...]) -> JSON:
 
 
 def template(request: DcuRequest, unit_counts: tuple[int, ...]) -> JSON:
-    spec = {"spec": {"devices": {"requests": [device_request(request, unit_counts)]}}}
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    return template_of({"spec": {"devices": {"requests": [device_request(request, unit_counts)]}}})
+
+
+def template_name(spec: JSON) -> str:
+    """The name of the template whose `spec` this is: a hash of it, so one shape is one name."""
+    return TEMPLATE_PREFIX + hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def template_of(spec: JSON) -> JSON:
+    """The ResourceClaimTemplate hami-dcu writes for `spec` (the template's spec: claim metadata
+    and claim spec), named by its hash and labelled as ours."""
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-            "metadata": {"name": TEMPLATE_PREFIX + digest, "labels": {names.OWNER_LABEL: names.OWNER}},
+            "metadata": {"name": template_name(spec), "labels": {names.OWNER_LABEL: names.OWNER}},
             "spec": spec}
 
 

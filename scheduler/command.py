@@ -78,6 +78,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="open connections on --bind, all of them kube-scheduler's: one per pod whose bind "
                              "is under way, waiting for its node included (default %(default)s)")
     parser.add_argument("--tls-key", help="serving key (PEM)")
+    # The webhook's client authentication (webhook/callers.py; `hami-dcu webhook` has the same two).
+    parser.add_argument("--client-ca", default=None, metavar="FILE",
+                        help="the webhook answers reviews only from clients presenting a certificate this CA (PEM) "
+                             "signed: the API server's, as its --admission-control-config-file gives it one; "
+                             "without it no caller is proven, and the webhook creates nothing while reviewing and "
+                             "names no quota figure")
+    parser.add_argument("--client-name", action="append", default=None, metavar="NAME",
+                        help="with --client-ca: the client certificate's common name or a DNS name must be one of "
+                             "these (repeatable; default: any certificate the CA signed)")
     parser.add_argument("--scheduler-name", default=keys.DEFAULT_SCHEDULER_NAME,
                         help="the kube-scheduler profile this extender serves (pods' spec.schedulerName)")
     parser.add_argument("--node-policy", choices=policy.POLICIES, default=policy.DEFAULT_NODE_POLICY,
@@ -128,7 +137,9 @@ def _tls(args: argparse.Namespace) -> ReloadingTLS | None:
         return None
     if not (args.tls_cert and args.tls_key):
         raise ValueError("--tls-cert and --tls-key go together")
-    return ReloadingTLS(args.tls_cert, args.tls_key)
+    # With --client-ca every TLS listener asks for a client certificate, optionally: /webhook
+    # refuses a caller without one, /filter and the probes never ask.
+    return ReloadingTLS(args.tls_cert, args.tls_key, getattr(args, "client_ca", None))
 
 
 def _mount_webhook(app: web.Application, args: argparse.Namespace, service: SchedulerService,
@@ -136,6 +147,7 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
     """Serve the webhook's POST /webhook on `app`. Imported only here, so the scheduler runs
     even in a build without the webhook."""
     try:
+        from hami_dcu.webhook.command import client_auth_from
         from hami_dcu.webhook.command import settings_from as webhook_settings
         from hami_dcu.webhook.server import add_webhook_routes
     except ImportError as exc:
@@ -159,7 +171,13 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
             raise ValueError("--mode dra: the webhook needs the API server, and this extender has no client")
         known = service.dra_informer.template if service.dra_informer is not None else None
         settings, dra = replace(settings, mode="dra"), DraClaims(service.kube, known_template=known)
-    add_webhook_routes(app, settings, service.metrics.registry, body_deadline=limits.body_timeout, dra=dra)
+        if service.informer is not None:
+            from hami_dcu.webhook.deferredtemplates import DeferredTemplates
+
+            # The templates a review left for later (no caller proven), made once the pod is stored.
+            service.informer.on_pod = DeferredTemplates(dra).seen
+    add_webhook_routes(app, settings, service.metrics.registry, body_deadline=limits.body_timeout, dra=dra,
+                       client_auth=client_auth_from(args))
 
 
 def _address(flag: str, value: str) -> tuple[str, int]:
@@ -202,6 +220,9 @@ async def serve(args: argparse.Namespace) -> None:
     tls = _tls(args)
     if args.webhook_bind and tls is None:
         raise ValueError("--webhook-bind needs --tls-cert and --tls-key (the API server calls webhooks over TLS)")
+    if getattr(args, "client_ca", None) and (tls is None or not (args.webhook_bind or args.serve_webhook)):
+        raise ValueError("--client-ca is the webhook's: it needs --webhook-bind (or --serve-webhook) and "
+                         "--tls-cert/--tls-key")
     for flag, value in (("--bind", args.bind), ("--webhook-bind", args.webhook_bind),
                         ("--metrics-bind", args.metrics_bind)):
         if value:

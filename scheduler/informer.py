@@ -50,6 +50,9 @@ class Informer:
         self.changed = changed  # notified after every event and list the cache takes in
         self.page_size = page_size
         self.on_listed = on_listed  # after each list of nodes or pods is in the cache
+        # Handed every pod the list or watch shows (not deleted), whole, before it is trimmed:
+        # DRA mode's webhook creates the templates a stored pod waits for (webhook/deferredtemplates.py).
+        self.on_pod: Callable[[JSON], None] | None = None
         self.cache = cache
         self.quotas = quotas
         self._resources = {"nodes", "pods"} | ({"resourcequotas"} if quotas is not None else set())
@@ -99,7 +102,7 @@ class Informer:
         relist = PodRelist()
         token, count = "", 0
         while True:
-            page = await self.kube.list_page("/api/v1/pods", self.page_size, token, slim_pod)
+            page = await self.kube.list_page("/api/v1/pods", self.page_size, token, self._keep_pod)
             self.cache.relist_pods_page(relist, page.items)
             count += len(page.items)
             token = page.continue_token
@@ -108,6 +111,19 @@ class Informer:
         self.cache.relist_pods_done(relist)
         self.cache.pods_resource_version = page.resource_version
         return count, page.resource_version
+
+    def _keep_pod(self, pod: JSON) -> JSON:
+        self._hand_on(pod)
+        return slim_pod(pod)
+
+    def _hand_on(self, pod: JSON) -> None:
+        if self.on_pod is None:
+            return
+        try:
+            self.on_pod(pod)
+        except Exception:  # a bug there must not stop the cache from following the pods
+            log.exception("the pod hook failed on %s/%s", (pod.get("metadata") or {}).get("namespace"),
+                          (pod.get("metadata") or {}).get("name"))
 
     def _take(self, resource: str, event: JSON) -> str | None:
         rv = self._apply(resource, event)
@@ -137,6 +153,7 @@ class Informer:
         elif kind == "DELETED":
             self.cache.delete_pod(obj)
         else:
+            self._hand_on(obj)
             self.cache.apply_pod(obj)
         return rv
 

@@ -17,6 +17,7 @@ from hami_dcu.common.connlimits import ConnectionLimits, add_connection_argument
 from hami_dcu.common.guardedsite import serve_guarded
 from hami_dcu.common.tls import ReloadingTLS
 from hami_dcu.common.writer_flags import add_identity_arguments, identities_from
+from hami_dcu.webhook.callers import ClientAuth
 from hami_dcu.webhook.decision import Settings
 from hami_dcu.webhook.server import build_app
 
@@ -27,8 +28,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bind", default="0.0.0.0:9443", help="address:port to serve on (default %(default)s)")
     parser.add_argument("--tls-cert", required=True, help="serving certificate (PEM); reloaded when it changes")
     parser.add_argument("--tls-key", required=True, help="serving key (PEM); reloaded when it changes")
+    add_client_auth_arguments(parser)
     add_settings_arguments(parser)
     add_connection_arguments(parser)
+
+
+def add_client_auth_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags shared with `hami-dcu scheduler` (which declares its own, so it parses without
+    importing the webhook): webhook/callers.py."""
+    parser.add_argument("--client-ca", default=None, metavar="FILE",
+                        help="answer reviews only from clients presenting a certificate this CA (PEM) signed: the "
+                             "API server's, as its --admission-control-config-file gives it one (reloaded when it "
+                             "changes); without it no caller is proven, and the webhook creates nothing while "
+                             "reviewing and names no quota figure")
+    parser.add_argument("--client-name", action="append", default=None, metavar="NAME",
+                        help="with --client-ca: the client certificate's common name or a DNS name must be one of "
+                             "these (repeatable; default: any certificate the CA signed)")
+
+
+def client_auth_from(args: argparse.Namespace) -> ClientAuth | None:
+    """The webhook's client authentication, None without --client-ca. Raises ValueError."""
+    names = frozenset(getattr(args, "client_name", None) or ())
+    if getattr(args, "client_ca", None) is None:
+        if names:
+            raise ValueError("--client-name needs --client-ca")
+        return None
+    return ClientAuth(names)
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,14 +95,19 @@ def split_bind(bind: str) -> tuple[str, int]:
 def run(args: argparse.Namespace) -> int:
     host, port = split_bind(args.bind)
     try:
-        tls = ReloadingTLS(args.tls_cert, args.tls_key)
+        client_auth = client_auth_from(args)
+    except ValueError as exc:
+        raise CannotStart(str(exc)) from exc
+    try:
+        tls = ReloadingTLS(args.tls_cert, args.tls_key, args.client_ca)
     except (OSError, ValueError) as exc:
         # What startup_problems did not catch (a file replaced since): still one line.
-        raise CannotStart(f"cannot load TLS certificate {args.tls_cert} / key {args.tls_key}: {exc}") from exc
+        raise CannotStart(f"cannot load TLS certificate {args.tls_cert} / key {args.tls_key}"
+                          f"{f' / client CA {args.client_ca}' if args.client_ca else ''}: {exc}") from exc
     limits = connection_limits_from(args)
     registry = CollectorRegistry()
     registry.register(CertificateExpiry({"serving": args.tls_cert}))  # renewal that stopped shows on /metrics
-    app = build_app(settings_from(args), registry, body_deadline=limits.body_timeout)
+    app = build_app(settings_from(args), registry, body_deadline=limits.body_timeout, client_auth=client_auth)
     # What is loaded now lives as long as the process: out of the collector's sight, so no
     # full collection ever walks it in the middle of reviews (common/gcpolicy.py).
     gcpolicy.tune()

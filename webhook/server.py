@@ -18,15 +18,19 @@ from hami_dcu.common.kube import KubeError
 from hami_dcu.common.podshape import pod_shape_problem
 from hami_dcu.common.untrusted import shown
 from hami_dcu.webhook import guard
+from hami_dcu.webhook.callers import ClientAuth
 from hami_dcu.webhook.decision import DRA, Decision, Settings, claim_kind, review, review_claim
 from hami_dcu.webhook.draclaims import DraClaims, ForeignTemplate
 from hami_dcu.webhook.draquota import PublishedCards, refusal
+from hami_dcu.webhook.pendingtemplates import annotation_patch
 from hami_dcu.webhook.schemas import BadReview, build_response, load_review
 
 log = logging.getLogger(__name__)
 
 # An UPDATE review carries two pods; HAMi caps the body at 1 MiB and so do we.
 MAX_BODY = 1024 * 1024
+# A caller refused for want of the API server's certificate is logged at most this often.
+UNAUTHENTICATED_WARN_EVERY = 10.0
 
 
 class WebhookMetrics:
@@ -149,22 +153,54 @@ def _refused(reviewed: Reviewed, reason: str, message: str) -> Reviewed:
     return replace(reviewed, decision=Decision(allowed=False, reason=reason, message=message))
 
 
-async def _create_templates(reviewed: Reviewed, dra: DraClaims) -> Reviewed:
-    """DRA mode's side effect: the templates the patched pod names, created before the pod is
-    admitted (a pod naming a missing template waits on it). None on dryRun."""
-    if not reviewed.decision.templates or reviewed.request.get("dryRun"):
+async def _provide_templates(reviewed: Reviewed, dra: DraClaims, proven: bool) -> Reviewed:
+    """DRA mode: the templates the patched pod names. A review the API server is proven to have
+    sent (webhook/callers.py) creates them before the pod is admitted (none on dryRun); any
+    other creates nothing: the ones still missing are listed on the pod, for the extender to
+    create once its watch shows the pod stored (webhook/deferredtemplates.py). Either way a
+    template found under the name that is not ours refuses the pod."""
+    templates = reviewed.decision.templates
+    if not templates or not reviewed.decision.allowed:
         return reviewed
     try:
-        await dra.ensure_templates(reviewed.namespace, reviewed.decision.templates)
+        if not proven:
+            missing = await dra.missing_templates(reviewed.namespace, templates)
+            if not missing:
+                return reviewed
+            listed = annotation_patch(reviewed.request.get("object") or {}, missing)
+            return replace(reviewed, decision=replace(reviewed.decision, patch=[*reviewed.decision.patch, listed]))
+        if not reviewed.request.get("dryRun"):
+            await dra.ensure_templates(reviewed.namespace, templates)
     except ForeignTemplate as exc:
         return replace(reviewed, decision=Decision(allowed=False, reason="template-not-ours", message=str(exc)))
     except KubeError as exc:
-        names = ", ".join(t["metadata"]["name"] for t in reviewed.decision.templates)
+        names = ", ".join(t["metadata"]["name"] for t in templates)
         return replace(reviewed, decision=Decision(
             allowed=False, reason="template-create-failed",
-            message=f"DRA mode: cannot create ResourceClaimTemplate {names} in {reviewed.namespace} for this "
-                    f"pod's DCU request: {exc}; retry, or ask the administrator to check the webhook's RBAC"))
+            message=f"DRA mode: cannot {'create' if proven else 'read'} ResourceClaimTemplate {names} in "
+                    f"{reviewed.namespace} for this pod's DCU request: {exc}; retry, or ask the administrator to "
+                    "check the webhook's RBAC"))
     return reviewed
+
+
+QUOTA_REFUSED = "quota-exceeded"
+
+
+def _brief_quota(reviewed: Reviewed, proven: bool) -> Reviewed:
+    """A quota refusal answered to a caller not proven the API server's names no quota, limit or
+    use: anyone reaching the webhook's port could read them for any namespace by posting a
+    review. The namespace's owner reads them with kubectl (common/quota.py has the full words,
+    which the extender's own refusals, seen in the pod's events, keep)."""
+    decision = reviewed.decision
+    if proven or decision.allowed or decision.reason != QUOTA_REFUSED:
+        return reviewed
+    kind = reviewed.request["kind"]["kind"]
+    namespace = reviewed.namespace or "default"
+    what = ("one claim of this ResourceClaimTemplate would exceed" if kind == "ResourceClaimTemplate" else
+            f"{'pod' if kind == 'Pod' else kind} exceeds")
+    message = (f"{what} the DCU quota of namespace {namespace} (a ResourceQuota's limits.<DCU memory or cores "
+               f"resource>): `kubectl describe resourcequota -n {namespace}` shows its limits and what is used")
+    return replace(reviewed, decision=replace(decision, message=message))
 
 
 def _decide(request: dict[str, Any], pod: dict[str, Any], is_pod: bool, settings: Settings) -> Decision:
@@ -201,23 +237,36 @@ def _who(request: dict[str, Any], pod: dict[str, Any]) -> str:
 
 
 def add_webhook_routes(app: web.Application, settings: Settings, registry: CollectorRegistry,
-                       body_deadline: float = BODY_DEADLINE, dra: DraClaims | None = None) -> None:
+                       body_deadline: float = BODY_DEADLINE, dra: DraClaims | None = None,
+                       client_auth: ClientAuth | None = None) -> None:
     """Mount `POST /webhook` on `app` (the scheduler does this with --serve-webhook). In DRA
-    mode `dra` reads the card sizes and creates the templates rewritten pods name."""
+    mode `dra` reads the card sizes and creates the templates rewritten pods name. With
+    `client_auth` (and a listener whose TLS asks for client certificates, common/tls.py) only a
+    caller presenting the API server's certificate is answered (webhook/callers.py)."""
     if settings.mode == DRA and dra is None:
         raise ValueError("the webhook in DRA mode needs API access to create ResourceClaimTemplates")
     metrics = WebhookMetrics(registry)
     failures = FailureReporter(Component.WEBHOOK, registry, log)
+    warned_at = [float("-inf")]
 
-    async def review_body(loaded: Loaded) -> dict[str, Any]:
+    async def review_body(loaded: Loaded, proven: bool) -> dict[str, Any]:
         if dra is None:
-            return respond(decide(loaded, settings), metrics)
+            return respond(_brief_quota(decide(loaded, settings), proven), metrics)
         cards = await dra.cards()
         reviewed = decide(loaded, replace(settings, card_units=cards.units))
         reviewed = await _check_claim_quota(reviewed, settings, dra, cards)
-        return respond(await _create_templates(reviewed, dra), metrics)
+        return respond(_brief_quota(await _provide_templates(reviewed, dra, proven), proven), metrics)
 
     async def handle(request: web.Request) -> web.Response:
+        if client_auth is not None:
+            transport = request.transport
+            refused = client_auth.refusal(transport.get_extra_info("peercert") if transport is not None else None)
+            if refused is not None:
+                metrics.reviews.labels("rejected", "unauthenticated").inc()
+                if time.monotonic() - warned_at[0] > UNAUTHENTICATED_WARN_EVERY:  # a flood must not flood the log
+                    warned_at[0] = time.monotonic()
+                    log.warning("admission review from %s refused: %s", request.remote, refused)
+                return web.json_response({"error": refused}, status=403)
         try:
             body = await read_body(request, MAX_BODY, body_deadline)
         except BodyError as exc:
@@ -228,7 +277,7 @@ def add_webhook_routes(app: web.Application, settings: Settings, registry: Colle
         try:
             loaded = load(body)
             subject = f"admission review of {loaded.kind} {loaded.who} from {request.remote}"
-            return web.json_response(await review_body(loaded))
+            return web.json_response(await review_body(loaded, proven=client_auth is not None))
         except Exception as exc:  # expected or a bug: common/errors.py's rule tells them apart
             failure = failures.failed(exc, subject)
             metrics.reviews.labels("rejected", _rejection(failure)).inc()
@@ -245,10 +294,11 @@ def _rejection(failure: Failure) -> str:
 
 
 def build_app(settings: Settings, registry: CollectorRegistry | None = None,
-              body_deadline: float = BODY_DEADLINE, dra: DraClaims | None = None) -> web.Application:
+              body_deadline: float = BODY_DEADLINE, dra: DraClaims | None = None,
+              client_auth: ClientAuth | None = None) -> web.Application:
     registry = registry or CollectorRegistry()
     app = web.Application(client_max_size=MAX_BODY)
-    add_webhook_routes(app, settings, registry, body_deadline, dra)
+    add_webhook_routes(app, settings, registry, body_deadline, dra, client_auth)
 
     async def ok(_request: web.Request) -> web.Response:
         return web.Response(text="ok")

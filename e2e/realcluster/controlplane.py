@@ -36,9 +36,10 @@ def free_port(host: str) -> int:
 
 class ControlPlane:
     def __init__(self, binaries: Path, workdir: Path, address: str,
-                 controller_manager_args: Sequence[str] = ()) -> None:
+                 controller_manager_args: Sequence[str] = (), apiserver_args: Sequence[str] = ()) -> None:
         self.binaries = binaries
         self.controller_manager_args = list(controller_manager_args)  # appended to its defaults
+        self.apiserver_args = list(apiserver_args)  # appended to its defaults (an admission config, say)
         self.workdir = workdir
         self.address = address  # where the apiserver listens: the pod network's gateway
         self.pki = Pki(workdir / "pki")
@@ -124,6 +125,7 @@ class ControlPlane:
             "--profiling=false",
             # On loopback (a benchmark with no pods) the `kubernetes` Service cannot point at it.
             *(["--endpoint-reconciler-type=none"] if self.address.startswith("127.") else []),
+            *self.apiserver_args,
         ], self.workdir / "logs/kube-apiserver.log").start()
         context = ssl.create_default_context(cafile=str(self.pki.ca))
         context.load_cert_chain(str(self.admin.cert), str(self.admin.key))

@@ -32,14 +32,15 @@ def free_port() -> int:
 
 
 @contextmanager
-def scheduler_as_rendered(args: list[str], tls_dir: Path, kubeconfig: Path) -> Iterator[tuple[str, str]]:
+def scheduler_as_rendered(args: list[str], tls_dir: Path, kubeconfig: Path,
+                          client_ca: Path | None = None) -> Iterator[tuple[str, str]]:
     """Run the extender container's argv locally: only the listen addresses and the mount
-    point of the TLS Secret change. Yields the base URLs of the webhook listener (what the
-    Service targets) and of the extender listener (loopback in the pod)."""
+    points of the TLS Secret (and the client CA) change. Yields the base URLs of the webhook
+    listener (what the Service targets) and of the extender listener (loopback in the pod)."""
     webhook, extender, metrics = free_port(), free_port(), free_port()
     local = {"--bind": f"127.0.0.1:{extender}", "--webhook-bind": f"127.0.0.1:{webhook}",
              "--metrics-bind": f"127.0.0.1:{metrics}", "--tls-cert": str(tls_dir / "tls.crt"),
-             "--tls-key": str(tls_dir / "tls.key")}
+             "--tls-key": str(tls_dir / "tls.key"), "--client-ca": str(client_ca)}
     argv = [f"{flag}={local[flag]}" if flag in local else arg for arg in args for flag in [arg.split("=", 1)[0]]]
     process = subprocess.Popen([sys.executable, "-m", "hami_dcu.cli.main", *argv, "--kubeconfig", str(kubeconfig)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -112,3 +113,21 @@ def test_helm_test_rejects_a_certificate_from_another_ca(render, api_server, tmp
     with scheduler_as_rendered(args, tls_dir, api_server.kubeconfig_path) as (base, _):
         result = run_helm_test(script, env, base, other)
     assert result.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in result.stdout
+
+
+def test_with_client_auth_the_helm_test_checks_that_a_caller_without_a_certificate_is_refused(
+        render, api_server, tmp_path):
+    """webhook.clientAuth (issue 35, finding 5): the test pod holds no API server certificate,
+    so it is refused; and the check that expects an answer fails against such a webhook."""
+    from e2e.realcluster.pki import Pki
+
+    pki = Pki(tmp_path / "client-pki")
+    args, env, script = rendered(render, "--set", "webhook.clientAuth.enabled=true",
+                                 "--set-file", f"webhook.clientAuth.caBundle={pki.ca}")
+    assert "--client-ca=/client-ca/ca.crt" in args and env["CLIENT_AUTH"] == "true"
+    tls_dir = tls_secret(tmp_path)
+    with scheduler_as_rendered(args, tls_dir, api_server.kubeconfig_path, client_ca=pki.ca) as (base, _):
+        result = run_helm_test(script, env, base, tls_dir)
+        answer_expected = run_helm_test(script, {**env, "CLIENT_AUTH": "false"}, base, tls_dir)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert answer_expected.returncode == 1 and "/webhook: HTTP Error 403" in answer_expected.stdout

@@ -151,3 +151,48 @@ def _served(api_server, tmp_path, webhook: int, *flags: str) -> Iterator[ssl.SSL
     finally:
         process.terminate()
         process.wait(10)
+
+
+def test_with_client_ca_the_webhook_answers_only_the_api_servers_certificate(api_server, tmp_path):
+    """Issue 35, finding 5, as the chart runs it with webhook.clientAuth: /webhook refuses a
+    caller without a certificate the given CA signed for an allowed name; the probes and
+    kube-scheduler's plain /filter never ask for one."""
+    from e2e.realcluster.pki import Pki
+
+    pki = Pki(tmp_path / "client-pki")
+    extender, webhook = _free_port(), _free_port()
+    with _served(api_server, tmp_path, webhook, "--bind", f"127.0.0.1:{extender}", "--plain-bind",
+                 "--client-ca", str(pki.ca), "--client-name", "kube-apiserver-webhook-client") as context:
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "u1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
+            "namespace": "default", "object": {"metadata": {"name": "p"}, "spec": {
+                "containers": [{"name": "c", "resources": {"limits": {"hygon.com/dcunum": "1"}}}]}}}}
+        url = f"https://127.0.0.1:{webhook}/webhook"
+        assert _status(url, context, review) == 403
+        other = pki.client("other", "system:node:n1")
+        with_other = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        with_other.load_cert_chain(str(other.cert), str(other.key))
+        assert _status(url, with_other, review) == 403
+        apiserver = pki.client("apiserver", "kube-apiserver-webhook-client")
+        proven = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        proven.load_cert_chain(str(apiserver.cert), str(apiserver.key))
+        assert _status(url, proven, review) == 200
+        assert _status(f"https://127.0.0.1:{webhook}/readyz", context) == 200
+        pod = {"metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": [{"name": "c"}]}}
+        assert _status(f"http://127.0.0.1:{extender}/filter", None, {"Pod": pod, "NodeNames": ["n"]}) == 200
+
+
+def test_client_ca_is_refused_where_no_webhook_is_served(tmp_path):
+    from hami_dcu.cli.main import main
+
+    bundle = issue(["localhost"], ip_addresses=["127.0.0.1"])
+    for name, data in (("tls.crt", bundle.cert), ("tls.key", bundle.key), ("ca.crt", bundle.ca_cert)):
+        (tmp_path / name).write_bytes(data)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text('{"apiVersion": "v1", "kind": "Config", "clusters": [{"name": "c", "cluster": '
+                          '{"server": "https://127.0.0.1:1"}}], "users": [{"name": "u", "user": {}}], '
+                          '"contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}], '
+                          '"current-context": "c"}')
+    code = main(["scheduler", "--kubeconfig", str(kubeconfig), "--tls-cert", str(tmp_path / "tls.crt"),
+                 "--tls-key", str(tmp_path / "tls.key"), "--client-ca", str(tmp_path / "ca.crt")])
+    assert code == 2

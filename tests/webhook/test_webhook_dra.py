@@ -1,5 +1,6 @@
 """DRA mode in the webhook: the pure rewrite of HAMi-style requests into claims (decision.py),
-and the shell that reads card sizes and get-or-creates the templates (draclaims.py, server.py)."""
+and the shell that reads card sizes and get-or-creates the templates (draclaims.py, server.py)
+for a review the API server is proven to have sent (webhook/callers.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from hami_dcu.common import keys
 from hami_dcu.common.kube import AsyncKube, ConflictError, KubeError, NotFoundError
 from hami_dcu.common.quota import Amount, Limit, QuotaLimits
+from hami_dcu.webhook.callers import ClientAuth
 from hami_dcu.webhook.decision import DRA, Settings, review
 from hami_dcu.webhook.draclaims import DraClaims, units_of
 from hami_dcu.webhook.server import build_app
@@ -165,9 +167,18 @@ def admission(pod_: JSON, dry_run: bool = False) -> JSON:
                         "operation": "CREATE", "object": pod_, "dryRun": dry_run}}
 
 
+class Proven(ClientAuth):
+    """Every caller taken as the API server, as one presenting its client certificate is (the
+    certificate check itself: test_webhook_callers.py). The tests here are of what a proven
+    review does; an unproven one creates nothing (test_webhook_callers.py)."""
+
+    def refusal(self, peer: Any) -> str | None:
+        return None
+
+
 async def post(aiohttp_client: Any, fake: FakeKube, body: JSON, settings: Settings = DRA_ONLY) -> JSON:
     dra = DraClaims(AsyncKube(fake))  # type: ignore[arg-type]
-    client = await aiohttp_client(build_app(settings, CollectorRegistry(), dra=dra))
+    client = await aiohttp_client(build_app(settings, CollectorRegistry(), dra=dra, client_auth=Proven()))
     response = await client.post("/webhook", json=body)
     assert response.status == 200
     return (await response.json())["response"]
@@ -291,7 +302,7 @@ async def test_our_template_as_the_api_server_returns_it_is_reused(aiohttp_clien
 
 async def post_watched(aiohttp_client: Any, fake: FakeKube, watched: dict[tuple[str, str], JSON], body: JSON) -> JSON:
     dra = DraClaims(AsyncKube(fake), known_template=lambda ns, name: watched.get((ns, name)))  # type: ignore[arg-type]
-    client = await aiohttp_client(build_app(DRA_ONLY, CollectorRegistry(), dra=dra))
+    client = await aiohttp_client(build_app(DRA_ONLY, CollectorRegistry(), dra=dra, client_auth=Proven()))
     response = await client.post("/webhook", json=body)
     assert response.status == 200
     return (await response.json())["response"]
