@@ -15,6 +15,7 @@ name) is refused before its review is read.
 from __future__ import annotations
 
 import json
+import shutil
 import ssl
 import tempfile
 import urllib.error
@@ -87,11 +88,14 @@ def setup() -> Iterator[Setup]:
             super().__init__(*args, **kwargs)
             self.apiserver_args.append(f"--admission-control-config-file={config}")
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cluster_module, "ControlPlane", WithAdmissionConfig)
-        with DraRealCluster({NODE: [MockCard(serial="AUTH0", pci_bus_id="0000:3D:00.0")]}, values=values,
-                            workdir=workdir) as real:
-            yield Setup(real, pki)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(cluster_module, "ControlPlane", WithAdmissionConfig)
+            with DraRealCluster({NODE: [MockCard(serial="AUTH0", pci_bus_id="0000:3D:00.0")]}, values=values,
+                                workdir=workdir) as real:
+                yield Setup(real, pki)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)  # given, so the cluster leaves it behind
 
 
 def _post(url: str, body: JSON, client: KeyPair | None = None) -> tuple[int, JSON]:
