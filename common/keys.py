@@ -167,6 +167,13 @@ CARD_SELECTION_KEYS: tuple[str, ...] = (
     USE_DCU_UUID, NOUSE_DCU_UUID,
 )
 
+# --- namespace DCU quota ------------------------------------------------------------------
+
+# Set by the webhook on a pod it admits against a namespace DCU quota in Volcano mode: the
+# review's uid, which names the reservation the webhook keeps until its watch shows the pod
+# stored (webhook/quotacheck.py, scheduler/quotas.py).
+QUOTA_RESERVATION = "hami.io/quota-reservation"
+
 # --- webhook opt-out ----------------------------------------------------------------------
 
 WEBHOOK_LABEL = "hami.io/webhook"

@@ -11,7 +11,9 @@ the exact cards are known.
 * What a pod asks for at admission: max(sum over app containers of cards x per-card
   request, the largest init container's), HAMi's rule. A whole-card request's memory is
   unknown before the card is chosen and counts 0 there; the filter then checks the card's
-  real memory.
+  real memory. Volcano's pods meet no filter: in Volcano mode a whole card counts the largest
+  card a node registers (`whole_card_mib`), and an admitted pod counts from its admission
+  (scheduler/quotas.py).
 * Several quotas in one namespace: each must hold (the tightest decides).
 * An explicit limit of 0 blocks every DCU pod of the namespace (HAMi #2313).
 """
@@ -19,7 +21,7 @@ the exact cards are known.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol
@@ -61,6 +63,18 @@ class Amount:
         return Amount(self.memory + other.memory, self.cores + other.cores)
 
 
+@dataclass(frozen=True)
+class Reservations:
+    """Volcano mode's admission quota, where no /filter follows admission: a pod counts from
+    its admission (scheduler/quotas.py keeps the count). `whole_card()`: what a whole card's
+    memory counts, the largest card a node registers (None: no node has registered a card
+    yet); `reserve(namespace, reservation id, amount)`: what an admitted pod asks, counted
+    until the watch shows the pod stored, or a deadline passes."""
+
+    whole_card: Callable[[], int | None]
+    reserve: Callable[[str, str, Amount], None]
+
+
 def limits_from(quotas: Iterable[JSON], names: ResourceNames) -> QuotaLimits:
     """The tightest DCU limits among a namespace's ResourceQuota objects. A value that is
     not a quantity is skipped (the API server validates quantities, so only a hand-made
@@ -92,15 +106,17 @@ def _amount(raw: object) -> int | None:
 
 
 def requested(requests: Sequence[DcuRequest | None], init_count: int,
-              sidecars: frozenset[int] = frozenset()) -> Amount:
-    """What a pod asks for at admission (HAMi's rule, whole-card memory counted as 0; native
-    sidecars in `sidecars` add to what runs after them, as Kubernetes counts them)."""
+              sidecars: frozenset[int] = frozenset(), whole_card_mib: int = 0) -> Amount:
+    """What a pod asks for at admission (HAMi's rule, whole-card memory counted as
+    `whole_card_mib`, 0 unless Volcano mode says otherwise; native sidecars in `sidecars` add to
+    what runs after them, as Kubernetes counts them)."""
     running = Amount()  # the sidecars so far, then the app containers too
     init_peak = Amount()
     for position, request in enumerate(requests):
         if request is None:
             continue
-        each = Amount(request.count * request.memory_mib, request.count * request.cores)
+        memory = whole_card_mib if request.whole_memory else request.memory_mib
+        each = Amount(request.count * memory, request.count * request.cores)
         if position < init_count and position not in sidecars:
             beside = running + each
             init_peak = Amount(max(init_peak.memory, beside.memory), max(init_peak.cores, beside.cores))

@@ -9,16 +9,26 @@ judging its writes, the kubelet stand-in admitting what it binds (issue 24).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster, unavailable
 from e2e.scenarios import wait_until
-from e2e.volcano_scenarios import VOLCANO_SCENARIOS, VolcanoScenario
-from hami_dcu.cli.localcluster.pods import default_cards
+from e2e.volcano_scenarios import (
+    SERVED,
+    VOLCANO_SCENARIOS,
+    VOLCANO_SCHEDULER,
+    VolcanoScenario,
+    outcome,
+    place_together,
+    shared,
+    volcano,
+)
+from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
 from hami_dcu.common import keys
-from hami_dcu.common.kube import Kube, KubeError
+from hami_dcu.common.kube import Kube, KubeError, NotFoundError
 
 _REASON = unavailable()
 pytestmark = pytest.mark.realcluster
@@ -98,3 +108,76 @@ def test_a_plugin_changes_only_hcumem_and_hcucores_in_its_nodes_status(volcano_c
     volcano_cluster.restart_device_plugin(node)
     wait_until("the restarted plugin's shares in node status", lambda: volcano_cluster.kube.get_node(node)["status"][
         "allocatable"][SHARES.memory] == status["allocatable"][SHARES.memory], timeout=60)
+
+
+# --- issue 35, finding 2: the namespace DCU quota of Volcano's pods ---------------------------
+
+QUOTA = "team-dcu"
+
+
+def _over_quota(refusal: str | None) -> bool:
+    """The webhook's quota refusal (its words name the quota when the API server is the caller)."""
+    return refusal is not None and "exceeds" in refusal and "quota" in refusal.lower()
+
+
+def _quota_seen(cluster: RealCluster, probe: JSON) -> str:
+    """The extender's watch has delivered the quota to the webhook: a dry run past it is refused."""
+    try:
+        cluster.kube.request("POST", f"/api/v1/namespaces/{cluster.namespace}/pods", body=probe,
+                             query={"dryRun": "All"})
+    except KubeError as exc:
+        return str(exc) if _over_quota(str(exc)) else ""
+    return ""
+
+
+def _create(cluster: RealCluster, name: str, ctr: Ctr) -> str | None:
+    """None when admitted, else the API server's refusal."""
+    manifest = pod_manifest(name, [ctr])
+    manifest["spec"]["schedulerName"] = VOLCANO_SCHEDULER
+    try:
+        cluster.kube.create_pod(cluster.namespace, manifest)
+    except KubeError as exc:
+        return str(exc)
+    return None
+
+
+def test_the_namespace_quota_holds_for_volcano_pods(volcano_cluster: RealCluster) -> None:
+    """Before: with limits.hygon.com/hcumem 4000, three Volcano pods of 4,000 MiB and a whole
+    card were all admitted and placed (77,520 MiB held): Volcano's pods meet no /filter and a
+    whole card counted 0 at admission. Now the first is admitted and the rest refused, placed
+    or not; created in parallel, at most one of eight is admitted."""
+    cluster = volcano_cluster
+    cluster.clear_pods()
+    quotas = f"/api/v1/namespaces/{cluster.namespace}/resourcequotas"
+    cluster.kube.request("POST", quotas, body={"metadata": {"name": QUOTA},
+                                               "spec": {"hard": {f"limits.{SHARES.memory}": "4000"}}})
+    share, whole = shared(4000, 10), Ctr("main", 1, names=SHARES)
+    try:
+        probe = pod_manifest("probe", [shared(5000, 10)])
+        probe["spec"]["schedulerName"] = VOLCANO_SCHEDULER
+        wait_until("the webhook sees the quota", lambda: _quota_seen(cluster, probe), timeout=60)
+        # The reported sequence, one pod after another.
+        refusals = {name: _create(cluster, name, ctr)
+                    for name, ctr in (("a", share), ("b", share), ("c", share), ("w", whole))}
+        assert refusals["a"] is None, refusals["a"]
+        assert all(_over_quota(refusals[name]) for name in ("b", "c", "w")), refusals
+        # Placed by Volcano, the admitted pod holds its 4,000 MiB and still counts once.
+        standin, node = volcano(cluster), sorted(cluster.cards)[0]
+        place_together(cluster, standin, [cluster.kube.get_pod(cluster.namespace, "a")], node)
+        assert outcome(cluster, "a") == SERVED
+        assert _over_quota(_create(cluster, "b", share))
+        cluster.clear_pods()
+        # Created at once, before the watch shows any: the reservations of the ones admitted.
+        for round_ in range(3):
+            names = [f"burst{round_}-{i}" for i in range(8)]
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                results = list(pool.map(lambda n: _create(cluster, n, share), names))
+            admitted = [n for n, refusal in zip(names, results, strict=True) if refusal is None]
+            assert len(admitted) <= 1, f"round {round_}: {admitted} admitted against a 4,000 MiB quota"
+            cluster.clear_pods()
+    finally:
+        try:
+            cluster.kube.request("DELETE", f"{quotas}/{QUOTA}")
+        except NotFoundError:
+            pass
+        cluster.clear_pods()

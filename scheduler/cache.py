@@ -22,6 +22,12 @@ deleted. They queue in `needless_locks` for the service to release.
 
 Every change to a node's holdings bumps its `generation`, which lets `/filter` reuse a
 node's fit result until something on that node changes.
+
+Pods not bound yet that ask for DCUs are kept apart, by namespace, with what they ask
+(`waiting`): in Volcano mode an admitted pod counts against its namespace's quota from its
+admission, not from its placement (scheduler/quotas.py). The quota reservations the webhook
+stamped on pods are noted as they are seen (`reservations_seen`): they tell it that a pod it
+admitted is stored.
 """
 
 from __future__ import annotations
@@ -45,10 +51,12 @@ from hami_dcu.common.codec import (
 )
 from hami_dcu.common.counting import StartOrder, Usage, collapse, start_order
 from hami_dcu.common.keys import DCU_NAMING, Naming
+from hami_dcu.common.requests import DcuRequest, RequestError, names_dcu, parse_pod_requests, pod_containers
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.cardstates import CardStateTable
 from hami_dcu.scheduler.fit import CardSpec, PodFit
 from hami_dcu.scheduler.handshake import HANDSHAKE_TTL, HandshakeSeen, allocates_dcu, fresh_until, observe
+from hami_dcu.scheduler.seenreservations import SeenReservations
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +135,16 @@ class PodRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class WaitingPod:
+    """A DCU pod not bound to a node yet: what it asks (common/quota.py `requested` reads it)."""
+
+    namespace: str
+    requests: tuple[DcuRequest | None, ...]
+    init_count: int
+    sidecars: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
 class NeedlessLock:
     """A node lock whose holder no longer needs it; released by its exact value, so a lock
     taken meanwhile by anyone else is never touched."""
@@ -197,6 +215,11 @@ class ClusterCache:
         self.lock_holders: dict[PodKey, set[str]] = {}  # pod -> nodes whose lock names it
         self.needless_locks: list[NeedlessLock] = []
         self.drift: Counter[str] = Counter()  # repairs made by relists, by kind
+        # DCU pods not bound yet, by namespace then uid; and the quota reservations
+        # (keys.QUOTA_RESERVATION) pods were seen to carry, gone or not.
+        self.waiting: dict[str, dict[str, WaitingPod]] = {}
+        self._waiting_namespace: dict[str, str] = {}
+        self.reservations_seen = SeenReservations(keys.QUOTA_RESERVATION)
         self.card_states = CardStateTable()
         # Names of nodes as they change, oldest first; node_changes_dropped counts the ones
         # cut from the front, so a reader's position (dropped + index) stays valid.
@@ -385,10 +408,13 @@ class ClusterCache:
         annotations = meta.get("annotations") or {}
         allocated = annotations.get(self.naming.pod_devices_allocated)
         node = _holding_node(spec, annotations)
+        self.reservations_seen.note(pod)
         if state.phase in TERMINAL_PHASES:
+            self._drop_waiting(uid)
             self._drop_pod(uid)
             self.forget(uid)
             return
+        self._note_waiting(uid, namespace, pod)
         if not allocated or not node:
             self._drop_pod(uid)  # not holding anything (yet)
             return
@@ -424,6 +450,7 @@ class ClusterCache:
         uid = meta.get("uid")
         key = (meta.get("namespace") or "default", meta.get("name") or "")
         if uid:
+            self._drop_waiting(uid)
             self._drop_pod(uid)
             self.forget(uid)
         for pending in self.unsettled.values():
@@ -461,6 +488,8 @@ class ClusterCache:
             record = self.pods[uid]
             self.drift["missed-delete"] += 1
             self.delete_pod({"metadata": {"uid": uid, "namespace": record.namespace, "name": record.name}})
+        for uid in [u for u in self._waiting_namespace if u not in relist.seen]:
+            self._drop_waiting(uid)
         for key in [k for k in self.lock_holders if k not in relist.names]:
             self._judge_holder(key, None)
         self._repair_holdings()
@@ -498,6 +527,24 @@ class ClusterCache:
                                 entry.holdings[key].held, holdings[key].label, holdings[key].held)
             entry.holdings = holdings
             self._recompute(entry)
+
+    def _note_waiting(self, uid: str, namespace: str, pod: JSON) -> None:
+        """Index what the pod asks while it is not bound."""
+        waiting = None if (pod.get("spec") or {}).get("nodeName") else _waiting(namespace, pod, self.naming)
+        self._drop_waiting(uid)
+        if waiting is not None:
+            self.waiting.setdefault(namespace, {})[uid] = waiting
+            self._waiting_namespace[uid] = namespace
+
+    def _drop_waiting(self, uid: str) -> None:
+        namespace = self._waiting_namespace.pop(uid, None)
+        if namespace is None:
+            return
+        pods = self.waiting.get(namespace)
+        if pods is not None:
+            pods.pop(uid, None)
+            if not pods:
+                del self.waiting[namespace]
 
     def _drop_pod(self, uid: str) -> None:
         record = self.pods.pop(uid, None)
@@ -605,6 +652,22 @@ def _holding_node(spec: JSON, annotations: JSON) -> str | None:
     node = spec.get("nodeName")
     claimed = annotations.get(keys.POD_NODE)
     return node if node and claimed in (None, node) else None
+
+
+def _waiting(namespace: str, pod: JSON, naming: Naming) -> WaitingPod | None:
+    """What a pod not bound yet asks, when it asks for a DCU (None otherwise, and for a request
+    admission refuses: such a pod is never placed)."""
+    resources = naming.resources
+    if not any(isinstance(c, dict) and names_dcu(c, resources) for c in pod_containers(pod)):
+        return None
+    try:
+        requests = tuple(parse_pod_requests(pod, resources))
+    except RequestError:
+        return None
+    if not any(r is not None and r.count > 0 for r in requests):
+        return None
+    order = start_order(pod)
+    return WaitingPod(namespace, requests, order.init_count, order.sidecars)
 
 
 def _assumed_holding(assumption: Assumption) -> Holding:

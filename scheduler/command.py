@@ -161,8 +161,12 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
         volcano_identity=getattr(args, "volcano_identity", None),
         volcano_scheduler_name=getattr(args, "volcano_scheduler_name", ""),
         node_lock_user=getattr(args, "node_lock_user", None), node_lock_group=getattr(args, "node_lock_group", None))
-    # In this process the webhook sees the extender's quota book and cache: it checks quotas at admission.
-    settings = replace(webhook_settings(defaults), quota=admission_view(service.quotas, service.cache))
+    # In this process the webhook sees the extender's quota book and cache: it checks quotas at
+    # admission. In Volcano mode, where Volcano's pods meet no /filter, admitted pods count from
+    # their admission (scheduler/quotas.py).
+    settings = webhook_settings(defaults)
+    view = admission_view(service.quotas, service.cache, waiting=bool(settings.volcano_scheduler))
+    settings = replace(settings, quota=view, reservations=view.reservations)
     dra = None
     if getattr(args, "mode", "devicePlugin") == "dra":
         from hami_dcu.webhook.draclaims import DraClaims

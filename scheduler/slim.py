@@ -9,8 +9,10 @@ phases) are interned: one copy each.
 
 What is kept: metadata name, namespace, uid, resourceVersion, deletionTimestamp and the
 `hami.io/` annotations (both naming sets' keys start so); for pods spec.nodeName, the init
-containers' names (their count places the pod's containers) and status.phase; for nodes
-status.allocatable.
+containers' names (their count places the pod's containers) and status.phase, and for a pod
+not bound yet its containers' extended resources (a name with a `/`, such as
+`hygon.com/dcumem`: what a pod waiting for a node asks counts against its namespace's quota at
+admission in Volcano mode, scheduler/quotas.py); for nodes status.allocatable.
 """
 
 from __future__ import annotations
@@ -43,6 +45,20 @@ def _init_container(container: JSON) -> JSON:
     return {"name": container.get("name")}
 
 
+def _extended(container: JSON) -> JSON:
+    """The container's extended resources (a name with a `/`) in limits and requests."""
+    resources = container.get("resources")
+    kept: JSON = {}
+    if isinstance(resources, dict):
+        for section in ("limits", "requests"):
+            values = resources.get(section)
+            if isinstance(values, dict):
+                extended = {k: v for k, v in values.items() if isinstance(k, str) and "/" in k}
+                if extended:
+                    kept[section] = extended
+    return {"resources": kept} if kept else {}
+
+
 def slim_pod(pod: JSON) -> JSON:
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     kept_spec: JSON = {}
@@ -52,6 +68,17 @@ def slim_pod(pod: JSON) -> JSON:
     init = spec.get("initContainers")
     if isinstance(init, list) and init:
         kept_spec["initContainers"] = [_init_container(c) if isinstance(c, dict) else c for c in init]
+    containers = spec.get("containers")
+    if not node and isinstance(containers, list):
+        # Not bound yet: what it asks, when it asks any extended resource (the cache counts a
+        # waiting DCU pod by it); a pod asking none keeps no container.
+        inits = [{**_init_container(c), **_extended(c)} if isinstance(c, dict) else c
+                 for c in (init if isinstance(init, list) else [])]
+        apps = [{"name": c.get("name"), **_extended(c)} if isinstance(c, dict) else c for c in containers]
+        if any(isinstance(c, dict) and "resources" in c for c in inits + apps):
+            if inits:
+                kept_spec["initContainers"] = inits
+            kept_spec["containers"] = apps
     phase = status.get("phase")
     return {"metadata": _metadata(pod.get("metadata") or {}), "spec": kept_spec,
             "status": {"phase": sys.intern(phase)} if isinstance(phase, str) else {}}

@@ -11,7 +11,7 @@ decision, for the shell to create: this module does no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jsonpatch
@@ -19,12 +19,13 @@ import jsonpatch
 from hami_dcu.common import keys
 from hami_dcu.common.podchecks import CheckSettings, DcuPod, Stage, dcu_pod, first_refusal
 from hami_dcu.common.preferences import selection_problem
+from hami_dcu.common.quota import Amount, Reservations
 from hami_dcu.common.requests import RequestError
 from hami_dcu.common.writers import Identities
 from hami_dcu.dra.translate import TranslateError, translate
 from hami_dcu.webhook.advice import scheduling_warnings
 from hami_dcu.webhook.draquota import ClaimShapeError, claim_shape_problem
-from hami_dcu.webhook.quotacheck import QuotaLookup, quota_problem
+from hami_dcu.webhook.quotacheck import QuotaLookup, quota_verdict
 from hami_dcu.webhook.rename import Adopted, adopt_names
 from hami_dcu.webhook.volcano import memory_unit_problem
 
@@ -46,6 +47,9 @@ class Settings:
     identities: Identities = field(default_factory=Identities)
     # Namespace DCU quotas and use (webhook/quotacheck.py); none when the webhook runs alone.
     quota: QuotaLookup | None = None
+    # Volcano mode in the extender's process: admitted pods count from their admission, a whole
+    # card as the largest card registered (common/quota.py, scheduler/quotas.py). None: as placed.
+    reservations: Reservations | None = None
     # devicePlugin: route DCU pods to the extender; dra: rewrite them into claims (docs/architecture.md,
     # DRA mode).
     mode: str = DEVICE_PLUGIN
@@ -75,6 +79,8 @@ class Decision:
     quota_claims: list[JSON] = field(default_factory=list)
     # A ResourceClaimTemplate holds nothing itself: its one claim is checked against the limits alone.
     quota_alone: bool = False
+    # Volcano mode: what the admitted pod asks, for the shell to reserve until the watch shows it.
+    quota_reserve: Amount | None = None
 
 
 def _deny(reason: str, message: str) -> Decision:
@@ -155,11 +161,12 @@ def left_to_volcano(a: Admission) -> Decision | None:
     unit = memory_unit_problem(a.pod, a.settings.resources)
     if unit:
         return _deny("volcano-memory-unit", unit)
-    over = quota_problem(a.pod, a.settings.resources, a.settings.quota)
-    if over:
-        return _deny("quota-exceeded", f"pod {over}")
+    verdict = quota_verdict(a.pod, a.settings.resources, a.settings.quota, a.settings.reservations)
+    if verdict.problem:
+        return _deny(verdict.reason, verdict.problem)
     return Decision(allowed=True, reason="left-to-volcano", warnings=a.rename_warnings,
-                    patch=_renames_only(a.original, a.pod) if a.adopted.renames else [])
+                    patch=_renames_only(a.original, a.pod) if a.adopted.renames else [],
+                    quota_reserve=verdict.reserve)
 
 
 def other_scheduler(a: Admission) -> Decision | None:
@@ -172,8 +179,8 @@ def other_scheduler(a: Admission) -> Decision | None:
 
 
 def namespace_quota(a: Admission) -> Decision | None:
-    problem = quota_problem(a.pod, a.settings.resources, a.settings.quota)
-    return None if not problem else _deny("quota-exceeded", f"pod {problem}")
+    verdict = quota_verdict(a.pod, a.settings.resources, a.settings.quota, a.settings.reservations)
+    return None if not verdict.problem else _deny(verdict.reason, verdict.problem)
 
 
 def route_to_scheduler(a: Admission) -> Decision:
@@ -224,7 +231,13 @@ def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
         decision = step(admission)
         if decision is not None:
             return decision
-    return route_to_scheduler(admission)
+    routed = route_to_scheduler(admission)
+    if settings.reservations is None:
+        return routed
+    # Volcano mode: a hami-scheduler pod counts from its admission too (Volcano's pods count
+    # its reservation at theirs), as namespace_quota found it fits.
+    verdict = quota_verdict(admission.pod, settings.resources, settings.quota, settings.reservations)
+    return replace(routed, quota_reserve=verdict.reserve)
 
 
 def _renames_only(original: JSON, pod: JSON) -> list[JSON]:

@@ -23,6 +23,7 @@ from hami_dcu.webhook.decision import DRA, Decision, Settings, claim_kind, revie
 from hami_dcu.webhook.draclaims import DraClaims, ForeignTemplate
 from hami_dcu.webhook.draquota import PublishedCards, refusal
 from hami_dcu.webhook.pendingtemplates import annotation_patch
+from hami_dcu.webhook.quotacheck import reservation_patch
 from hami_dcu.webhook.schemas import BadReview, build_response, load_review
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,20 @@ async def _check_claim_quota(reviewed: Reviewed, settings: Settings, dra: DraCla
     return reviewed if problem is None else _refused(reviewed, "quota-exceeded", problem)
 
 
+def _reserve_pod(reviewed: Reviewed, settings: Settings) -> Reviewed:
+    """Volcano mode: what an admitted pod asks counts against its namespace's quota from now
+    until the watch shows the pod, which carries the reservation's id (the review's uid) for
+    the watch to tell. A dry run reserves nothing: nothing is stored."""
+    decision = reviewed.decision
+    if (not decision.allowed or decision.quota_reserve is None or settings.reservations is None
+            or reviewed.request.get("dryRun")):
+        return reviewed
+    reservation = str(reviewed.request["uid"])
+    settings.reservations.reserve(reviewed.namespace, reservation, decision.quota_reserve)
+    stamp = reservation_patch(reviewed.request.get("object") or {}, reservation)
+    return replace(reviewed, decision=replace(decision, patch=[stamp, *decision.patch]))
+
+
 def _refused(reviewed: Reviewed, reason: str, message: str) -> Reviewed:
     return replace(reviewed, decision=Decision(allowed=False, reason=reason, message=message))
 
@@ -251,7 +266,7 @@ def add_webhook_routes(app: web.Application, settings: Settings, registry: Colle
 
     async def review_body(loaded: Loaded, proven: bool) -> dict[str, Any]:
         if dra is None:
-            return respond(_brief_quota(decide(loaded, settings), proven), metrics)
+            return respond(_brief_quota(_reserve_pod(decide(loaded, settings), settings), proven), metrics)
         cards = await dra.cards()
         reviewed = decide(loaded, replace(settings, card_units=cards.units))
         reviewed = await _check_claim_quota(reviewed, settings, dra, cards)
