@@ -169,9 +169,9 @@ CARD_SELECTION_KEYS: tuple[str, ...] = (
 
 # --- namespace DCU quota ------------------------------------------------------------------
 
-# Set by the webhook on a pod it admits against a namespace DCU quota in Volcano mode: the
-# review's uid, which names the reservation the webhook keeps until its watch shows the pod
-# stored (webhook/quotacheck.py, scheduler/quotas.py).
+# Set by the webhook on a pod (Volcano mode) or a ResourceClaim (DRA mode) it admits against a
+# namespace DCU quota: the review's uid, which names the reservation the webhook keeps until its
+# watch or its list of claims shows the object stored (webhook/quotacheck.py, webhook/draclaims.py).
 QUOTA_RESERVATION = "hami.io/quota-reservation"
 
 # --- webhook opt-out ----------------------------------------------------------------------

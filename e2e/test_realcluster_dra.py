@@ -15,6 +15,7 @@ import ssl
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -514,3 +515,46 @@ def test_the_namespace_dcu_quota_holds_for_claims_templates_and_rewritten_pods(d
     finally:
         delete_quietly(dra, f"{quotas}/{QUOTA}")
         delete_quietly(dra, hand_template)
+
+
+def test_claims_created_at_once_cannot_pass_the_quota_together(dra: DraRealCluster) -> None:
+    """Issue 35, finding 3. limits.hygon.com/dcumem 10240 (10 GiB) and 8 claims of 8 GiB created
+    in parallel threads: before, two were admitted in 4 rounds of 13 (the review's lock ended
+    before kube-apiserver stored the claim it admitted). Now exactly one per round."""
+    quotas = f"/api/v1/namespaces/{dra.namespace}/resourcequotas"
+    delete_quietly(dra, f"{quotas}/{QUOTA}")
+    dra.kube.request("POST", quotas, body={"metadata": {"name": QUOTA},
+                                           "spec": {"hard": {"limits.hygon.com/dcumem": "10240"}}})
+
+    def quota_seen() -> bool:
+        try:
+            dra.kube.request("POST", CLAIMS, query={"dryRun": "All"}, body={
+                "metadata": {"name": "probe"}, "spec": request_spec(memory="12Gi")})
+        except KubeError as exc:
+            return "exceeds" in str(exc)
+        return False
+
+    def admitted(name: str) -> bool:
+        try:
+            create_claim(dra, name, memory="8Gi")
+        except KubeError as exc:
+            assert "exceeds" in str(exc), exc
+            return False
+        return True
+
+    try:
+        wait_until("the webhook sees the quota", quota_seen, timeout=60, interval=0.5)
+        counts = []
+        for round_ in range(10):
+            names = [f"race{round_}-{i}" for i in range(8)]
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                results = list(pool.map(admitted, names))
+            counts.append(sum(results))
+            for name, made in zip(names, results, strict=True):
+                if made:
+                    delete_quietly(dra, f"{CLAIMS}/{name}")
+            wait_until("the round's claims gone", lambda: not dra.kube.request("GET", CLAIMS).get("items"),
+                       timeout=30, interval=0.2)
+        assert counts == [1] * 10, f"claims of 8 GiB admitted per round against 10 GiB: {counts}"
+    finally:
+        delete_quietly(dra, f"{quotas}/{QUOTA}")

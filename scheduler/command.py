@@ -174,7 +174,9 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
         if service.kube is None:  # the webhook lists the published card sizes through it
             raise ValueError("--mode dra: the webhook needs the API server, and this extender has no client")
         known = service.dra_informer.template if service.dra_informer is not None else None
-        settings, dra = replace(settings, mode="dra"), DraClaims(service.kube, known_template=known)
+        seen = service.dra_informer.reservation_seen if service.dra_informer is not None else None
+        settings = replace(settings, mode="dra")
+        dra = DraClaims(service.kube, known_template=known, reservation_seen=seen)
         if service.informer is not None:
             from hami_dcu.webhook.deferredtemplates import DeferredTemplates
 

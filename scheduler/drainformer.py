@@ -1,7 +1,10 @@
 """DRA mode: list + watch of ResourceSlices and ResourceClaims into `DraUsage` (drausage.py),
 which /prioritize reads to pack pods onto the fullest nodes that fit; and of
 ResourceClaimTemplates, which the webhook in this process asks (`template`) before it reads one
-it would reuse (webhook/draclaims.py): a pod's admission then costs no template read.
+it would reuse (webhook/draclaims.py): a pod's admission then costs no template read. The
+quota reservations claims carry (keys.QUOTA_RESERVATION) are noted as the watch shows them,
+which tells the webhook a claim it admitted was stored, even one deleted since
+(`reservations_seen`).
 
 The same discipline as the pod and node informer (informer.py), from the same loop
 (listwatch.py): list, watch from the list's resourceVersion, watch again from the last version
@@ -17,10 +20,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from hami_dcu.common.keys import QUOTA_RESERVATION
 from hami_dcu.common.kube import AsyncKube
 from hami_dcu.dra import names
 from hami_dcu.scheduler.drausage import DraUsage
 from hami_dcu.scheduler.listwatch import list_and_watch, list_pages
+from hami_dcu.scheduler.seenreservations import SeenReservations
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -39,8 +44,12 @@ def slim_claim(obj: JSON) -> JSON:
     allocation = status.get("allocation") if isinstance(status, dict) else None
     devices = allocation.get("devices") if isinstance(allocation, dict) else None
     results = devices.get("results") if isinstance(devices, dict) else None
-    return {"metadata": {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")},
-            "status": {"allocation": {"devices": {"results": results}}} if results else {}}
+    kept: JSON = {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}
+    annotations = meta.get("annotations")
+    reservation = annotations.get(QUOTA_RESERVATION) if isinstance(annotations, dict) else None
+    if isinstance(reservation, str):
+        kept["annotations"] = {QUOTA_RESERVATION: reservation}
+    return {"metadata": kept, "status": {"allocation": {"devices": {"results": results}}} if results else {}}
 
 
 def slim_template(obj: JSON) -> JSON:
@@ -67,9 +76,14 @@ class DraInformer:
         self.synced = asyncio.Event()  # slices and claims listed: /prioritize can rank
         self._listed: set[str] = set()
         self._templates: dict[tuple[str, str], JSON] = {}
+        self.reservations_seen = SeenReservations(QUOTA_RESERVATION)
 
     async def run(self) -> None:
         await asyncio.gather(self._loop(SLICES), self._loop(CLAIMS), self._loop(TEMPLATES))
+
+    def reservation_seen(self, reservation: str) -> bool:
+        """True once the watch has shown a claim carrying `reservation` (webhook/draclaims.py)."""
+        return reservation in self.reservations_seen
 
     def template(self, namespace: str, name: str) -> JSON | None:
         """The ResourceClaimTemplate `namespace/name` as the watch last showed it; None when it
@@ -89,6 +103,8 @@ class DraInformer:
             self.usage.replace_slices(listing.items)
         elif resource == CLAIMS:
             self.usage.replace_claims(listing.items)
+            for claim in listing.items:
+                self.reservations_seen.note(claim)
         else:
             self._templates = {_template_key(t): t for t in listing.items}
         log.info("listed %d %s at resourceVersion %s", len(listing.items), resource, listing.resource_version)
@@ -114,8 +130,10 @@ class DraInformer:
                 self.usage.delete_slice(obj)
             else:
                 self.usage.apply_slice(slim_slice(obj))
-        elif kind == "DELETED":
-            self.usage.delete_claim(obj)
         else:
-            self.usage.apply_claim(slim_claim(obj))
+            self.reservations_seen.note(obj)
+            if kind == "DELETED":
+                self.usage.delete_claim(obj)
+            else:
+                self.usage.apply_claim(slim_claim(obj))
         return rv

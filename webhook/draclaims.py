@@ -13,6 +13,16 @@ In the extender's process its watch of templates answers first (`known_template`
 the watch shows as ours is used without a read, one it does not show, or shows as not ours, is
 read as before. The watch trails the API by its delivery time; the read had the same gap
 already, between the review and kube-controller-manager making the claim from the template.
+
+Claims in flight (issue 35, finding 3). The quota counts the claims kube-apiserver has stored,
+one review at a time per namespace; but kube-apiserver stores a claim only after its review is
+answered, so the next review's list may not show it yet: 8 claims of 8 GiB created at once
+against a 10 GiB quota were admitted two at a time. So each claim this process admits stays
+reserved (`reserve`) until a list of the namespace's claims shows it (the webhook stamps the
+claim with `hami.io/quota-reservation: <review uid>`), or RESERVATION_TTL passes: a claim
+refused after our review (Kubernetes' own quota, another webhook) is never stored. The
+reservations live in this process; with the chart's one scheduler replica it decides every
+review (README, the namespace DCU quota in DRA mode, says what two replicas leave open).
 """
 
 from __future__ import annotations
@@ -24,9 +34,10 @@ from collections.abc import Callable
 from typing import Any
 
 from hami_dcu.common.errors import WebhookError
+from hami_dcu.common.keys import QUOTA_RESERVATION
 from hami_dcu.common.kube import AsyncKube, ConflictError, KubeError, NotFoundError
 from hami_dcu.dra import names
-from hami_dcu.webhook.draquota import PublishedCards, published_cards
+from hami_dcu.webhook.draquota import ClaimAmount, PublishedCards, published_cards
 from hami_dcu.webhook.templatetrust import foreign_template
 
 log = logging.getLogger(__name__)
@@ -44,6 +55,7 @@ SLICES = f"{names.RESOURCE_API}/resourceslices"
 # Card sizes change only when nodes with new models join: a minute-old view costs a pod at most
 # a retry, while listing every slice on every review would cost the API server per pod.
 UNITS_MAX_AGE = 60.0
+RESERVATION_TTL = 30.0  # seconds an admitted claim stays reserved when no list shows it
 
 
 def templates_path(namespace: str) -> str:
@@ -62,14 +74,19 @@ def claims_path(namespace: str) -> str:
 class DraClaims:
     def __init__(self, kube: AsyncKube, clock: Callable[[], float] = time.monotonic,
                  max_age: float = UNITS_MAX_AGE,
-                 known_template: Callable[[str, str], JSON | None] | None = None) -> None:
+                 known_template: Callable[[str, str], JSON | None] | None = None,
+                 reservation_seen: Callable[[str], bool] | None = None) -> None:
         self.kube = kube
+        # In the extender's process: has its watch shown a claim carrying this reservation?
+        self.reservation_seen = reservation_seen
         self.known_template = known_template  # (namespace, name) -> the template as a watch shows it
         self.clock = clock
         self.max_age = max_age
         self._cards = PublishedCards()
         self._listed_at: float | None = None
         self._namespace_locks: dict[str, asyncio.Lock] = {}
+        # Per namespace, the claims admitted here and not listed yet: reservation id -> (amount, deadline).
+        self._reserved: dict[str, dict[str, tuple[ClaimAmount, float]]] = {}
 
     async def card_units(self) -> tuple[int, ...]:
         return (await self.cards()).units
@@ -97,8 +114,31 @@ class DraClaims:
 
     def namespace_lock(self, namespace: str) -> asyncio.Lock:
         """One quota check at a time per namespace in this process: a review counts the claims
-        the previous one admitted, unless kube-apiserver has not stored them yet."""
+        the previous one admitted, listed once stored, reserved (`in_flight`) until then."""
         return self._namespace_locks.setdefault(namespace, asyncio.Lock())
+
+    def in_flight(self, namespace: str, claims: list[JSON]) -> ClaimAmount:
+        """What the claims admitted here in `namespace` hold that `claims`, a list read after
+        they were admitted, does not show yet; reservations it shows, or the extender's watch
+        has shown (a claim stored and deleted before this list), or past their deadline, are
+        dropped. Call it under the namespace's lock."""
+        held = self._reserved.get(namespace)
+        if not held:
+            return ClaimAmount()
+        listed = {_reservation_of(claim) for claim in claims}
+        watched = self.reservation_seen or (lambda _reservation: False)
+        now = self.clock()
+        for reservation in [r for r, (_amount, deadline) in held.items()
+                            if deadline <= now or r in listed or watched(r)]:
+            del held[reservation]
+        if not held:
+            del self._reserved[namespace]
+        return sum((amount for amount, _deadline in held.values()), start=ClaimAmount())
+
+    def reserve(self, namespace: str, reservation: str, amount: ClaimAmount) -> None:
+        """Count `amount` in `namespace` until a list shows the claim stamped `reservation`.
+        Call it under the namespace's lock, before the review is answered."""
+        self._reserved.setdefault(namespace, {})[reservation] = (amount, self.clock() + RESERVATION_TTL)
 
     async def ensure_templates(self, namespace: str, templates: list[JSON]) -> None:
         """Get-or-create each template in `namespace`. Raises ForeignTemplate when one found
@@ -146,3 +186,10 @@ class DraClaims:
             log.warning("ResourceClaimTemplate %s/%s is not hami-dcu's: not reused", namespace,
                         template["metadata"]["name"])
             raise ForeignTemplate(problem)
+
+
+def _reservation_of(claim: JSON) -> str | None:
+    meta = claim.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    value = annotations.get(QUOTA_RESERVATION) if isinstance(annotations, dict) else None
+    return value if isinstance(value, str) else None

@@ -174,18 +174,25 @@ def namespace_claims(claims: Iterable[JSON], cards: PublishedCards, skip: str | 
     return total
 
 
+def asked_amount(asked_specs: Iterable[object], cards: PublishedCards) -> ClaimAmount:
+    """The most the claims of `asked_specs` can hold together."""
+    return sum((spec_amount(spec, cards) for spec in asked_specs), start=ClaimAmount())
+
+
 def refusal(what: str, asked_specs: Iterable[object], claims: Iterable[JSON] | None, limits: QuotaLimits,
-            pods: Amount, cards: PublishedCards, resources: ResourceNames) -> str | None:
+            pods: Amount, cards: PublishedCards, resources: ResourceNames,
+            in_flight: ClaimAmount = ClaimAmount()) -> str | None:
     """Why the claims of `asked_specs` (the admitted object's: a rewritten pod's, a new claim's)
-    break the namespace DCU quota on top of its `claims` and what its `pods` hold (device-plugin
-    allocations still running); None when they fit. `claims` None: a ResourceClaimTemplate, which
-    holds nothing itself, so its one claim must only fit the limits at all."""
-    asked = sum((spec_amount(spec, cards) for spec in asked_specs), start=ClaimAmount())
+    break the namespace DCU quota on top of its `claims`, the claims admitted but not stored yet
+    (`in_flight`) and what its `pods` hold (device-plugin allocations still running); None when
+    they fit. `claims` None: a ResourceClaimTemplate, which holds nothing itself, so its one
+    claim must only fit the limits at all."""
+    asked = asked_amount(asked_specs, cards)
     if claims is None:
         problem = exceeded(limits, ClaimAmount(), asked, resources)
         return None if problem is None else (f"DRA mode: one claim of this {what} {problem}: no claim made from it "
                                              "can be admitted")
-    used = ClaimAmount(pods.memory, Fraction(pods.cores)) + namespace_claims(claims, cards)
+    used = ClaimAmount(pods.memory, Fraction(pods.cores)) + namespace_claims(claims, cards) + in_flight
     problem = exceeded(limits, used, asked, resources)
     return None if problem is None else (f"DRA mode: {what} {problem} (ResourceClaims of {names.DEVICE_CLASS}, "
                                          "counted in MiB and % of their card)")

@@ -21,7 +21,7 @@ from hami_dcu.webhook import guard
 from hami_dcu.webhook.callers import ClientAuth
 from hami_dcu.webhook.decision import DRA, Decision, Settings, claim_kind, review, review_claim
 from hami_dcu.webhook.draclaims import DraClaims, ForeignTemplate
-from hami_dcu.webhook.draquota import PublishedCards, refusal
+from hami_dcu.webhook.draquota import PublishedCards, asked_amount, refusal
 from hami_dcu.webhook.pendingtemplates import annotation_patch
 from hami_dcu.webhook.quotacheck import reservation_patch
 from hami_dcu.webhook.schemas import BadReview, build_response, load_review
@@ -137,17 +137,26 @@ async def _check_claim_quota(reviewed: Reviewed, settings: Settings, dra: DraCla
     what = "pod" if kind == "Pod" else kind
     if decision.quota_alone:
         problem = refusal(what, decision.quota_claims, None, limits, pods, cards, settings.resources)
-    else:
-        async with dra.namespace_lock(reviewed.namespace):
-            try:
-                claims = await dra.claims_in(reviewed.namespace)
-            except KubeError as exc:
-                # The namespace has a quota that cannot be checked now: refused, never let through.
-                return _refused(reviewed, "quota-unchecked",
-                                f"DRA mode: cannot read the ResourceClaims of namespace {reviewed.namespace} to "
-                                f"check its DCU quota: {exc}; retry")
-            problem = refusal(what, decision.quota_claims, claims, limits, pods, cards, settings.resources)
-    return reviewed if problem is None else _refused(reviewed, "quota-exceeded", problem)
+        return reviewed if problem is None else _refused(reviewed, "quota-exceeded", problem)
+    async with dra.namespace_lock(reviewed.namespace):
+        try:
+            claims = await dra.claims_in(reviewed.namespace)
+        except KubeError as exc:
+            # The namespace has a quota that cannot be checked now: refused, never let through.
+            return _refused(reviewed, "quota-unchecked",
+                            f"DRA mode: cannot read the ResourceClaims of namespace {reviewed.namespace} to "
+                            f"check its DCU quota: {exc}; retry")
+        in_flight = dra.in_flight(reviewed.namespace, claims)
+        problem = refusal(what, decision.quota_claims, claims, limits, pods, cards, settings.resources, in_flight)
+        if problem is not None:
+            return _refused(reviewed, "quota-exceeded", problem)
+        if kind != "ResourceClaim" or reviewed.request.get("dryRun"):
+            return reviewed  # a pod's claims are reviewed (and reserved) when they are created
+        # Reserved before the lock is let go, so the next review counts it until a list shows it.
+        reservation = str(reviewed.request["uid"])
+        dra.reserve(reviewed.namespace, reservation, asked_amount(decision.quota_claims, cards))
+    stamp = reservation_patch(reviewed.request.get("object") or {}, reservation)
+    return replace(reviewed, decision=replace(decision, patch=[stamp, *decision.patch]))
 
 
 def _reserve_pod(reviewed: Reviewed, settings: Settings) -> Reviewed:
