@@ -46,6 +46,7 @@ SYSTEM_NAMESPACE = "kube-system"
 IMAGE_REPOSITORY = "hami-dcu"
 IMAGE_TAG = "e2e"
 KUBE_SCHEDULER_IMAGE = "registry.k8s.io/kube-scheduler"
+BESIDE_HAMI_SCHEDULER = "hami-dcu-scheduler"  # our profile's name beside HAMi's hami-scheduler
 PLUGIN_SOCKET_DIR = "/var/lib/kubelet/device-plugins"
 
 
@@ -53,13 +54,18 @@ class RealCluster:
     def __init__(self, nodes: dict[str, list[MockCard]] | None = None, namespace: str = "hami-e2e",
                  values: JSON | None = None, workdir: Path | None = None,
                  controller_manager_args: Sequence[str] = (), hami_peer: bool = False,
-                 hami_args: Sequence[str] = ()) -> None:
+                 hami_args: Sequence[str] = (), beside_hami: str | None = None) -> None:
         self.controller_manager_args = controller_manager_args
         # HAMi v2.10's own chart (its scheduler, webhook and node lock) installed first, and
         # hami-dcu's chart with the node side only (scheduler.enabled=false): HAMi places and
         # binds the DCU pods, hami-dcu's device plugin serves them (e2e/realcluster/hami.py).
         self.hami_peer = hami_peer
         self.hami_args = hami_args  # HAMi's scheduler process's extra flags
+        # Both charts in full, HAMi's for its GPUs and ours for DCUs under another scheduler name
+        # (README, Installing beside HAMi), installed in this order: "hami-first" or "ours-first".
+        if beside_hami not in (None, "hami-first", "ours-first"):
+            raise ValueError(f"beside_hami {beside_hami!r}: hami-first or ours-first")
+        self.beside_hami = beside_hami
         self.hami_binary: Path | None = None
         self.node_specs = nodes if nodes is not None else {n: default_cards(n) for n in ("node0", "node1")}
         self.namespace = namespace
@@ -105,7 +111,7 @@ class RealCluster:
         self.kubeconfig = self.control_plane.admin_kubeconfig
         self.kube = Kube.from_kubeconfig(str(self.kubeconfig))
         peers: tuple[tuple[str, tuple[str, ...]], ...] = ()
-        if self.hami_peer:
+        if self.hami_peer or self.beside_hami:
             self.hami_binary = hami.binary()
             peers = hami.images(self.hami_binary)
         images = Images(IMAGE_REPOSITORY, KUBE_SCHEDULER_IMAGE, self.kube_version, binaries, peers)
@@ -120,6 +126,9 @@ class RealCluster:
             "GET", f"/api/v1/namespaces/{self.namespace}/serviceaccounts/default"), 60)
         if self.hami_peer:
             hami.serves(self.kube, self.namespace)
+        elif self.beside_hami:
+            wait_for("HAMi's webhook routing GPU pods",
+                     lambda: hami.webhook_routes(self.kube, self.namespace, hami.gpu_pod("hami-webhook-probe")), 60)
         return self
 
     def _start_node(self, node: str, images: Images) -> None:
@@ -150,15 +159,19 @@ class RealCluster:
         }
         if self.hami_peer:
             values["scheduler"] = {"enabled": False, "external": {"identity": hami.IDENTITY}}
+        elif self.beside_hami:
+            values["scheduler"] = {"name": BESIDE_HAMI_SCHEDULER}
         return _merge(values, self.extra_values)
 
     def _helm_install(self) -> None:
-        if self.hami_binary is not None:
+        if self.hami_peer or self.beside_hami == "hami-first":
             self.install_hami()
         values = self.workdir / "values.yaml"
         values.write_text(yaml.safe_dump(self.values()))
         self.helm_run("install", RELEASE, str(ROOT / "chart"), "--namespace", SYSTEM_NAMESPACE, "-f", str(values),
                       "--wait", "--timeout", "5m")
+        if self.beside_hami == "ours-first":
+            self.install_hami()
 
     def install_hami(self) -> None:
         """HAMi's own chart, as released, in kube-system (release `hami`)."""

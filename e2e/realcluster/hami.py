@@ -10,6 +10,7 @@ image is not here) e2e/realcluster/certgen.py. Nothing of HAMi goes into hami-dc
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -34,6 +35,10 @@ CERTGEN = ROOT / "e2e" / "realcluster" / "certgen.py"
 # The username HAMi's scheduler (its extender and its kube-scheduler share the pod's account) writes with.
 IDENTITY = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-scheduler"
 SCHEDULER_NAME = "hami-scheduler"  # HAMi chart's schedulerName, which its webhook sets
+# HAMi's NVIDIA names (its chart's defaults; v2.10's pkg/device/nvidia).
+GPU, GPU_MEMORY = "nvidia.com/gpu", "nvidia.com/gpumem"
+NVIDIA_REGISTER = "hami.io/node-nvidia-register"
+GPU_ALLOCATED = "hami.io/vgpu-devices-allocated"
 JSON = dict[str, Any]
 
 
@@ -84,11 +89,36 @@ def values(kube_version: str, extender_args: Sequence[str] = ()) -> JSON:
     }
 
 
-def webhook_routes(kube: Kube, namespace: str) -> bool:
-    """HAMi's webhook answers: a DCU pod created with dryRun comes back routed to HAMi's
-    scheduler. Its failurePolicy is Ignore, so until its Service routes to a ready pod a DCU
+def gpu_pod(name: str, gpus: int = 1, memory_mib: int = 1000) -> JSON:
+    """A pod asking HAMi for a share of an NVIDIA GPU (HAMi chart's resource names)."""
+    pod = pod_manifest(name, [Ctr("main")])
+    pod["spec"]["containers"][0]["resources"] = {"limits": {GPU: str(gpus), GPU_MEMORY: str(memory_mib)}}
+    # The fake GPU node has no kubelet: the node lifecycle controller taints it unreachable.
+    pod["spec"]["tolerations"] = [{"operator": "Exists"}]
+    return pod
+
+
+def fake_gpu_node(kube: Kube, name: str, gpus: int = 2, memory_mib: int = 24000) -> None:
+    """A Node as HAMi's NVIDIA device plugin would leave it (its registration, the GPUs in
+    allocatable), with no kubelet: HAMi's scheduler places and binds pods there; nothing runs
+    them."""
+    devices = [{"id": f"GPU-{name}-{i}", "index": i, "count": 10, "devmem": memory_mib, "devcore": 100,
+                "type": "NVIDIA-Tesla T4", "numa": 0, "mode": "hami-core", "health": True} for i in range(gpus)]
+    resources = {"cpu": "16", "memory": "64Gi", "pods": "110", GPU: str(10 * gpus)}
+    # Tainted, so that only the GPU pods (which tolerate everything) land where nothing runs pods.
+    kube.create_node({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "gpu": "on"},
+                                   "annotations": {NVIDIA_REGISTER: json.dumps(devices)}},
+                      "spec": {"taints": [{"key": "hami-e2e/no-kubelet", "effect": "NoSchedule"}]}})
+    kube.patch_node_status(name, {"capacity": resources, "allocatable": resources,
+                                  "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                                  "message": "a fake GPU node"}]})
+
+
+def webhook_routes(kube: Kube, namespace: str, probe: JSON | None = None) -> bool:
+    """HAMi's webhook answers: a DCU pod (or `probe`) created with dryRun comes back routed to
+    HAMi's scheduler. Its failurePolicy is Ignore, so until its Service routes to a ready pod a
     pod is silently left to the default scheduler; nothing else says when that ends."""
-    probe = pod_manifest("hami-webhook-probe", [Ctr("main", 1, 1000, 10)])
+    probe = probe or pod_manifest("hami-webhook-probe", [Ctr("main", 1, 1000, 10)])
     try:
         made = kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", query={"dryRun": "All"}, body=probe)
     except KubeError:
