@@ -29,7 +29,7 @@ def recorder(tmp_path):
         asyncio.set_event_loop(loop)
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", answer)
-        runner = web.AppRunner(app)
+        runner = web.AppRunner(app, access_log=None)  # no log line from this thread after pytest closed its stream
         loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", 0)
         loop.run_until_complete(site.start())
