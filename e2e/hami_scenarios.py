@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from e2e.realcluster import hami
@@ -27,6 +28,7 @@ from e2e.scenarios import (
     wait_running,
     wait_until,
 )
+from hami_dcu.cli.cardusage import cluster_usage
 from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
 from hami_dcu.common import keys
 
@@ -50,6 +52,13 @@ def served(b: ClusterBackend, name: str, timeout: float = 90.0) -> JSON:
     # HAMi's Filter writes which node it chose; its Bind the time it bound.
     assert annotations.get(keys.POD_NODE) == pod["spec"]["nodeName"], annotations
     wait_until(f"{pod['spec']['nodeName']} unlocked", lambda: _unlocked(b, pod["spec"]["nodeName"]), 30)
+    # What `hami-dcu status` prints, from the same nodes and pods: the pod's share on its cards.
+    usage = cluster_usage(b.kube.list_nodes().items, b.kube.list_pods(namespace=b.namespace).items,
+                          datetime.now(UTC), DCU)
+    shown = {(card.id, share.bind_phase) for node in usage.nodes for card in node.cards for share in card.shares
+             if share.pod == name}
+    held = {dev.uuid for container in allocation(pod) for dev in container}
+    assert {card for card, _ in shown} == held and all(p == keys.BIND_PHASE_SUCCESS for _, p in shown), shown
     return pod
 
 
