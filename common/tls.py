@@ -3,6 +3,7 @@ Used by the webhook and the scheduler extender."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
@@ -112,3 +113,16 @@ class ReloadingTLS:
             await asyncio.sleep(interval)
             with contextlib.suppress(Exception):
                 self.reload_if_changed()
+
+
+def add_client_auth_arguments(parser: argparse.ArgumentParser) -> None:
+    """The webhook's client authentication flags (webhook/callers.py), taken by `hami-dcu
+    webhook` and by `hami-dcu scheduler`, which serves the webhook in its process."""
+    parser.add_argument("--client-ca", default=None, metavar="FILE",
+                        help="the webhook answers reviews only from clients presenting a certificate this CA (PEM) "
+                             "signed: the API server's, as its --admission-control-config-file gives it one "
+                             "(reloaded when it changes); without it no caller is proven, and the webhook creates "
+                             "nothing while reviewing and names no quota figure")
+    parser.add_argument("--client-name", action="append", default=None, metavar="NAME",
+                        help="with --client-ca: the client certificate's common name or a DNS name must be one of "
+                             "these (repeatable; default: any certificate the CA signed)")

@@ -43,7 +43,7 @@ from hami_dcu.common.flagtypes import positive_int, positive_seconds
 from hami_dcu.common.guardedsite import serve_guarded
 from hami_dcu.common.kube import AsyncKube, Kube, KubeConfigError, user_agent
 from hami_dcu.common.preferences import CARD_WORDS
-from hami_dcu.common.tls import ReloadingTLS
+from hami_dcu.common.tls import ReloadingTLS, add_client_auth_arguments
 from hami_dcu.common.writer_flags import add_identity_arguments
 from hami_dcu.scheduler import policy
 from hami_dcu.scheduler.app import build_app, build_side_app
@@ -78,15 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="open connections on --bind, all of them kube-scheduler's: one per pod whose bind "
                              "is under way, waiting for its node included (default %(default)s)")
     parser.add_argument("--tls-key", help="serving key (PEM)")
-    # The webhook's client authentication (webhook/callers.py; `hami-dcu webhook` has the same two).
-    parser.add_argument("--client-ca", default=None, metavar="FILE",
-                        help="the webhook answers reviews only from clients presenting a certificate this CA (PEM) "
-                             "signed: the API server's, as its --admission-control-config-file gives it one; "
-                             "without it no caller is proven, and the webhook creates nothing while reviewing and "
-                             "names no quota figure")
-    parser.add_argument("--client-name", action="append", default=None, metavar="NAME",
-                        help="with --client-ca: the client certificate's common name or a DNS name must be one of "
-                             "these (repeatable; default: any certificate the CA signed)")
+    add_client_auth_arguments(parser)
     parser.add_argument("--scheduler-name", default=keys.DEFAULT_SCHEDULER_NAME,
                         help="the kube-scheduler profile this extender serves (pods' spec.schedulerName)")
     parser.add_argument("--node-policy", choices=policy.POLICIES, default=policy.DEFAULT_NODE_POLICY,

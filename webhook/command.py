@@ -15,7 +15,7 @@ from hami_dcu.common.cannotstart import CannotStart
 from hami_dcu.common.certmetrics import CertificateExpiry
 from hami_dcu.common.connlimits import ConnectionLimits, add_connection_arguments, connection_limits_from
 from hami_dcu.common.guardedsite import serve_guarded
-from hami_dcu.common.tls import ReloadingTLS
+from hami_dcu.common.tls import ReloadingTLS, add_client_auth_arguments
 from hami_dcu.common.writer_flags import add_identity_arguments, identities_from
 from hami_dcu.webhook.callers import ClientAuth
 from hami_dcu.webhook.decision import Settings
@@ -31,19 +31,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_client_auth_arguments(parser)
     add_settings_arguments(parser)
     add_connection_arguments(parser)
-
-
-def add_client_auth_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags shared with `hami-dcu scheduler` (which declares its own, so it parses without
-    importing the webhook): webhook/callers.py."""
-    parser.add_argument("--client-ca", default=None, metavar="FILE",
-                        help="answer reviews only from clients presenting a certificate this CA (PEM) signed: the "
-                             "API server's, as its --admission-control-config-file gives it one (reloaded when it "
-                             "changes); without it no caller is proven, and the webhook creates nothing while "
-                             "reviewing and names no quota figure")
-    parser.add_argument("--client-name", action="append", default=None, metavar="NAME",
-                        help="with --client-ca: the client certificate's common name or a DNS name must be one of "
-                             "these (repeatable; default: any certificate the CA signed)")
 
 
 def client_auth_from(args: argparse.Namespace) -> ClientAuth | None:
