@@ -59,16 +59,10 @@ fi
 # configuration, exactly as released.
 say "HAMi ($src, $gover) is not built yet: building ./cmd/scheduler once into $out" \
     "(downloads Go modules on first use; about 8 minutes cold on 2 cores)"
-(cd "$tree" && go build -trimpath -ldflags "-s -w" -o "$staging/hami-scheduler" ./cmd/scheduler) &
-pid=$!
-while :; do
-    for _ in $(seq 1 "${HAMI_DCU_BUILD_HEARTBEAT:-60}"); do
-        kill -0 "$pid" 2>/dev/null || break 2
-        sleep 1
-    done
-    say "still building HAMi's scheduler ($(elapsed) so far)"
-done
-wait "$pid" || { say "building HAMi's scheduler failed after $(elapsed)"; exit 1; }
+. "$here/heartbeat.sh"
+build_with_heartbeat "HAMi's scheduler" \
+    bash -c 'cd "$1" && go build -trimpath -ldflags "-s -w" -o "$2" ./cmd/scheduler' _ "$tree" "$staging/hami-scheduler" \
+    || exit 1
 rm -rf "$out/charts"
 cp -r "$tree/charts" "$out/charts"
 mv "$staging/hami-scheduler" "$binary"

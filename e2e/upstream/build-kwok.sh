@@ -52,16 +52,10 @@ trap 'rm -rf "$staging"' EXIT
 # Kubernetes' component-base).
 say "kwok $version is not built yet: building it once into $out" \
     "(downloads Go modules on first use; about 5-10 minutes cold on 2 cores)"
-(cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$staging/kwok" sigs.k8s.io/kwok/cmd/kwok) &
-pid=$!
-while :; do
-    for _ in $(seq 1 "${HAMI_DCU_BUILD_HEARTBEAT:-60}"); do
-        kill -0 "$pid" 2>/dev/null || break 2
-        sleep 1
-    done
-    say "still building kwok $version ($(elapsed) so far)"
-done
-wait "$pid" || { say "building kwok $version failed after $(elapsed)"; exit 1; }
+. "$here/heartbeat.sh"
+build_with_heartbeat "kwok $version" \
+    bash -c 'cd "$1" && go build -trimpath -ldflags "-s -w" -o "$2" sigs.k8s.io/kwok/cmd/kwok' _ "$here/kwok" "$staging/kwok" \
+    || exit 1
 copy_stages
 mv "$staging/kwok" "$binary"
 say "done in $(elapsed): later runs reuse $binary"
