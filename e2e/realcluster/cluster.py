@@ -245,11 +245,38 @@ class RealCluster:
                              f"{status.get('phase')} {status.get('message', '')}")
         except KubeError as exc:
             lines.append(f"(pods unavailable: {exc})")
+        lines.extend(self._test_namespace_story())
+        if self.control_plane is not None:
+            for log_file in sorted((self.control_plane.workdir / "logs").glob("kube-*.log")):
+                tail = log_file.read_text(errors="replace").splitlines()[-10:]
+                lines.append(f"--- control plane {log_file.name}:\n" + "\n".join(tail))
         # Every container log, finished ones (Job pods) included.
         for log_file in sorted((self.workdir / "nodes").glob("*/pods/*/logs/*.log")):
             tail = log_file.read_text(errors="replace").splitlines()[-15:]
             lines.append(f"--- {log_file.relative_to(self.workdir)}:\n" + "\n".join(tail))
         return "\n".join(lines)
+
+    def _test_namespace_story(self) -> list[str]:
+        """The test namespace's pods that are not running (with why, from their conditions) and
+        its events: what a failed wait needs to tell a scheduling refusal from a slow kubelet."""
+        lines: list[str] = []
+        try:
+            for pod in self.kube.list_pods(namespace=self.namespace).items:
+                status = pod.get("status") or {}
+                if status.get("phase") == "Running":
+                    continue
+                why = "; ".join(f"{c.get('type')}={c.get('status')} {c.get('reason', '')} {c.get('message', '')}"
+                                for c in status.get("conditions") or [])
+                lines.append(f"pod {self.namespace}/{pod['metadata']['name']} on {pod['spec'].get('nodeName')}: "
+                             f"{status.get('phase')} {why}")
+            events = self.kube.request("GET", f"/api/v1/namespaces/{self.namespace}/events").get("items") or []
+            for event in events[-30:]:
+                involved = event.get("involvedObject") or {}
+                lines.append(f"event {involved.get('kind')}/{involved.get('name')}: {event.get('reason')} "
+                             f"x{event.get('count', 1)} {event.get('message', '')}")
+        except KubeError as exc:
+            lines.append(f"(test namespace unavailable: {exc})")
+        return lines
 
     def container_logs(self, container: str) -> str:
         """What every running container of that name has logged so far, on every node."""
