@@ -4,6 +4,7 @@ chart runs is pulled through it; unset, the images are as before."""
 import subprocess
 
 import pytest
+import yaml
 from chart_paths import CHART
 
 MIRROR = "m.daocloud.io"
@@ -49,7 +50,8 @@ def test_every_hami_dcu_container_is_pulled_through_the_registry(render, values)
 
 def test_the_defaults_leave_images_as_they_were(render):
     found = images(render())
-    assert found["extender"] == {"ghcr.io/hami-dcu/hami-dcu:0.1.0"}
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert found["extender"] == {f"ghcr.io/hami-dcu/hami-dcu:{app_version}"}
     assert found["kube-scheduler"] == {"registry.k8s.io/kube-scheduler:v1.31.0"}
     assert images(render("--set", "global.imageRegistry=")) == found
 
