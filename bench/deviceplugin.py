@@ -51,8 +51,9 @@ from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
 from hami_dcu.common.kube import Kube
 from hami_dcu.common.nodelock import NodeLock
 from hami_dcu.deviceplugin.api.v1beta1 import api_pb2, api_pb2_grpc
-from hami_dcu.deviceplugin.plugin import Paths, PluginCore
+from hami_dcu.deviceplugin.core import Paths
 from hami_dcu.deviceplugin.server import Servicer, socket_name
+from hami_dcu.deviceplugin.service import PluginService
 from hami_dcu.node.discovery import discover
 from hami_dcu.node.faketree import lay_out
 from hami_dcu.node.smi import MockBackend
@@ -129,9 +130,9 @@ def main() -> int:
     try:
         kube = Kube.from_kubeconfig(str(kubeconfig))
         kube.create_node({"metadata": {"name": "n1"}})
-        core = PluginCore(kube, "n1", discover(smi, work / "sys", work / "dev", DCU),
-                          Paths(vdev_dir=work / "vgpu", etc_vdev=work / "etc", state_dir=work / "state",
-                                dev_root=work / "dev"))
+        core = PluginService(kube, "n1", discover(smi, work / "sys", work / "dev", DCU),
+                             Paths(vdev_dir=work / "vgpu", etc_vdev=work / "etc", state_dir=work / "state",
+                                   dev_root=work / "dev"))
         server = grpc.server(futures.ThreadPoolExecutor(4))
         api_pb2_grpc.add_DevicePluginServicer_to_server(
             Servicer(core, dict, threading.Condition(), threading.Event()), server)

@@ -15,10 +15,11 @@ from hami_dcu.common.failures import Component
 from hami_dcu.common.flagtypes import absolute_path
 from hami_dcu.common.kube import Kube, KubeError, user_agent
 from hami_dcu.common.metricsserver import serve
+from hami_dcu.deviceplugin.core import Paths
 from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.deviceplugin.namingwatch import check_node_naming
-from hami_dcu.deviceplugin.plugin import Paths, PluginCore
 from hami_dcu.deviceplugin.server import DevicePluginServer
+from hami_dcu.deviceplugin.service import PluginService
 from hami_dcu.deviceplugin.usageview import plugin_view
 from hami_dcu.node import usagemetrics
 from hami_dcu.node.flags import add_node_arguments, make_backend, served_cards
@@ -48,28 +49,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class NodeLoop:
     """Registration and reconcile every interval; 5 s after a failure."""
 
-    def __init__(self, core: PluginCore, server: DevicePluginServer, interval: float) -> None:
-        self.core = core
+    def __init__(self, service: PluginService, server: DevicePluginServer, interval: float) -> None:
+        self.service = service
         self.server = server
         self.interval = interval
         self.stopping = threading.Event()
 
     def once(self) -> bool:
         try:
-            self.core.register_node(self.server.health_snapshot())
-            self.core.reconcile()
+            self.service.register_node(self.server.health_snapshot())
+            self.service.reconcile()
             return True
         except (KubeError, OSError) as exc:
-            log.warning("node %s: registration or reconcile failed, retrying in %.0fs: %s", self.core.node,
+            log.warning("node %s: registration or reconcile failed, retrying in %.0fs: %s", self.service.node,
                         RETRY_AFTER_FAILURE, exc)
             return False
 
     def publish_now(self) -> None:
         """Republish the node registration at once (health changed); the cycle retries on failure."""
         try:
-            self.core.register_node(self.server.health_snapshot())
+            self.service.register_node(self.server.health_snapshot())
         except KubeError as exc:
-            log.warning("node %s: registration after a health change failed: %s", self.core.node, exc)
+            log.warning("node %s: registration after a health change failed: %s", self.service.node, exc)
 
     def run(self) -> None:
         while not self.stopping.is_set():
@@ -77,7 +78,7 @@ class NodeLoop:
             self.stopping.wait(self.interval if ok else RETRY_AFTER_FAILURE)
 
 
-def build(args: argparse.Namespace, kube: Kube) -> tuple[PluginCore, DevicePluginServer, NodeLoop]:
+def build(args: argparse.Namespace, kube: Kube) -> tuple[PluginService, DevicePluginServer, NodeLoop]:
     naming = keys.naming_by_name(args.naming)
     backend = make_backend(args)
     served = served_cards(args, backend, naming)
@@ -85,18 +86,19 @@ def build(args: argparse.Namespace, kube: Kube) -> tuple[PluginCore, DevicePlugi
                   dev_root=Path(args.dev_root),
                   driver_dir=Path(args.driver_dir), hyhal_dir=Path(args.hyhal_dir))
     resource = args.resource_count or naming.resources.count
-    core = PluginCore(kube, args.node_name, served, paths, args.slots_per_card, args.lock_timeout,
-                      metrics=PluginMetrics(), naming=naming, resource=resource,
-                      volcano_scheduler=args.volcano_scheduler_name)
-    server = DevicePluginServer(core, args.plugin_dir, resource,
+    service = PluginService(kube, args.node_name, served, paths, args.slots_per_card, args.lock_timeout,
+                            metrics=PluginMetrics(), naming=naming, resource=resource,
+                            volcano_scheduler=args.volcano_scheduler_name)
+    server = DevicePluginServer(service, args.plugin_dir, resource,
                                 health=SmiHealth(backend, served, args.dev_root))
-    loop = NodeLoop(core, server, args.register_interval)
+    loop = NodeLoop(service, server, args.register_interval)
     server.on_health_change = loop.publish_now
-    return core, server, loop
+    return service, server, loop
 
 
-def report_unknown_models(core: PluginCore) -> None:
+def report_unknown_models(service: PluginService) -> None:
     """An unknown model is served with a fallback type; say so on the node, where operators look."""
+    core = service.core
     unknown = [c for c in core.cards.values() if c.card.model == FALLBACK_MODEL]
     if not unknown:
         return
@@ -105,8 +107,8 @@ def report_unknown_models(core: PluginCore) -> None:
                + ", ".join(f"{c.id} ({c.card.pci_bus_id})" for c in unknown))
     log.warning("node %s: %s", core.node, message)
     try:
-        core.kube.create_event({"kind": "Node", "metadata": {"name": core.node}}, "UnknownDCUModel", message,
-                               "Warning", component="hami-dcu-device-plugin")
+        service.kube.create_event({"kind": "Node", "metadata": {"name": core.node}}, "UnknownDCUModel", message,
+                                  "Warning", component="hami-dcu-device-plugin")
     except KubeError as exc:
         log.warning("node %s: could not record the unknown-model event: %s", core.node, exc)
 
@@ -116,22 +118,23 @@ def run(args: argparse.Namespace) -> int:
         raise CannotStart("no node name: pass --node-name or set NODE_NAME (the downward API's spec.nodeName)")
     kube = Kube.from_kubeconfig(args.kubeconfig, agent=user_agent("device-plugin"))
     try:
-        core, server, loop = build(args, kube)
+        service, server, loop = build(args, kube)
     except SmiError as exc:
         raise CannotStart(f"node {args.node_name}: {exc}") from exc
-    log.info("node %s: serving %d cards: %s", args.node_name, len(core.cards), ", ".join(sorted(core.cards)))
+    cards = service.core.cards
+    log.info("node %s: serving %d cards: %s", args.node_name, len(cards), ", ".join(sorted(cards)))
     if args.metrics_bind:
-        usagemetrics.register(core.metrics.registry, Component.DEVICE_PLUGIN, lambda: plugin_view(core), args)
+        usagemetrics.register(service.metrics.registry, Component.DEVICE_PLUGIN, lambda: plugin_view(service), args)
         try:
-            serve(core.metrics, args.metrics_bind, connection_limits_from(args))
+            serve(service.metrics, args.metrics_bind, connection_limits_from(args))
         except (OSError, ValueError) as exc:
             log.error("device plugin cannot serve metrics on %s: %s", args.metrics_bind, exc)
             return 1
     # The kubelet's pod deletion sends SIGTERM: stop serving and remove our socket cleanly.
     # Installed before serving: a SIGTERM right after registration must not kill us mid-way.
     signal.signal(signal.SIGTERM, lambda _sig, _frame: loop.stopping.set())
-    report_unknown_models(core)
-    check_node_naming(kube, args.node_name, core.naming)
+    report_unknown_models(service)
+    check_node_naming(kube, args.node_name, service.core.naming)
     server.refresh_health()
     server.start()
     try:

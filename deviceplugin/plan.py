@@ -60,8 +60,28 @@ def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str
     the pod's entries belong to, in order; by default every container, init containers first
     (HAMi's layout). Volcano's Hygon deviceshare writes entries only for the containers that
     request HCU (lockless.hcu_containers)."""
-    meta = pod.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    _refuse_unless_being_admitted(pod, node, annotations)
+    entries, index = _next_entry(pod, annotations, naming)
+    _refuse_unless_recorded(pod, annotations, entries, index, naming)
+    containers = pod_containers(pod) if entry_containers is None else entry_containers
+    if index >= len(containers):
+        raise AllocateRefused(
+            f"pod {who(pod)}: {naming.pod_devices_to_allocate} names container #{index}, the pod has "
+            f"{len(containers)}"
+        )
+    devices = entries[index]
+    cname = containers[index].get("name", f"#{index}")
+    _refuse_unless_served_here(pod, cname, node, devices, request_ids, cards)
+    _refuse_split_share(pod, cname, devices, cards)
+    ids_match = Counter(map(card_of_fake_id, request_ids)) == Counter(d.uuid for d in devices)
+    remaining = [list(e) for e in entries]
+    remaining[index] = []
+    return ContainerPlan(index=index, container=cname, devices=devices, remaining=remaining, ids_match=ids_match)
+
+
+def _refuse_unless_being_admitted(pod: JSON, node: str, annotations: JSON) -> None:
+    """Bound here, Pending, and marked by hami-scheduler's bind as awaiting its allocation."""
     bound = (pod.get("spec") or {}).get("nodeName")
     if bound != node:
         raise AllocateRefused(f"pod {who(pod)} holds the lock of node {node} but is bound to {bound or 'no node'}")
@@ -74,6 +94,10 @@ def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str
             f"pod {who(pod)} has {keys.POD_BIND_PHASE}={bind_phase!r}, not "
             f"{keys.BIND_PHASE_ALLOCATING!r}: it was not bound by hami-scheduler just now"
         )
+
+
+def _next_entry(pod: JSON, annotations: JSON, naming: Naming) -> tuple[PodDevices, int]:
+    """The pod's to-allocate entries and the index of the first one not served yet."""
     to_allocate = naming.pod_devices_to_allocate
     value = annotations.get(to_allocate)
     if value is None:
@@ -88,14 +112,13 @@ def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str
     index = next((i for i, entry in enumerate(entries) if entry), None)
     if index is None:
         raise AllocateRefused(f"pod {who(pod)}: every container already got its DCU, none left for this request")
-    _refuse_unless_recorded(pod, annotations, entries, index, naming)
-    containers = pod_containers(pod) if entry_containers is None else entry_containers
-    if index >= len(containers):
-        raise AllocateRefused(
-            f"pod {who(pod)}: {to_allocate} names container #{index}, the pod has {len(containers)}"
-        )
-    devices = entries[index]
-    cname = containers[index].get("name", f"#{index}")
+    return entries, index
+
+
+def _refuse_unless_served_here(pod: JSON, cname: str, node: str, devices: list[ContainerDevice],
+                               request_ids: list[str], cards: dict[str, DcuCard]) -> None:
+    """As many devices as the kubelet asks for, on cards this plugin serves, with shares that
+    are not negative, and kubelet ids this plugin advertises."""
     if len(devices) != len(request_ids):
         raise AllocateRefused(
             f"pod {who(pod)} container {cname}: the kubelet asks for {len(request_ids)} "
@@ -112,11 +135,6 @@ def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str
                 f"pod {who(pod)} container {cname}: the kubelet asks for device {fake_id!r}, which this plugin "
                 f"does not advertise on node {node}"
             )
-    _refuse_split_share(pod, cname, devices, cards)
-    ids_match = Counter(map(card_of_fake_id, request_ids)) == Counter(d.uuid for d in devices)
-    remaining = [list(e) for e in entries]
-    remaining[index] = []
-    return ContainerPlan(index=index, container=cname, devices=devices, remaining=remaining, ids_match=ids_match)
 
 
 def _refuse_unless_recorded(pod: JSON, annotations: JSON, entries: PodDevices, index: int, naming: Naming) -> None:

@@ -1,7 +1,8 @@
 """The kubelet side: the DevicePlugin gRPC service on a unix socket, registration with
 `kubelet.sock`, re-registration when the kubelet restarts, and health-driven ListAndWatch.
 
-This module only translates between gRPC and `PluginCore`; it makes no allocation decision.
+This module only translates between gRPC and `PluginService` (service.py); it makes no
+allocation decision.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import grpc
 
 from hami_dcu.common.failures import Component, FailureReporter
 from hami_dcu.deviceplugin.api.v1beta1 import api_pb2, api_pb2_grpc
+from hami_dcu.deviceplugin.core import ContainerResponse
 from hami_dcu.deviceplugin.plan import fake_device_id
-from hami_dcu.deviceplugin.plugin import ContainerResponse, PluginCore
+from hami_dcu.deviceplugin.service import PluginService
 
 log = logging.getLogger(__name__)
 
@@ -76,28 +78,28 @@ def to_proto(response: ContainerResponse) -> api_pb2.ContainerAllocateResponse:
 class Servicer(api_pb2_grpc.DevicePluginServicer):
     def __init__(
         self,
-        core: PluginCore,
+        service: PluginService,
         health: Callable[[], dict[str, bool]],
         changed: threading.Condition,
         stopping: threading.Event,
     ) -> None:
-        self.core = core
+        self.service = service
         self.health = health
         self.changed = changed
         self.stopping = stopping
         self.generation = 0
         self.streams = StreamSlots(MAX_STREAMS)
-        self.failures = FailureReporter(Component.DEVICE_PLUGIN, core.metrics.registry, log)
+        self.failures = FailureReporter(Component.DEVICE_PLUGIN, service.metrics.registry, log)
 
     def devices(self) -> list[api_pb2.Device]:
         health = self.health()
         out = []
-        for card in sorted(self.core.cards.values(), key=lambda c: c.index):
+        for card in sorted(self.service.core.cards.values(), key=lambda c: c.index):
             state = HEALTHY if health.get(card.id, card.card.healthy) else UNHEALTHY
             topology = api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=card.card.numa)])
             out += [
                 api_pb2.Device(ID=fake_device_id(card.id, slot), health=state, topology=topology)
-                for slot in range(self.core.slots_per_card)
+                for slot in range(self.service.core.slots_per_card)
             ]
         return out
 
@@ -138,21 +140,21 @@ class Servicer(api_pb2_grpc.DevicePluginServicer):
         try:
             responses = [
                 api_pb2.ContainerPreferredAllocationResponse(
-                    deviceIDs=self.core.preferred(
+                    deviceIDs=self.service.preferred(
                         list(r.available_deviceIDs), list(r.must_include_deviceIDs), r.allocation_size
                     )
                 )
                 for r in request.container_requests
             ]
         except Exception as exc:
-            self._abort(context, exc, f"GetPreferredAllocation on node {self.core.node}")
+            self._abort(context, exc, f"GetPreferredAllocation on node {self.service.node}")
         return api_pb2.PreferredAllocationResponse(container_responses=responses)
 
     def Allocate(self, request: api_pb2.AllocateRequest, context: grpc.ServicerContext) -> api_pb2.AllocateResponse:
         try:
-            responses = self.core.allocate([list(r.devices_ids) for r in request.container_requests])
+            responses = self.service.allocate([list(r.devices_ids) for r in request.container_requests])
         except Exception as exc:  # a bug must fail this one admission, never the server
-            self._abort(context, exc, f"Allocate on node {self.core.node}")
+            self._abort(context, exc, f"Allocate on node {self.service.node}")
         return api_pb2.AllocateResponse(container_responses=[to_proto(r) for r in responses])
 
     def _abort(self, context: grpc.ServicerContext, exc: Exception, subject: str) -> NoReturn:
@@ -173,13 +175,13 @@ class DevicePluginServer:
 
     def __init__(
         self,
-        core: PluginCore,
+        service: PluginService,
         plugin_dir: str | Path,
         resource: str,
         health: Callable[[], dict[str, bool]] | None = None,
         poll_interval: float = 1.0,
     ) -> None:
-        self.core = core
+        self.service = service
         self.plugin_dir = Path(plugin_dir)
         self.resource = resource
         self.endpoint = socket_name(resource)
@@ -189,7 +191,7 @@ class DevicePluginServer:
         self.stopping = threading.Event()
         self._health_now: dict[str, bool] = {}
         self._health_source = health or (lambda: {})
-        self.servicer = Servicer(core, lambda: self._health_now, self.changed, self.stopping)
+        self.servicer = Servicer(service, lambda: self._health_now, self.changed, self.stopping)
         self._server: grpc.Server | None = None
         self._kubelet_stamp: tuple[int, int] | None = None
         self._watcher: threading.Thread | None = None

@@ -41,8 +41,9 @@ from hami_dcu.common.kube import AsyncKube, Kube
 from hami_dcu.common.tls import ReloadingTLS
 from hami_dcu.common.writers import NODE_NAME_EXTRA, Identities
 from hami_dcu.deviceplugin.command import NodeLoop
-from hami_dcu.deviceplugin.plugin import Paths, PluginCore
+from hami_dcu.deviceplugin.core import Paths
 from hami_dcu.deviceplugin.server import DevicePluginServer
+from hami_dcu.deviceplugin.service import PluginService
 from hami_dcu.node.discovery import discover
 from hami_dcu.node.faketree import lay_out
 from hami_dcu.node.smi import MockBackend
@@ -73,7 +74,7 @@ class LocalNode:
     root: Path
     plugin_dir: Path
     kubelet: LocalKubelet
-    core: PluginCore | None = None
+    plugin: PluginService | None = None
     server: DevicePluginServer | None = None
     loop: NodeLoop | None = None
     loop_thread: threading.Thread | None = None
@@ -240,9 +241,9 @@ class LocalCluster:
         # The plugin's token is bound to its node, as the kubelet binds a projected token to the pod.
         kube = (Kube.from_kubeconfig(str(self.api.credentials(PLUGIN_IDENTITY, {NODE_NAME_EXTRA: [node.name]})))
                 if self.api else self.kube)
-        node.core = PluginCore(kube, node.name, served, node.paths, naming=self.naming)
+        node.plugin = PluginService(kube, node.name, served, node.paths, naming=self.naming)
         node.server = DevicePluginServer(
-            node.core,
+            node.plugin,
             node.plugin_dir,
             self.naming.resources.count,
             poll_interval=0.2,
@@ -250,7 +251,7 @@ class LocalCluster:
         )
         node.server.refresh_health()
         node.server.start()
-        node.loop = NodeLoop(node.core, node.server, self.register_interval)
+        node.loop = NodeLoop(node.plugin, node.server, self.register_interval)
         node.loop.once()
         node.loop_thread = threading.Thread(target=node.loop.run, name=f"plugin-{node.name}", daemon=True)
         node.loop_thread.start()

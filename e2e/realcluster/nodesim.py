@@ -1,10 +1,10 @@
 """The node side of kwok's fake nodes: what each node's device plugin and kubelet do on the API,
-done by the device plugin's own code (`PluginCore`), in a process of its own.
+done by the device plugin's own code (`PluginService`), in a process of its own.
 
     python -m e2e.realcluster.nodesim --kubeconfig admin.kubeconfig --nodes nodes.txt \
         --cards 8 --workdir DIR --metrics-port P
 
-Per fake node, one `PluginCore` (the device plugin minus gRPC and the SMI) over mock cards:
+Per fake node, one `PluginService` (the device plugin minus gRPC and the SMI) over mock cards:
 * registration: `register_node` publishes the cards and the handshake at start and again every
   `--register-interval` seconds (the chart's registerIntervalSeconds), spread over the interval,
   followed by the plugin's `reconcile` (vDCUs of pods gone, a lock nobody needs) on every node
@@ -53,9 +53,10 @@ from hami_dcu.cli.localcluster.pods import MockCard, default_cards
 from hami_dcu.common import keys
 from hami_dcu.common.kube import GoneError, Kube, KubeError, NotFoundError, load_api_client
 from hami_dcu.common.requests import pod_containers
+from hami_dcu.deviceplugin.core import AllocateFailed, Paths
 from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.deviceplugin.plan import fake_device_id
-from hami_dcu.deviceplugin.plugin import AllocateFailed, Paths, PluginCore
+from hami_dcu.deviceplugin.service import PluginService
 from hami_dcu.node.discovery import DcuCard, DrmNodes
 from hami_dcu.node.smi import Card
 
@@ -126,15 +127,15 @@ class NodeSimulator:
         self.resource = naming.resources.count
         self.register_interval = register_interval
         self.metrics = metrics or SimMetrics()
-        self.cores: dict[str, PluginCore] = {}
+        self.cores: dict[str, PluginService] = {}
         self.slot_ids: dict[str, list[str]] = {}
         for node, cards in nodes.items():
             served = served_cards(cards, naming)
             root = workdir / node
             paths = Paths(vdev_dir=root / "vdev", etc_vdev=root / "etc-vdev", state_dir=root / "state",
                           dev_root=root / "dev", driver_dir=root / "dtk", hyhal_dir=root / "hyhal")
-            self.cores[node] = PluginCore(impersonating(admin, plugin_user, node), node, served, paths,
-                                          slots_per_card, metrics=self.metrics.plugin, naming=naming)
+            self.cores[node] = PluginService(impersonating(admin, plugin_user, node), node, served, paths,
+                                             slots_per_card, metrics=self.metrics.plugin, naming=naming)
             self.slot_ids[node] = [fake_device_id(c.id, s) for c in served for s in range(slots_per_card)]
         self.assigned: dict[str, dict[str, set[str]]] = {node: {} for node in nodes}  # node -> uid -> ids
         self._queues: dict[str, deque[tuple[JSON, float]]] = {node: deque() for node in nodes}

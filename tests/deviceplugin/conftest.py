@@ -13,7 +13,8 @@ from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
 from hami_dcu.common.kube import Kube
 from hami_dcu.common.nodelock import NodeLock
-from hami_dcu.deviceplugin.plugin import Paths, PluginCore
+from hami_dcu.deviceplugin.core import Paths
+from hami_dcu.deviceplugin.service import PluginService
 from hami_dcu.node.discovery import discover
 from hami_dcu.node.faketree import lay_out
 from hami_dcu.node.smi import MockBackend
@@ -30,11 +31,12 @@ class Node:
     mock_file: Path
     paths: Paths
     plugin_dir: Path
-    cores: list[PluginCore] = field(default_factory=list)
+    cores: list[PluginService] = field(default_factory=list)
 
-    def core(self, **kwargs) -> PluginCore:
+    def core(self, **kwargs) -> PluginService:
+        """The device plugin as its command builds it, minus gRPC: its service over its pure core."""
         cards = discover(MockBackend(self.mock_file).cards(), self.root / "sys", self.root / "dev", DCU)
-        core = PluginCore(self.kube, NODE, cards, self.paths, **kwargs)
+        core = PluginService(self.kube, NODE, cards, self.paths, **kwargs)
         self.cores.append(core)
         return core
 

@@ -13,7 +13,7 @@ from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
 from hami_dcu.common.nodelock import NodeLock
 from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
-from hami_dcu.deviceplugin.plugin import AllocateFailed
+from hami_dcu.deviceplugin.core import AllocateFailed
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 

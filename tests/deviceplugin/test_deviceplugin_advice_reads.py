@@ -12,7 +12,7 @@ from hami_dcu.common import keys
 from hami_dcu.common.nodelock import NodeLock
 from hami_dcu.deviceplugin import advicereads
 from hami_dcu.deviceplugin.advicereads import AdviceReads, reusable
-from hami_dcu.deviceplugin.plugin import AllocateFailed
+from hami_dcu.deviceplugin.core import AllocateFailed
 
 AVAILABLE = ["DCU-S1-fake-0", "DCU-S1-fake-1", "DCU-S2-fake-0"]
 READS = AdviceReads(taken=100.0, generation=3, node={}, pending=[], advice=("DCU-S2-fake-0",))

@@ -6,7 +6,7 @@ import pytest
 from dp_helpers import dev
 
 from hami_dcu.common import keys
-from hami_dcu.deviceplugin.plugin import AllocateFailed, Ambiguous
+from hami_dcu.deviceplugin.core import AllocateFailed, Ambiguous
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 
@@ -225,7 +225,7 @@ def test_failure_in_second_container_undoes_the_first(dcu_node):
         core.allocate([["DCU-S1-fake-0"], ["DCU-S2-fake-0", "DCU-S2-fake-1"]])
     assert vdev_dirs(dcu_node) == []
     assert list(dcu_node.paths.etc_vdev.iterdir()) == []
-    assert core.state.cu_used.get(0, 0) == 0 and not core.state.vdevs_used
+    assert core.vdevs.state.cu_used.get(0, 0) == 0 and not core.vdevs.state.vdevs_used
 
 
 def test_cu_shortfall_is_an_error_not_a_smaller_mask(dcu_node):
@@ -244,12 +244,12 @@ def test_restart_rebuilds_identical_state_and_reconcile_removes_gone_pods(dcu_no
     dcu_node.bind("b", [("c", [dev("S2", 1000, 50)])])
     core.allocate([["DCU-S2-fake-0"]])
     restarted = dcu_node.core()
-    assert restarted.state == core.state
+    assert restarted.vdevs.state == core.vdevs.state
     dcu_node.kube.delete_pod("default", "a")
     removed = restarted.reconcile()
     assert len(removed) == 1 and "_c_0_" in removed[0]
     assert len(vdev_dirs(dcu_node)) == 1
-    assert restarted.state.cu_used[0] == 0 and restarted.state.vdevs_used == {1}
+    assert restarted.vdevs.state.cu_used[0] == 0 and restarted.vdevs.state.vdevs_used == {1}
     assert not (dcu_node.paths.etc_vdev / "vdev0.conf").exists()
     dcu_node.kube.patch_pod_status("default", "b", {"phase": "Succeeded"})
     assert len(restarted.reconcile()) == 1 and vdev_dirs(dcu_node) == []
@@ -334,7 +334,7 @@ def test_api_error_writing_the_pod_undoes_the_vdev_and_releases_the_lock(dcu_nod
     finally:
         api_server.faults.clear()
     assert vdev_dirs(dcu_node) == [] and list(dcu_node.paths.etc_vdev.iterdir()) == []
-    assert not core.state.vdevs_used and core.state.cu_used.get(0, 0) == 0
+    assert not core.vdevs.state.vdevs_used and core.vdevs.state.cu_used.get(0, 0) == 0
     assert dcu_node.lock_value() is None  # the node write went through
 
 
@@ -437,17 +437,17 @@ def test_restart_after_a_card_vanished_keeps_each_grant_on_its_own_card(dcu_node
     cards = yaml.safe_load(dcu_node.mock_file.read_text())
     dcu_node.mock_file.write_text(yaml.safe_dump(cards[1:]))  # S1 is gone: S2 is now index 0
     restarted = dcu_node.core()
-    assert list(restarted.by_index) == [0] and restarted.by_index[0].id == "DCU-S2"
-    assert restarted.state.cu_used[0] == (1 << 30) - 1  # S2's 30 CUs, not S1's 60
-    assert restarted.state.vdevs_used == {0, 1}  # S1's vDCU keeps its vdev id while its pod lives
+    assert list(restarted.core.by_index) == [0] and restarted.core.by_index[0].id == "DCU-S2"
+    assert restarted.vdevs.state.cu_used[0] == (1 << 30) - 1  # S2's 30 CUs, not S1's 60
+    assert restarted.vdevs.state.vdevs_used == {0, 1}  # S1's vDCU keeps its vdev id while its pod lives
     new = dcu_node.bind("new", [("c", [dev("S2", 1000, 25)])])
     restarted.allocate([["DCU-S2-fake-1"]])
     text, _ = read_conf(dcu_node, new, "c")
     assert "cu_mask: 0x0fffffffc0000000" in text and "vdev_id: 2" in text and "pipe_id: 1" in text
     dcu_node.kube.delete_pod("default", "on-s1")
     (removed,) = restarted.reconcile()
-    assert removed.startswith(on_s1["metadata"]["uid"]) and restarted.state.vdevs_used == {1, 2}
-    assert restarted.state.cu_used[0] == (1 << 60) - 1
+    assert removed.startswith(on_s1["metadata"]["uid"]) and restarted.vdevs.state.vdevs_used == {1, 2}
+    assert restarted.vdevs.state.cu_used[0] == (1 << 60) - 1
 
 
 @pytest.mark.parametrize("case", ["success", "running", "elsewhere"])
@@ -495,7 +495,7 @@ def test_restart_trusts_its_own_record_not_the_tenants_vdev_file(dcu_node):
     text, dirname = read_conf(dcu_node, tampered, "c")
     (dcu_node.paths.vdev_dir / dirname / "vdev0.conf").write_text(text.replace("0000:3D:00.0", "0000:9F:00.0"))
     restarted = dcu_node.core()
-    assert restarted.state == core.state and restarted.state.cu_used[0] == (1 << 60) - 1
+    assert restarted.vdevs.state == core.vdevs.state and restarted.vdevs.state.cu_used[0] == (1 << 60) - 1
     victim = dcu_node.bind("next", [("c", [dev("S1", 1000, 50)])])
     restarted.allocate([["DCU-S1-fake-1"]])
     mine, _ = read_conf(dcu_node, victim, "c")
@@ -511,9 +511,9 @@ def test_vdev_dirs_without_a_record_of_ours_are_removed_not_trusted(dcu_node):
     planted.mkdir()
     (planted / "vdev0.conf").write_text("PciBusId: 0000:9F:00.0\n")
     restarted = dcu_node.core()
-    assert restarted.state == core.state  # the planted grant is not taken back
+    assert restarted.vdevs.state == core.vdevs.state  # the planted grant is not taken back
     assert restarted.reconcile() == [planted.name] and not planted.exists()
-    assert restarted.state == core.state
+    assert restarted.vdevs.state == core.vdevs.state
 
 
 def test_grants_from_before_the_state_dir_are_adopted_by_their_directory_name(dcu_node):
@@ -525,7 +525,7 @@ def test_grants_from_before_the_state_dir_are_adopted_by_their_directory_name(dc
     for record in dcu_node.paths.state_dir.iterdir():
         record.unlink()
     upgraded = dcu_node.core()
-    assert upgraded.state == core.state
+    assert upgraded.vdevs.state == core.vdevs.state
     assert [p.name for p in dcu_node.paths.state_dir.iterdir()] == [p.name + ".conf" for p in
                                                                    dcu_node.paths.vdev_dir.iterdir()]
 
@@ -543,5 +543,5 @@ def test_a_to_allocate_that_disagrees_with_the_scheduler_is_refused(dcu_node, re
         DCU.pod_devices_to_allocate: encode_pod_devices([[rewrite]], DCU.pod_devices_to_allocate)})
     with pytest.raises(AllocateFailed, match=r"disagrees with hami\.io/dcu-devices-allocated"):
         core.allocate([[f"{rewrite.uuid}-fake-0"]])
-    assert vdev_dirs(dcu_node) == [] and not any(core.state.cu_used.values())
+    assert vdev_dirs(dcu_node) == [] and not any(core.vdevs.state.cu_used.values())
     assert dcu_node.annotation("p", keys.POD_BIND_PHASE) == keys.BIND_PHASE_FAILED

@@ -14,7 +14,7 @@ from dp_helpers import dev
 from hami_dcu.common import keys
 from hami_dcu.common.kube import Kube
 from hami_dcu.common.nodelock import NodeLock
-from hami_dcu.deviceplugin.plugin import AllocateFailed
+from hami_dcu.deviceplugin.core import AllocateFailed
 
 
 def conf_of(node, pod) -> tuple[str, str]:
@@ -34,7 +34,7 @@ def test_a_lost_or_edited_vdev_conf_is_put_back_from_the_record_at_restart(dcu_n
         conf = dcu_node.paths.vdev_dir / dirname / "vdev0.conf"
         conf.write_text("" if name == "crashed" else text.replace("0000:9F:00.0", "0000:3D:00.0"))
     restarted = dcu_node.core()
-    assert restarted.state == core.state
+    assert restarted.vdevs.state == core.vdevs.state
     for name, (text, _) in written.items():
         assert conf_of(dcu_node, crashed if name == "crashed" else edited)[0] == text
 
@@ -159,7 +159,7 @@ def test_a_file_that_cannot_be_written_leaves_the_pod_failed_though_success_went
         core.allocate([["DCU-S1-fake-0"]])
     assert dcu_node.annotation("p", keys.POD_BIND_PHASE) == keys.BIND_PHASE_FAILED
     assert dcu_node.lock_value() is None
-    assert not core.state.vdevs_used
+    assert not core.vdevs.state.vdevs_used
     assert list(dcu_node.paths.state_dir.iterdir()) == []
 
 

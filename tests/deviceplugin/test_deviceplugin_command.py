@@ -106,7 +106,8 @@ def test_a_plugin_built_with_hcu_registers_advertises_and_names_cards_in_the_hcu
                  "--dev-root", str(tmp_path / "dev"), "--sys-root", str(tmp_path / "sys"),
                  "--plugin-dir", str(tmp_path / "plugins"), "--vdev-dir", str(tmp_path / "vgpu"),
                  "--etc-vdev", str(tmp_path / "etc"), "--naming", "hcu")
-    core, server, loop = command.build(args, kube)
+    plugin, server, loop = command.build(args, kube)
+    core = plugin.core
     hcu = keys.HCU_NAMING
     assert core.naming is hcu and sorted(core.cards) == ["HCU-S1", "HCU-S2"]
     assert server.resource == core.resource == hcu.resources.count and core.names == hcu.resources

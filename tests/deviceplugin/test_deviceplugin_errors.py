@@ -39,7 +39,7 @@ def allocate(stub: api_pb2_grpc.DevicePluginStub, *ids: str) -> grpc.RpcError:
 
 
 def bugs(server: DevicePluginServer) -> float:
-    return server.core.metrics.value("hami_dcu_internal_errors_total", component="device-plugin")
+    return server.service.metrics.value("hami_dcu_internal_errors_total", component="device-plugin")
 
 
 def tracebacks(caplog) -> list[logging.LogRecord]:
@@ -64,7 +64,7 @@ def test_a_bug_is_internal_logged_naming_pod_and_node_counted_and_the_pod_still_
     assert bugs(server) == 1
     assert dcu_node.annotation("p", keys.POD_BIND_PHASE) == keys.BIND_PHASE_FAILED
     assert dcu_node.lock_value() is None
-    assert server.core.metrics.value("hami_dcu_plugin_allocations_total", node="n1", result="failed") == 1
+    assert server.service.metrics.value("hami_dcu_plugin_allocations_total", node="n1", result="failed") == 1
 
 
 def test_an_expected_refusal_is_failed_precondition_without_a_traceback(dcu_node, served, caplog):

@@ -4,7 +4,7 @@ record outlives a restart and goes with the grant (reconcile, a failed Allocate)
 import pytest
 from dp_helpers import dev
 
-from hami_dcu.deviceplugin.plugin import AllocateFailed
+from hami_dcu.deviceplugin.core import AllocateFailed
 from hami_dcu.node.vdev import conf_share
 
 
@@ -14,8 +14,8 @@ def test_the_kubelet_ids_of_a_vdcu_are_recorded_and_survive_a_restart(dcu_node):
     core.allocate([["DCU-S2-fake-1"]])  # the kubelet's pick on another card: the grant follows the scheduler
     dcu_node.bind("whole", [("c", [dev("S2", 65520, 100)])])
     core.allocate([["DCU-S2-fake-3"]])  # a whole card has no vDCU, and no record
-    ((dirname, record, _),) = core.grants.records()
-    assert dcu_node.core().kubelet_ids.load() == {"DCU-S2-fake-1": dirname}
+    ((dirname, record, _),) = core.vdevs.grants.records()
+    assert dcu_node.core().vdevs.kubelet_ids.load() == {"DCU-S2-fake-1": dirname}
     assert record.card_index == 0
 
 
@@ -25,7 +25,7 @@ def test_the_ids_go_with_the_grant(dcu_node):
     core.allocate([["DCU-S1-fake-0"]])
     dcu_node.kube.delete_pod("default", "a")
     assert core.reconcile()
-    assert core.kubelet_ids.load() == {} and not list(dcu_node.paths.state_dir.glob("*.ids"))
+    assert core.vdevs.kubelet_ids.load() == {} and not list(dcu_node.paths.state_dir.glob("*.ids"))
 
 
 def test_an_allocate_that_fails_leaves_no_ids(dcu_node):

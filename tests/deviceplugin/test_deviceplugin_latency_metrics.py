@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 import pytest
 from dp_helpers import dev
 
-from hami_dcu.deviceplugin.plugin import AllocateFailed
+from hami_dcu.deviceplugin.core import AllocateFailed
 
 BIND_TIME = 1754532001  # what the fixture's Binding writes into hami.io/bind-time
 LABELS = {"node": "n1", "mode": "devicePlugin"}

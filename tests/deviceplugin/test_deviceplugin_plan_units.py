@@ -58,7 +58,7 @@ def test_node_loop_waits_the_interval_after_success_and_five_seconds_after_a_fai
         def wait(self, seconds):
             waits.append(seconds)
 
-    loop = NodeLoop(core=None, server=None, interval=30.0)
+    loop = NodeLoop(service=None, server=None, interval=30.0)
     loop.stopping = Recorder()
     loop.once = lambda: outcomes.pop(0)
     loop.run()
