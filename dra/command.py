@@ -18,6 +18,7 @@ from hami_dcu.common.flagtypes import absolute_path, positive_seconds
 from hami_dcu.common.kube import Kube, KubeError, user_agent
 from hami_dcu.common.metricsserver import serve
 from hami_dcu.dra.core import DraPaths, DriverCore
+from hami_dcu.dra.ledger import QuotaLedger
 from hami_dcu.dra.server import KubeletPluginServer
 from hami_dcu.dra.service import CLAIM_RECHECK, DriverService
 from hami_dcu.dra.usageview import driver_view
@@ -48,6 +49,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "claims deleted while the driver was away; a Prepare short of room checks at once)")
     parser.add_argument("--health-interval", type=positive_seconds, default=1.0,
                         help="seconds between card health checks")
+    parser.add_argument("--quota-ledger", type=ledger_name, default=None, metavar="NAMESPACE/NAME",
+                        help="the ConfigMap where the drivers count what they prepared in namespaces with a DCU "
+                             "quota, checked again at Prepare (the chart makes it); unset: the webhook's check only")
+
+
+def ledger_name(value: str) -> tuple[str, str]:
+    namespace, _, name = value.partition("/")
+    if not namespace or not name or "/" in name:
+        raise argparse.ArgumentTypeError(f"{value!r} is not NAMESPACE/NAME")
+    return namespace, name
 
 
 class DriverLoop:
@@ -89,8 +100,12 @@ def build(args: argparse.Namespace, kube: Kube) -> tuple[DriverService, KubeletP
                      hyhal_dir=Path(args.hyhal_dir))
     core = DriverCore(args.node_name, served, paths)
     core.rebuild()
+    ledger = None
+    if args.quota_ledger is not None:
+        namespace, name = args.quota_ledger
+        ledger = QuotaLedger(kube, namespace, name, node=args.node_name, resources=naming.resources)
     service = DriverService(kube, core, args.slots_per_card, SmiHealth(backend, served, args.dev_root),
-                            naming=naming, claim_recheck=args.claim_recheck)
+                            naming=naming, claim_recheck=args.claim_recheck, ledger=ledger)
     server = KubeletPluginServer(service.prepare, service.unprepare, Path(args.registry_dir),
                                  Path(args.kubelet_plugins_dir), metrics_registry=service.metrics.registry)
     return service, server

@@ -15,5 +15,9 @@ class DriverMetrics:
             "hami_dcu_dra_prepares", "Claims prepared (NodePrepareResources), by result (success, failed)",
             ["node", "result"], registry=self.registry,
         )
+        self.status_writes = Counter(
+            "hami_dcu_dra_claim_status_writes", "Writes of a claim's status.devices, by result (success, failed)",
+            ["node", "result"], registry=self.registry,
+        )
         self.bound_to_allocated_seconds = bound_to_allocated(self.registry)
         self.create_to_bound_seconds = create_to_bound(self.registry)

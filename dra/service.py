@@ -1,6 +1,8 @@
-"""The driver's Kubernetes side: claims fetched for Prepare, the node's ResourceSlice kept
-current, claims that vanished while nobody unprepared them freed. Decisions are the pure
-modules' (claims, slices, conflict); this one does the API calls.
+"""The driver's Kubernetes side: claims fetched for Prepare, checked against their namespace's
+DCU quota (dra/ledger.py), their status.devices written (dra/claimstatus.py), the node's
+ResourceSlice kept current, claims that vanished while nobody unprepared them freed. Decisions
+are the pure modules' (claims, slices, conflict, claimstatus, quotagate); this one does the API
+calls.
 """
 
 from __future__ import annotations
@@ -9,14 +11,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from hami_dcu.common.keys import DCU_NAMING, Naming
 from hami_dcu.common.kube import Kube, KubeError, NotFoundError
-from hami_dcu.dra import names, slices
+from hami_dcu.dra import claimstatus, names, quotagate, slices
+from hami_dcu.dra.claims import ClaimRefused, plan_claim
 from hami_dcu.dra.conflict import device_plugin_serving
 from hami_dcu.dra.core import DriverCore, PrepareFailed
 from hami_dcu.dra.latency import PodLatency
+from hami_dcu.dra.ledger import QuotaLedger, QuotaRefused
 from hami_dcu.dra.metrics import DriverMetrics
 from hami_dcu.dra.records import PreparedClaim
 from hami_dcu.dra.server import ClaimRef
@@ -41,12 +46,19 @@ def claim_path(namespace: str, name: str) -> str:
     return f"{names.RESOURCE_API}/namespaces/{namespace}/resourceclaims/{name}"
 
 
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 class DriverService:
     def __init__(self, kube: Kube, core: DriverCore, slots: int, health: Callable[[], dict[str, bool]],
                  count_resources: tuple[str, ...] | None = None, metrics: DriverMetrics | None = None,
                  latency: PodLatency | None = None, naming: Naming = DCU_NAMING,
-                 claim_recheck: float = CLAIM_RECHECK, clock: Callable[[], float] = time.monotonic) -> None:
+                 claim_recheck: float = CLAIM_RECHECK, clock: Callable[[], float] = time.monotonic,
+                 ledger: QuotaLedger | None = None, now: Callable[[], str] = _now) -> None:
         self.kube = kube
+        self.ledger = ledger  # None: no quota check at Prepare (the webhook's alone)
+        self.now = now
         self.metrics = metrics or DriverMetrics()
         self.latency = latency or PodLatency(kube, core.node, self.metrics)
         self.core = core
@@ -60,12 +72,18 @@ class DriverService:
         self.claim_recheck = claim_recheck
         self.clock = clock
         self._checked: dict[str, float] = {}  # claim UID -> when it was last seen allocated
+        # Prepared claims whose status.devices could not be written: claim UID -> its metadata,
+        # written again by the reconcile and by the kubelet's next Prepare of it.
+        self._status_pending: dict[str, JSON] = {}
 
     # --- kubelet calls ---------------------------------------------------------------------
 
     def prepare(self, ref: ClaimRef) -> PreparedClaim:
         done = self.core.prepared.get(ref.uid)
         if done is not None:  # answered from the record even while the API server is away
+            pending = self._status_pending.get(ref.uid)
+            if pending is not None:
+                self._write_status(pending, done)
             return done
         try:
             claim = self.kube.request("GET", claim_path(ref.namespace, ref.name))
@@ -76,15 +94,24 @@ class DriverService:
             raise PrepareFailed(f"ResourceClaim {ref.namespace}/{ref.name} is now UID {uid}, the kubelet asked for "
                                 f"{ref.uid}: it was deleted and created again")
         try:
-            record = self._prepare(claim)
+            counted = self._enter_quota(claim, ref)
+            try:
+                record = self._prepare(claim)
+            except PrepareFailed:
+                if counted:
+                    self._leave_quota(ref.namespace, ref.uid)
+                raise
         except PrepareFailed as exc:
             self.metrics.prepares.labels(self.node, "failed").inc()
             self._event({"kind": "ResourceClaim", "metadata": claim.get("metadata") or {}}, "DCUPrepareFailed",
                         f"node {self.node}: {exc}")
+            reason = claimstatus.QUOTA_EXCEEDED if isinstance(exc, QuotaRefused) else claimstatus.PREPARE_FAILED
+            self._write_failure(claim, reason, f"node {self.node}: {exc}")
             raise
         self.metrics.prepares.labels(self.node, "success").inc()
         self._checked[ref.uid] = self.clock()
         self.latency.prepared(claim)
+        self._write_status(claim.get("metadata") or {}, record)
         return record
 
     def _prepare(self, claim: JSON) -> PreparedClaim:
@@ -98,8 +125,100 @@ class DriverService:
         return self.core.prepare(claim)
 
     def unprepare(self, ref: ClaimRef) -> None:
+        record = self.core.prepared.get(ref.uid)
         self.core.unprepare(ref.uid)
         self._checked.pop(ref.uid, None)
+        self._status_pending.pop(ref.uid, None)
+        if record is None:
+            return
+        # The vDCU is freed: the claim no longer says it is ready (a claim that stays allocated,
+        # a standalone one whose pod went away, would say so until its next pod). A deallocated
+        # or deleted claim has nothing left to clear (Kubernetes drops status.devices itself).
+        self._apply_status({"name": record.name, "namespace": record.namespace, "uid": record.uid}, [])
+        self._leave_quota(record.namespace, record.uid)
+
+    # --- the namespace DCU quota (dra/quotagate.py) ------------------------------------------
+
+    def _enter_quota(self, claim: JSON, ref: ClaimRef) -> bool:
+        """Count the claim in the quota ledger when its namespace has a DCU quota; True when it
+        was counted. Raises QuotaRefused when it does not fit, PrepareFailed when it cannot tell."""
+        if self.ledger is None:
+            return False
+        try:
+            shares = plan_claim(claim, self.node, self.core.cards)
+        except ClaimRefused as exc:
+            raise PrepareFailed(str(exc)) from exc
+        held = quotagate.held_by(shares)
+        if not held:
+            return False
+        try:
+            limits = self.ledger.limits(ref.namespace)
+        except KubeError as exc:
+            raise PrepareFailed(f"ResourceClaim {ref.namespace}/{ref.name}: cannot read the ResourceQuotas of its "
+                                f"namespace: {exc}") from exc
+        if not limits:
+            return False
+        self.ledger.enter(ref.namespace, ref.name, ref.uid, held, limits, self._prepared_uids)
+        return True
+
+    def _prepared_uids(self) -> list[str]:
+        return [record.uid for record in self.core.prepared_claims()]
+
+    def _leave_quota(self, namespace: str, uid: str) -> None:
+        if self.ledger is None:
+            return
+        try:
+            self.ledger.leave(namespace, uid)
+        except KubeError as exc:  # its entry becomes a leftover, which the reconcile removes
+            log.warning("node %s: could not take claim %s/%s out of the DCU quota ledger (the reconcile will): %s",
+                        self.node, namespace, uid, exc)
+
+    # --- status.devices (dra/claimstatus.py) -------------------------------------------------
+
+    def _write_status(self, meta: JSON, record: PreparedClaim) -> None:
+        """Say on the claim what was prepared. A failure does not fail the Prepare: the vDCU is
+        made and its CDI spec written, so the pod can run, and status.devices is for people
+        (nothing in Kubernetes reads it to run the pod, and the quota check counts the ledger,
+        not this). Failing would turn an API blip after the work was done into a pod that does
+        not start. It is logged with the claim and node, counted, and written again by the
+        reconcile and by the kubelet's next Prepare of the claim until it is written."""
+        entries = claimstatus.prepared_entries(record, self.core.cards, self.now(),
+                                                   claimstatus.generation_of(meta))
+        if self._apply_status(meta, entries):
+            self._status_pending.pop(record.uid, None)
+        else:
+            self._status_pending[record.uid] = {k: meta.get(k) for k in ("name", "namespace", "uid", "generation")}
+
+    def _write_failure(self, claim: JSON, reason: str, message: str) -> None:
+        meta = claim.get("metadata") or {}
+        entries = claimstatus.failed_entries(claim, self.node, reason, message, self.now())
+        if entries and not claimstatus.says_already(claim, entries):
+            self._apply_status(meta, entries)
+
+    def _apply_status(self, meta: JSON, entries: list[JSON]) -> bool:
+        namespace, name = meta.get("namespace"), meta.get("name")
+        try:
+            self.kube.request("PATCH", claim_path(str(namespace), str(name)) + "/status",
+                              query={"fieldManager": claimstatus.FIELD_MANAGER, "force": "true"},
+                              body=claimstatus.apply_body(meta, entries), content_type=claimstatus.APPLY)
+        except NotFoundError:
+            return True  # deleted: nothing to say it on
+        except KubeError as exc:
+            self.metrics.status_writes.labels(self.node, "failed").inc()
+            action = "write" if entries else "clear"
+            log.error("node %s: could not %s status.devices of ResourceClaim %s/%s: %s", self.node, action,
+                      namespace, name, exc)
+            return False
+        self.metrics.status_writes.labels(self.node, "success").inc()
+        return True
+
+    def _retry_status(self) -> None:
+        for uid, meta in list(self._status_pending.items()):
+            record = self.core.prepared.get(uid)
+            if record is None:
+                self._status_pending.pop(uid, None)
+            else:
+                self._write_status(meta, record)
 
     # --- the ResourceSlice -----------------------------------------------------------------
 
@@ -171,6 +290,9 @@ class DriverService:
         kubelet unprepares claims it knows, this catches those deleted while nobody could.
         Only claims not seen allocated within `max_age` seconds (default: the recheck period)
         are read, from the API server's cache."""
+        if max_age is None:  # the periodic reconcile, not a Prepare short of room
+            self._retry_status()
+            self._prune_ledger()
         max_age = self.claim_recheck if max_age is None else max_age
         freed = []
         for record in self.core.prepared_claims():
@@ -193,8 +315,17 @@ class DriverService:
                          record.name, record.uid)
         return freed
 
+    def _prune_ledger(self) -> None:
+        if self.ledger is None:
+            return
+        try:
+            self.ledger.prune(self._prepared_uids())
+        except KubeError as exc:
+            log.warning("node %s: could not check the DCU quota ledger for leftovers: %s", self.node, exc)
+
     def _event(self, regarding: JSON, reason: str, message: str) -> None:
         try:
             self.kube.create_event(regarding, reason, message, "Warning", component=COMPONENT)
         except KubeError as exc:
             log.warning("node %s: could not record event %s: %s", self.node, reason, exc)
+

@@ -20,6 +20,19 @@ class FakeKube:
         self.reads: list[tuple[str, dict | None]] = []  # (path, query) of every GET
         self.down = False
         self._rv = 0
+        self.status_patches: list[tuple[str, dict, dict]] = []  # (path, query, body) of status writes
+        self.status_down = False  # status writes fail (403) while true
+        self.quotas: dict[str, list[dict]] = {}  # namespace -> ResourceQuotas
+        self.configmaps: dict[tuple[str, str], dict] = {}
+        self.nodes_gone: set[str] = set()
+        self.after_ledger_read = None  # called once after the next authoritative read of a ConfigMap
+        self.conflicts = 0  # the next configmap replaces that fail with 409, as after another driver's
+
+    def add_ledger(self, namespace: str, name: str) -> None:
+        self._rv += 1
+        self.configmaps[(namespace, name)] = {"metadata": {"name": name, "namespace": namespace,
+                                                           "labels": {"app.kubernetes.io/managed-by": "Helm"},
+                                                           "resourceVersion": str(self._rv)}}
 
     def add_claim(self, claim: dict) -> None:
         meta = claim["metadata"]
@@ -49,6 +62,45 @@ class FakeKube:
             self.reads.append((path, query))
         if path == f"/api/v1/nodes/{self.node['metadata']['name']}" and method == "GET":
             return copy.deepcopy(self.node)
+        if path.startswith("/api/v1/nodes/") and method == "GET":
+            name = path.rsplit("/", 1)[1]
+            if name in self.nodes_gone:
+                raise NotFoundError(404, "NotFound", f"nodes {name} not found")
+            return {"metadata": {"name": name}}
+        if path.endswith("/resourcequotas") and method == "GET":
+            return {"items": copy.deepcopy(self.quotas.get(path.split("/")[4], []))}
+        if "/configmaps/" in path:
+            parts = path.split("/")
+            key = (parts[4], parts[6])
+            if key not in self.configmaps:
+                raise NotFoundError(404, "NotFound", f"configmaps {key[1]} not found")
+            if method == "GET":
+                found = copy.deepcopy(self.configmaps[key])
+                hook, self.after_ledger_read = self.after_ledger_read, None
+                if hook is not None and query is None:  # what another driver does between a read and a replace
+                    hook()
+                return found
+            assert method == "PUT"
+            if self.conflicts:
+                self.conflicts -= 1
+                raise ConflictError(409, "Conflict", "the object has been modified")
+            if body["metadata"].get("resourceVersion") != self.configmaps[key]["metadata"]["resourceVersion"]:
+                raise ConflictError(409, "Conflict", "the object has been modified")
+            self._rv += 1
+            stored = copy.deepcopy(body)
+            stored["metadata"]["resourceVersion"] = str(self._rv)
+            self.configmaps[key] = stored
+            return copy.deepcopy(stored)
+        if "/resourceclaims/" in path and path.endswith("/status") and method == "PATCH":
+            if self.status_down:
+                raise KubeError(403, "Forbidden", "resourceclaims/status is forbidden (test)")
+            self.status_patches.append((path, dict(query or {}), copy.deepcopy(body)))
+            parts = path.split("/")
+            key = (parts[parts.index("namespaces") + 1], parts[-2])
+            if key not in self.claims:
+                raise NotFoundError(404, "NotFound", f"resourceclaims {key[1]} not found")
+            self.claims[key].setdefault("status", {})["devices"] = copy.deepcopy(body["status"]["devices"])
+            return copy.deepcopy(self.claims[key])
         if "/resourceclaims/" in path:
             parts = path.split("/")
             key = (parts[parts.index("namespaces") + 1], parts[-1])

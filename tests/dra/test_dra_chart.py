@@ -164,20 +164,36 @@ def test_the_driver_is_granted_exactly_what_it_calls():
     deletes its slice, and posts events: nothing else."""
     docs = render("mode=dra")
     role = named(docs, "ClusterRole", "r-hami-dcu-dra-driver")
-    granted = sorted((tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"]))) for r in role["rules"])
+    granted = sorted((tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"])),
+                      tuple(r.get("resourceNames") or ())) for r in role["rules"])
     assert granted == sorted([
-        (("resource.k8s.io",), ("resourceslices",), ("create", "delete", "get", "update")),
-        (("resource.k8s.io",), ("resourceclaims",), ("get",)),
-        (("",), ("nodes",), ("get",)),
-        (("",), ("events",), ("create",)),
+        (("resource.k8s.io",), ("resourceslices",), ("create", "delete", "get", "update"), ()),
+        (("resource.k8s.io",), ("resourceclaims",), ("get",), ()),
+        # Issue 36, item 2: status.devices by server-side apply, only its own driver's entries
+        # and only on claims allocated on its own node (Kubernetes 1.37's granular authorization).
+        (("resource.k8s.io",), ("resourceclaims/status",), ("patch",), ()),
+        (("resource.k8s.io",), ("resourceclaims/driver",), ("associated-node:patch",), ("dra.hygon.com",)),
+        # Issue 36, item 5: a claim's namespace DCU limits, read at Prepare.
+        (("",), ("resourcequotas",), ("list",), ()),
+        (("",), ("nodes",), ("get",), ()),
+        (("",), ("events",), ("create",), ()),
     ])
-    assert not any("resourceNames" in r or "nonResourceURLs" in r for r in role["rules"])
+    assert not any("nonResourceURLs" in r for r in role["rules"])
     binding = named(docs, "ClusterRoleBinding", "r-hami-dcu-dra-driver")
     assert binding["roleRef"]["name"] == "r-hami-dcu-dra-driver"
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "r-hami-dcu-dra-driver", "namespace": "kube-system"}]
     pod = daemonsets(docs)["r-hami-dcu-dra-driver"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "r-hami-dcu-dra-driver"
+    # The quota ledger: one ConfigMap the chart makes, which the driver may read and replace, nothing else.
+    ledger = named(docs, "ConfigMap", "r-hami-dcu-dra-driver-quota")
+    assert ledger["metadata"]["namespace"] == "kube-system" and not ledger.get("data")
+    quota_role = named(docs, "Role", "r-hami-dcu-dra-driver-quota")
+    assert quota_role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
+                                    "resourceNames": ["r-hami-dcu-dra-driver-quota"], "verbs": ["get", "update"]}]
+    assert named(docs, "RoleBinding", "r-hami-dcu-dra-driver-quota")["subjects"] == binding["subjects"]
+    assert "--quota-ledger kube-system/r-hami-dcu-dra-driver-quota" in " ".join(
+        pod["containers"][0].get("args") or [])
 
 
 def _balanced(cel: str) -> bool:
