@@ -53,27 +53,28 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import encode_pod_devices, encode_unix_seconds
-from hami_dcu.common.errors import SchedulerError
-from hami_dcu.common.kube import AsyncKube, ConflictError, KubeError, NotFoundError, UnreachableError
-from hami_dcu.common.nodelock import (
-    DEFAULT_BIND_WINDOW,
-    LockContention,
-    LockError,
-    LockStale,
-    LockUncertain,
-    NodeLock,
-)
+from hami_dcu.common.kube import AsyncKube, ConflictError, KubeError, UnreachableError
+from hami_dcu.common.nodelock import NodeLock
 from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
 from hami_dcu.common.podlatency import DEVICE_PLUGIN  # the extender binds only device-plugin pods
 from hami_dcu.common.podtimes import created_at, seconds_between
 from hami_dcu.common.requests import RequestError
-from hami_dcu.scheduler.cache import Assumption, ClusterCache, used_without
+from hami_dcu.scheduler.bindattempt import (
+    AlreadyBound,
+    Attempt,
+    BindError,
+    BindSettings,
+    check_current,
+    read_pod,
+)
+from hami_dcu.scheduler.bindlock import NodeLocking
+from hami_dcu.scheduler.cache import ClusterCache
+from hami_dcu.scheduler.cacherecords import Assumption, still_fits, used_without
 from hami_dcu.scheduler.events import EventSink
 from hami_dcu.scheduler.extender import BindArgs
 from hami_dcu.scheduler.filtering import Filter, PodPlan, plan_pod
@@ -88,57 +89,6 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 PodKey = tuple[str, str]
 _BINDING_ATTEMPTS = 3  # Binding calls per bind while the pod stays unbound and the server is busy
-# How soon a waiting bind asks the API about a lock whose holder the watch shows done with it
-# (its own release and the janitor's are normally faster; this covers both being slow).
-_NEEDLESS_RECHECK = 0.2
-# How often a bind waiting on a live lock asks the API whether its holder still needs it
-# (the watch normally shows the release first).
-_LOCKED_RECHECK = 1.0
-# How long a bind whose lock write found the node changed waits for the watch to show the
-# newer version before it reads the node instead.
-_STALE_WAIT = 0.5
-# Longest wait between two looks at the cache without an event.
-_WAKE_AT_LEAST = 0.1
-
-
-class BindError(SchedulerError, RuntimeError):
-    """Why a bind failed, in words for the pod's event and the extender's Error."""
-
-
-@dataclass(frozen=True)
-class BindSettings:
-    lock_timeout: timedelta = timedelta(seconds=300)  # a lock older than this is expired
-    lock_wait: float = 20.0  # how long a bind may wait for a node, queue and lock together
-    settle_wait: float = 2.0  # how long to wait for the watches before listing the node's pods
-    poll: float = 0.01  # cache polling interval while waiting, when no informer wakes us
-    # A lock whose holder is still unbound after this long was left by a bind that died.
-    bind_window: timedelta = DEFAULT_BIND_WINDOW
-    sweep_interval: float = 5.0  # how often locks older than the bind window are judged
-    # How long a lock whose holder the watch shows done is left to the device plugin, which
-    # releases it beside the pod's outcome, before the extender releases it itself.
-    plugin_release_grace: float = 1.0
-
-
-class _AlreadyBound(SchedulerError):
-    """The pod turned out bound by another attempt: answer from the pod itself."""
-
-    def __init__(self, pod: JSON) -> None:
-        super().__init__("pod already bound")
-        self.pod = pod
-
-
-@dataclass
-class _Attempt:
-    """One /bind attempt. Its identity on the node is the exact lock value it wrote."""
-
-    args: BindArgs
-    deadline: float  # monotonic: the attempt stops waiting for the node here
-    assumption: Assumption | None = None  # the placement this attempt carries out
-    lock_value: str | None = None  # written, or possibly written, by this attempt
-    api_calls: int = 0
-    contended: bool = False
-    waiting_logged: bool = False  # "waiting for the node lock" is said once per attempt
-    bound_here: bool = False  # this attempt's Binding put the pod on the node (not an earlier one's)
 
 
 class Binder:
@@ -155,7 +105,6 @@ class Binder:
         changed: CacheSignal | None = None,
     ) -> None:
         self.kube = kube
-        self.changed = changed  # the informer's wake-up after each event (polling without it)
         self.cache = cache
         self.filter = filter_
         self.settings = settings
@@ -166,6 +115,7 @@ class Binder:
         self.naming = filter_.settings.naming  # the set whose allocation keys a Binding writes
         self.checks = CheckSettings(resources=filter_.settings.resources)  # admission's, again (podchecks.py)
         self.lock = NodeLock(kube.kube, settings.lock_timeout, clock=wall_clock, bind_window=settings.bind_window)
+        self.locking = NodeLocking(kube, cache, self.lock, settings, metrics, wall_clock, monotonic, changed)
         self.janitor = LockJanitor(kube, cache, self.lock, metrics, wall_clock, settings.plugin_release_grace)
         # Binds of one process to one node queue here instead of racing on the API lock.
         self._node_queues: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -205,7 +155,7 @@ class Binder:
 
     async def _attempt(self, args: BindArgs) -> str:
         started = self.monotonic()
-        attempt = _Attempt(args, deadline=started + self.settings.lock_wait)
+        attempt = Attempt(args, deadline=started + self.settings.lock_wait)
         try:
             await self._bind(attempt)
         except BindError as exc:
@@ -229,20 +179,20 @@ class Binder:
         log.info("bound %s to node %s (%d API calls)", args.pod, args.node, attempt.api_calls)
         return ""
 
-    async def _bind(self, attempt: _Attempt) -> None:
+    async def _bind(self, attempt: Attempt) -> None:
         args = attempt.args
         try:
             if self.cache.bound_node(args.uid, args.namespace, args.pod_name) is not None:
-                pod = await self._read_pod(attempt)  # the cache says bound: the pod has the last word
+                pod = await read_pod(self.kube, attempt)  # the cache says bound: the pod has the last word
                 if (pod.get("spec") or {}).get("nodeName"):
-                    raise _AlreadyBound(pod)
+                    raise AlreadyBound(pod)
             await self._place(attempt)
-        except _AlreadyBound as found:
+        except AlreadyBound as found:
             await self._answer_from_pod(attempt, found.pod)
 
-    async def _place(self, attempt: _Attempt) -> None:
+    async def _place(self, attempt: Attempt) -> None:
         args = attempt.args
-        assumption = self.cache.assumption_for(args.uid, args.namespace, args.pod_name)
+        assumption = self.cache.placements.find(args.uid, args.namespace, args.pod_name)
         if assumption is None or assumption.node != args.node or assumption.bound:
             assumption = await self._assume_now(attempt)
             if assumption is None:  # not a DCU pod: a plain bind
@@ -256,28 +206,17 @@ class Binder:
             raise BindError(f"node {args.node} stayed busy with other binds for "
                             f"{self.settings.lock_wait:.0f}s") from None
         try:
-            await self._acquire(attempt)
-            await self._settle(attempt)
+            await self.locking.acquire(attempt)
+            await self.locking.settle(attempt)
             fit = self._verify(attempt)
             await self._create_binding(attempt, fit)
         finally:
             queue.release()
-        if self.cache.assumptions.get(attempt.assumption.uid) is attempt.assumption:
-            self.cache.mark_bound(attempt.assumption.uid, self.monotonic())
+        self.cache.placements.confirm(attempt.assumption, self.monotonic())
 
     # --- the pod's own truth -------------------------------------------------------------
 
-    async def _read_pod(self, attempt: _Attempt) -> JSON:
-        args = attempt.args
-        attempt.api_calls += 1
-        try:
-            return await self.kube.get_pod(args.namespace, args.pod_name)
-        except NotFoundError as exc:
-            raise BindError(f"pod {args.pod} not found") from exc
-        except KubeError as exc:
-            raise BindError(f"cannot read pod {args.pod}: {exc}") from exc
-
-    async def _answer_from_pod(self, attempt: _Attempt, pod: JSON) -> None:
+    async def _answer_from_pod(self, attempt: Attempt, pod: JSON) -> None:
         """Another attempt bound the pod: its spec.nodeName is the answer. What this attempt
         wrote is nobody's to keep."""
         args = attempt.args
@@ -291,23 +230,15 @@ class Binder:
             raise BindError(f"pod {args.pod} is already bound to node {bound_to}")
         log.info("bind %s to node %s: already bound there (an earlier attempt); nothing to do", args.pod, args.node)
 
-    def _check_current(self, attempt: _Attempt) -> None:
-        """A newer /filter for the pod replaced this attempt's placement (kube-scheduler gave
-        up on this bind and scheduled the pod again), or the pod went away: stop here."""
-        assumption = attempt.assumption
-        if assumption is not None and self.cache.assumptions.get(assumption.uid) is not assumption:
-            raise BindError(f"superseded: the placement of {attempt.args.pod} on node {attempt.args.node} was "
-                            "dropped (a newer scheduling attempt, or the pod went away)")
-
     # --- assumption --------------------------------------------------------------------
 
-    async def _assume_now(self, attempt: _Attempt) -> Assumption | None:
+    async def _assume_now(self, attempt: Attempt) -> Assumption | None:
         """No /filter choice for this pod and node (scheduler restarted in between, or
         kube-scheduler picked another node): fit it on the node now. None: not a DCU pod."""
         args = attempt.args
-        pod = await self._read_pod(attempt)
+        pod = await read_pod(self.kube, attempt)
         if (pod.get("spec") or {}).get("nodeName"):
-            raise _AlreadyBound(pod)
+            raise AlreadyBound(pod)
         # /filter never assumes a Volcano pod, so every bind of one comes through here.
         not_ours = volcano_owned(pod, self.filter.settings.volcano_scheduler)
         if not_ours:
@@ -326,173 +257,34 @@ class Binder:
             raise BindError(f"pod does not fit node {args.node}: {result.message}")
         uid = (pod.get("metadata") or {}).get("uid") or args.uid
         log.info("bind %s: no filter result for node %s, fitted at bind time", args.pod, args.node)
-        return self.cache.assume(uid, args.namespace, args.pod_name, args.node, result, plan.init_count,
-                                 self.monotonic(), plan, created=created_at(pod))
-
-    # --- the node lock -----------------------------------------------------------------
-
-    async def _acquire(self, attempt: _Attempt) -> None:
-        args = attempt.args
-        started = self.monotonic()
-        # A lock the cache shows with a live holder (a bind just before ours, its Allocate
-        # under way) is waited out on the cache: asking the API now would cost two round
-        # trips to learn what the watch already says. Anything else is asked at once.
-        next_api_check = started + _LOCKED_RECHECK if self._lock_looks_live(args.node) else started
-        stale_version: str | None = None  # a version our lock write found stale
-        try:
-            while True:
-                if self.cache.bound_node(args.uid, args.namespace, args.pod_name) is not None:
-                    raise _AlreadyBound(await self._read_pod(attempt))  # another attempt finished first
-                self._check_current(attempt)
-                entry = self.cache.nodes.get(args.node)
-                if entry is not None and entry.lock_value and self.cache.lock_needless(args.node):
-                    # The watch shows the holder done with the lock, its release is slow (or
-                    # lost): ask the API soon, NodeLock takes such a lock over.
-                    next_api_check = min(next_api_check, self.monotonic() + _NEEDLESS_RECHECK)
-                if entry is not None and entry.lock_value and self.monotonic() < next_api_check:
-                    # Locked: wait for the watch to show the release, asking the API once a
-                    # second whether the holder still needs it (NodeLock takes it over if not).
-                    lock = entry.lock()
-                    holder = lock.holder if lock else "an unreadable lock"
-                    self._check_deadline(attempt, holder)
-                    self._say_waiting(attempt, holder)
-                    await self._wait_for_cache(args.node, min(next_api_check, attempt.deadline) - self.monotonic())
-                    continue
-                unlocked_version = (entry.resource_version if entry is not None and entry.present
-                                    and not entry.lock_value and entry.resource_version else None)
-                if unlocked_version is not None and unlocked_version == stale_version:
-                    unlocked_version = None  # the watch has not caught up: read the node instead
-                try:
-                    held = await self.kube.call(self.lock.take, args.node, args.namespace, args.pod_name,
-                                                unlocked_version, unlocked_version is None)
-                except LockStale as exc:
-                    # The node changed after the version the cache showed unlocked: the watch
-                    # brings the newer one in a moment (locked by someone else, or not).
-                    attempt.api_calls += exc.calls
-                    stale_version = unlocked_version
-                    self._check_deadline(attempt, "a newer version of the node")
-                    await self._wait_for_cache(args.node, _STALE_WAIT)
-                    continue
-                except LockContention as exc:
-                    attempt.api_calls += 2
-                    attempt.contended = True
-                    next_api_check = self.monotonic() + _LOCKED_RECHECK
-                    if exc.same_pod:  # another attempt for this pod holds it: has it bound the pod?
-                        pod = await self._read_pod(attempt)
-                        if (pod.get("spec") or {}).get("nodeName"):
-                            raise _AlreadyBound(pod) from None
-                    holder = "another bind of this pod" if exc.same_pod else exc.lock.holder
-                    self._check_deadline(attempt, holder)
-                    self._say_waiting(attempt, holder)
-                    await self._wait_for_cache(args.node, min(next_api_check, attempt.deadline) - self.monotonic())
-                    continue
-                except LockUncertain as exc:
-                    attempt.lock_value = exc.value  # maybe in place: the undo removes it if so
-                    raise BindError(f"cannot lock node {args.node}: {exc}") from exc
-                except (LockError, KubeError) as exc:
-                    raise BindError(f"cannot lock node {args.node}: {exc}") from exc
-                attempt.lock_value = held.value
-                attempt.api_calls += held.calls
-                if unlocked_version is not None and held.written is not None and held.calls == 1:
-                    # A compare-and-swap on the version the cache holds: nothing happened to the
-                    # node in between, so what the write returned is the cache's next state and
-                    # every earlier lock is known. No need to wait for the watch to echo it.
-                    self.cache.apply_node(held.written, self.wall_clock())
-                if held.takeover is not None:
-                    self.metrics.lock_takeovers.labels(held.takeover.reason).inc()
-                return
-        finally:
-            self.metrics.lock_wait_seconds.observe(self.monotonic() - started)
-            if attempt.contended:
-                self.metrics.lock_contention.inc()
-
-    def _lock_looks_live(self, node: str) -> bool:
-        """The cache shows `node` locked by a bind younger than the bind window whose holder
-        the watch does not show done with it."""
-        entry = self.cache.nodes.get(node)
-        lock = entry.lock() if entry is not None and entry.lock_value else None
-        if lock is None or lock.name is None or self.cache.lock_needless(node):
-            return False
-        return self.wall_clock() - lock.since < self.settings.bind_window
-
-    async def _wait_for_cache(self, node: str, timeout: float) -> None:
-        """Until the informer applies the next event about `node` (or a relist), at most
-        `timeout` (and never longer than _WAKE_AT_LEAST: deadlines, a newer /filter's choice
-        and a lock holder gone before its bind come as no event about the node)."""
-        timeout = min(max(timeout, 0.0), _WAKE_AT_LEAST)
-        if self.changed is None:
-            await asyncio.sleep(min(timeout, self.settings.poll))
-        else:
-            await self.changed.wait(timeout, node)
-
-    def _check_deadline(self, attempt: _Attempt, holder: str) -> None:
-        if self.monotonic() >= attempt.deadline:
-            raise BindError(f"node {attempt.args.node} stayed locked by {holder} for "
-                            f"{self.settings.lock_wait:.0f}s")
-
-    def _say_waiting(self, attempt: _Attempt, holder: str) -> None:
-        """Why this bind is slow, once per attempt however often it wakes."""
-        if not attempt.waiting_logged:
-            attempt.waiting_logged = True
-            log.info("bind %s to node %s: waiting for the node lock held by %s (at most %.0f s)", attempt.args.pod,
-                     attempt.args.node, holder, max(0.0, attempt.deadline - self.monotonic()))
+        return self.cache.placements.reserve(uid, args.namespace, args.pod_name, args.node, result,
+                                             plan.init_count, self.monotonic(), plan, created=created_at(pod))
 
     # --- freshest state ----------------------------------------------------------------
 
-    async def _settle(self, attempt: _Attempt) -> None:
-        args = attempt.args
-        deadline = self.monotonic() + self.settings.settle_wait
-        while self.monotonic() < deadline:
-            entry = self.cache.nodes.get(args.node)
-            if entry is not None and entry.lock_value == attempt.lock_value and self.cache.settled(args.node):
-                return
-            await self._wait_for_cache(args.node, deadline - self.monotonic())
-        # The watches lag (or a previous holder never bound): read the node's pods directly.
-        log.info("bind %s: watches not settled for node %s, listing its pods", args.pod, args.node)
-        attempt.api_calls += 1
-        try:
-            listed = await self.kube.list_pods(field_selector=f"spec.nodeName={args.node}")
-        except KubeError as exc:
-            raise BindError(f"cannot list pods of node {args.node}: {exc}") from exc
-        for pod in listed.items:
-            self.cache.apply_pod(pod)
-        self.cache.unsettled.pop(args.node, None)
-
-    def _verify(self, attempt: _Attempt) -> PodFit:
+    def _verify(self, attempt: Attempt) -> PodFit:
         """The assumed cards must still have room next to everything else on the node."""
         args = attempt.args
-        self._check_current(attempt)
+        check_current(self.cache, attempt)
         assumption = attempt.assumption
         assert assumption is not None
-        entry = self.cache.nodes.get(args.node)
+        entry = self.cache.node(args.node)
         problem = self.filter.usable(entry, self.wall_clock())
         if problem is not None:
             raise BindError(f"node {args.node} unusable: {problem.message}")
         assert entry is not None
-        others = used_without(entry, [assumption.key])
-        still_fits = True
-        for card_id, share in assumption.fit.held.items():
-            pos = entry.card_pos.get(card_id)
-            if pos is None:
-                still_fits = False
-                break
-            spec, used = entry.cards[pos], others[pos]
-            if (used.slots + share.slots > spec.slots or used.memory + share.memory > spec.memory
-                    or used.cores + share.cores > spec.cores):
-                still_fits = False
-                break
-        if still_fits:
+        if still_fits(entry, assumption):
             return assumption.fit
         plan: PodPlan | None = assumption.plan
         if plan is None:
             raise BindError(f"cards chosen on node {args.node} were taken meanwhile")
-        result = plan.fit(entry.cards, others)
+        result = plan.fit(entry.cards, used_without(entry, [assumption.key]))
         if isinstance(result, PodMiss):
             raise BindError(f"node {args.node} no longer fits: {result.message}")
         log.info("bind %s: cards on node %s were taken meanwhile, re-fitted", args.pod, args.node)
-        attempt.assumption = self.cache.assume(assumption.uid, assumption.namespace, assumption.name, args.node,
-                                               result, assumption.init_count, self.monotonic(), plan,
-                                               created=assumption.created)
+        attempt.assumption = self.cache.placements.reserve(assumption.uid, assumption.namespace, assumption.name,
+                                                           args.node, result, assumption.init_count, self.monotonic(),
+                                                           plan, created=assumption.created)
         return result
 
     # --- the Binding -------------------------------------------------------------------
@@ -509,7 +301,7 @@ class Binder:
             keys.POD_BIND_TIME: stamp,
         }
 
-    async def _create_binding(self, attempt: _Attempt, fit: PodFit | None) -> None:
+    async def _create_binding(self, attempt: Attempt, fit: PodFit | None) -> None:
         args = attempt.args
         annotations = self.allocation_annotations(fit, args.node) if fit is not None else None
         for round_ in range(1, _BINDING_ATTEMPTS + 1):
@@ -535,10 +327,10 @@ class Binder:
                          exc)
                 await asyncio.sleep(0.02 * round_)
 
-    async def _binding_landed(self, attempt: _Attempt, annotations: dict[str, str] | None) -> bool:
+    async def _binding_landed(self, attempt: Attempt, annotations: dict[str, str] | None) -> bool:
         """After a Binding without a clear answer: True when it is ours and in place, False
-        when the pod is still unbound; raises _AlreadyBound when another attempt bound it."""
-        pod = await self._read_pod(attempt)
+        when the pod is still unbound; raises AlreadyBound when another attempt bound it."""
+        pod = await read_pod(self.kube, attempt)
         meta = pod.get("metadata") or {}
         bound_to = (pod.get("spec") or {}).get("nodeName")
         if not bound_to:
@@ -547,20 +339,18 @@ class Binder:
         ours = bound_to == attempt.args.node and (annotations is None or all(
             found.get(key) == annotations[key] for key in (self.naming.pod_devices_allocated, keys.POD_BIND_TIME)))
         if not ours:
-            raise _AlreadyBound(pod)
+            raise AlreadyBound(pod)
         self.cache.apply_pod(pod)  # our Binding landed although its answer was lost
         return True
 
     # --- undo --------------------------------------------------------------------------
 
-    def _forget_own(self, attempt: _Attempt) -> None:
+    def _forget_own(self, attempt: Attempt) -> None:
         """Drop this attempt's assumption, never a newer one another /filter made."""
-        assumption = attempt.assumption
-        if (assumption is not None and self.cache.assumptions.get(assumption.uid) is assumption
-                and not assumption.bound):
-            self.cache.forget(assumption.uid)
+        if attempt.assumption is not None:
+            self.cache.placements.withdraw(attempt.assumption)
 
-    async def _undo(self, attempt: _Attempt) -> None:
+    async def _undo(self, attempt: Attempt) -> None:
         self._forget_own(attempt)
         if attempt.lock_value is not None:
             await self.janitor.release_value(attempt.args.node, attempt.lock_value)

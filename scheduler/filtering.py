@@ -31,7 +31,8 @@ from hami_dcu.common.podchecks import Refusal
 from hami_dcu.common.preferences import SelectionError, WeightsError, parse_weights
 from hami_dcu.common.requests import DcuRequest, RequestError, parse_pod_requests, pod_containers
 from hami_dcu.scheduler import policy as policies
-from hami_dcu.scheduler.cache import ClusterCache, NodeEntry
+from hami_dcu.scheduler.cache import ClusterCache
+from hami_dcu.scheduler.cacherecords import NodeEntry
 from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss, Selection, fit_pod
 from hami_dcu.scheduler.handshake import HANDSHAKE_TTL, handshake_problem
 from hami_dcu.scheduler.nodeview import ShapeNodes, Usability
@@ -261,10 +262,10 @@ class Filter:
             fitting = (fits - excluded if excluded else fits) & candidates
             failing = candidates - fitting
             outcome.fitting = len(fitting)
-        failed, nodes = outcome.failed, self.cache.nodes
+        failed, node = outcome.failed, self.cache.node
         extra: set[str] = set()  # usable after all: a node whose plugin reported just in time
         for name in failing:
-            entry = nodes.get(name)
+            entry = node(name)
             if entry is None or name in excluded:
                 problem = self.usable(entry, now)
                 if problem is not None:
@@ -290,7 +291,7 @@ class Filter:
         exact: dict[str, PodFit] = {}
         shape = self._shape_id(plan)
         for name in node_names:
-            entry = self.cache.nodes.get(name)
+            entry = self.cache.node(name)
             problem = self.usable(entry, now)
             if problem is not None:
                 outcome.failed[name] = problem
@@ -311,7 +312,7 @@ class Filter:
         given), placed exactly (fit.py) and admitted; the next best when either refuses."""
         excluded: set[str] = set()
         while (name := best(excluded)) is not None:
-            result = exact.get(name) or self._fit(self.cache.nodes[name], plan)
+            result = exact.get(name) or self._fit_known(name, plan)
             if isinstance(result, NodeRejection):
                 # Card-state verdicts let through a node fit.py refuses: fit.py is the rule.
                 log.warning("filter: node %s passed the card-state check but fit refuses it: %s", name,
@@ -340,7 +341,7 @@ class Filter:
         """The node's own figures behind a card-state rejection, from an exact fit."""
         if verdicts is None or not verdicts.made(rejection):
             return ""
-        entry = self.cache.nodes.get(name)
+        entry = self.cache.node(name)
         if entry is None or self.usable(entry, now) is not None:
             return ""
         result = self._fit(entry, plan)
@@ -348,7 +349,7 @@ class Filter:
 
     def fit_node(self, name: str, plan: PodPlan, now: datetime) -> PodFit | NodeRejection:
         """One node, placed exactly."""
-        entry = self.cache.nodes.get(name)
+        entry = self.cache.node(name)
         problem = self.usable(entry, now)
         if problem is not None:
             return problem
@@ -367,6 +368,12 @@ class Filter:
                 cached[1].pop(next(iter(cached[1])))
             cached[1][shape] = result
         return result
+
+    def _fit_known(self, name: str, plan: PodPlan) -> PodFit | NodeRejection:
+        """A node the node sets hold (so the cache holds it), placed exactly."""
+        entry = self.cache.node(name)
+        assert entry is not None
+        return self._fit(entry, plan)
 
     def usable(self, entry: NodeEntry | None, now: datetime) -> NodeRejection | None:
         if entry is None or not entry.present:

@@ -21,7 +21,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hami_dcu.common.kube import AsyncKube
-from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock, PodRelist
+from hami_dcu.scheduler.cache import ClusterCache
+from hami_dcu.scheduler.cacherecords import NeedlessLock, PodRelist
 from hami_dcu.scheduler.listwatch import list_and_watch, list_pages
 from hami_dcu.scheduler.quotas import QuotaBook
 from hami_dcu.scheduler.signal import CacheSignal
@@ -109,7 +110,7 @@ class Informer:
             if not token:
                 break
         self.cache.relist_pods_done(relist)
-        self.cache.pods_resource_version = page.resource_version
+        self.cache.pods_listed_at(page.resource_version)
         return count, page.resource_version
 
     def _keep_pod(self, pod: JSON) -> JSON:
@@ -137,7 +138,7 @@ class Informer:
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if kind == "BOOKMARK":
             if resource == "pods" and rv:
-                self.cache.pods_resource_version = rv
+                self.cache.pods_listed_at(rv)
             return rv
         if resource == "nodes":
             if kind == "DELETED":

@@ -25,7 +25,8 @@ from hami_dcu.common import lockpurpose as purpose
 from hami_dcu.common.codec import CodecError, LockValue, decode_lock
 from hami_dcu.common.kube import AsyncKube, KubeError, NotFoundError
 from hami_dcu.common.nodelock import LockError, NodeLock
-from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock
+from hami_dcu.scheduler.cache import ClusterCache
+from hami_dcu.scheduler.cacherecords import NeedlessLock
 from hami_dcu.scheduler.metrics import SchedulerMetrics
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class LockJanitor:
         try:
             if needless.reason in purpose.PLUGIN_RELEASES and self.plugin_grace > 0:
                 await asyncio.sleep(self.plugin_grace)
-                entry = self.cache.nodes.get(needless.node)
+                entry = self.cache.node(needless.node)
                 if entry is None or entry.lock_value != needless.value:
                     return False  # released by the plugin (or replaced): nothing left to do
             removed = await self.release_value(needless.node, needless.value)
@@ -85,8 +86,8 @@ class LockJanitor:
         were released."""
         now = self.wall_clock()
         released = 0
-        for name, entry in list(self.cache.nodes.items()):
-            value = entry.lock_value
+        for entry in self.cache.nodes():
+            name, value = entry.name, entry.lock_value
             if not value:
                 continue
             try:

@@ -108,7 +108,7 @@ class CardCollector(Collector):
                                           "no DCU pod")
         now = self.wall_clock()
         silent = 0
-        for entry in list(self.cache.nodes.values()):
+        for entry in self.cache.nodes():
             if entry.present and entry.cards and entry.handshake_fresh_until < now:  # CPU nodes: no cards
                 silent += 1
             for spec, used in zip(entry.cards, entry.used, strict=False):
@@ -129,7 +129,7 @@ class CardCollector(Collector):
         yield from self._namespaces()
         phases = GaugeMetricFamily("hami_dcu_pods_bind_phase", "Pods holding DCUs, by hami.io/bind-phase "
                                    "(allocating: bound, waiting for the device plugin)", labels=["phase"])
-        for phase, count in sorted(Tally(r.state.bind_phase or "none" for r in list(self.cache.pods.values()))
+        for phase, count in sorted(Tally(r.state.bind_phase or "none" for r in self.cache.pods.records())
                                    .items()):
             phases.add_metric([phase], count)
         drift = CounterMetricFamily("hami_dcu_cache_drift", "Differences between the cache and the API that a "
@@ -144,9 +144,8 @@ class CardCollector(Collector):
         """What each namespace's pods hold, summed over cards: set beside a ResourceQuota on
         the DCU resources, or used for chargeback. In-flight assumptions are not counted."""
         held: dict[str, Usage] = {}
-        for record in list(self.cache.pods.values()):
-            entry = self.cache.nodes.get(record.node)
-            holding = entry.holdings.get(record.uid) if entry is not None else None
+        for record in self.cache.pods.records():
+            holding = self.cache.pods.holding(record)
             if holding is None or holding.held is None:
                 continue
             total = held.setdefault(record.namespace, Usage())

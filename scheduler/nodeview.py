@@ -3,7 +3,7 @@
 A filter over 5,000 nodes that looks at every node's entry costs microseconds per node:
 the entries are scattered through memory and each look is a cache miss. So /filter keeps
 sets of node names instead, changed only where nodes change (the cache logs every node
-it changes, cache.node_changes), and answers with set operations:
+it changes, cache.changes), and answers with set operations:
 
 * `Usability`, one for all pods: which nodes cannot be used now (not present,
   unregistered, degraded, or whose device plugin stopped reporting: a heap of handshake
@@ -26,7 +26,8 @@ import heapq
 import math
 from collections.abc import Callable
 
-from hami_dcu.scheduler.cache import ClusterCache, NodeEntry
+from hami_dcu.scheduler.cache import ClusterCache
+from hami_dcu.scheduler.cacherecords import NodeEntry
 from hami_dcu.scheduler.reasons import NodeRejection
 from hami_dcu.scheduler.verdicts import ShapeVerdicts
 
@@ -40,13 +41,10 @@ class ChangeReader:
 
     def take(self) -> set[str] | None:
         """The nodes changed since the last call, or None when the reader must rebuild."""
-        cache = self.cache
-        end = cache.node_changes_dropped + len(cache.node_changes)
-        start = self.position - cache.node_changes_dropped
-        self.position = end
-        if start < 0:
-            return None
-        return set(cache.node_changes[start:])
+        changes = self.cache.changes
+        changed = changes.since(self.position)
+        self.position = changes.end
+        return changed
 
 
 def blocked(entry: NodeEntry | None) -> bool:
@@ -80,7 +78,7 @@ class Usability:
             self._deadlines.clear()
             self.order = {False: [], True: []}
             self.known_version += 1
-            for name in self.cache.nodes:
+            for name in list(self.cache.node_names()):
                 self._judge(name, now, ordered=False)
             # one sort, not an insertion per node (quadratic at 10,000 nodes)
             self.order = {spread: sorted((_order_key(score, spread), name) for name, score in self.scores.items())
@@ -88,10 +86,10 @@ class Usability:
             changed = set()
         for name in changed:
             self._judge(name, now)
-        deadlines, nodes = self._deadlines, self.cache.nodes
+        deadlines, node = self._deadlines, self.cache.node
         while deadlines and deadlines[0][0] < now:
             _, name = heapq.heappop(deadlines)
-            entry = nodes.get(name)
+            entry = node(name)
             if entry is None:
                 continue
             until = entry.handshake_fresh_until
@@ -101,7 +99,7 @@ class Usability:
                 heapq.heappush(deadlines, (until, name))
 
     def _judge(self, name: str, now: float, ordered: bool = True) -> None:
-        entry = self.cache.nodes.get(name)
+        entry = self.cache.node(name)
         if entry is None:
             old = self.scores.pop(name, None)
             if old is not None:
@@ -164,10 +162,10 @@ class ShapeNodes:
         if changed is None:
             self._rebuild()
             return
-        nodes, fits, failing, judge = self.cache.nodes, self.fits, self.failing, self.verdicts.rejection
+        node, fits, failing, judge = self.cache.node, self.fits, self.failing, self.verdicts.rejection
         for name in changed:
             self._reasons.pop(name, None)
-            entry = nodes.get(name)
+            entry = node(name)
             if entry is None:
                 fits.discard(name)
                 failing.discard(name)
@@ -180,7 +178,6 @@ class ShapeNodes:
 
     def _rebuild(self) -> None:
         self._reasons.clear()
-        nodes = self.cache.nodes
         one_card = self.verdicts.one_card
         if one_card is not None:
             members = self.cache.card_states.members
@@ -188,15 +185,16 @@ class ShapeNodes:
             fits.difference_update(self.usability.blocked)
         else:
             judge = self.verdicts.rejection
-            fits = {name for name, entry in nodes.items() if not blocked(entry) and judge(entry.card_states) is None}
+            fits = {entry.name for entry in self.cache.nodes()
+                    if not blocked(entry) and judge(entry.card_states) is None}
         self.fits = fits
-        self.failing = set(nodes).difference(fits)
+        self.failing = set(self.cache.node_names()).difference(fits)
 
     def reason(self, name: str) -> NodeRejection | None:
         """Why a failing node does not take the pod (None: it does; it was blocked)."""
         found = self._reasons.get(name)
         if found is None:
-            entry = self.cache.nodes.get(name)
+            entry = self.cache.node(name)
             if entry is None or blocked(entry):
                 return None
             found = self.verdicts.rejection(entry.card_states)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hami_dcu.scheduler.cache import NodeEntry, used_without
+from hami_dcu.scheduler.cacherecords import NodeEntry, is_assumed_key, used_without
 from hami_dcu.scheduler.filtering import PodPlan
 from hami_dcu.scheduler.fit import PodFit
 
@@ -29,7 +29,7 @@ def fits_without(plan: PodPlan, entry: NodeEntry, uids: Sequence[str]) -> bool:
 
 def holders(entry: NodeEntry) -> list[str]:
     """UIDs of the pods holding cards on the node (not placements in flight)."""
-    return [uid for uid, holding in entry.holdings.items() if holding.held and not uid.startswith("assumed/")]
+    return [uid for uid, holding in entry.holdings.items() if holding.held and not is_assumed_key(uid)]
 
 
 def choose_victims(plan: PodPlan, entry: NodeEntry, proposed: Sequence[str],

@@ -75,15 +75,14 @@ def namespace_used(cache: ClusterCache, namespace: str) -> Amount:
     """What the namespace's live DCU pods and in-flight placements hold, over all cards.
     A pod is in the cache either with its allocation or as an assumption, never both."""
     memory = cores = 0
-    for uid, record in cache.pods.items():
+    for record in cache.pods.records():
         if record.namespace != namespace:
             continue
-        entry = cache.nodes.get(record.node)
-        holding = entry.holdings.get(uid) if entry is not None else None
+        holding = cache.pods.holding(record)
         if holding is not None and holding.held:
             memory += sum(share.memory for share in holding.held.values())
             cores += sum(share.cores for share in holding.held.values())
-    for assumption in cache.assumptions.values():
+    for assumption in cache.placements.all():
         if assumption.namespace == namespace:
             memory += sum(share.memory for share in assumption.fit.held.values())
             cores += sum(share.cores for share in assumption.fit.held.values())
@@ -109,14 +108,14 @@ RESERVATION_TTL = 30.0  # seconds an admitted pod counts by its reservation befo
 
 def largest_card(cache: ClusterCache) -> int | None:
     """The memory (MiB) of the largest card any node registers; None when none registers one."""
-    return max((card.memory for entry in cache.nodes.values() if entry.present for card in entry.cards),
+    return max((card.memory for entry in cache.nodes() if entry.present for card in entry.cards),
                default=None)
 
 
 def waiting_total(cache: ClusterCache, namespace: str, whole_card: int) -> Amount:
     """What the namespace's DCU pods not bound yet ask (a whole card as `whole_card` MiB)."""
     total = Amount()
-    for pod in cache.waiting.get(namespace, {}).values():
+    for pod in cache.waiting.in_namespace(namespace):
         total = total + requested(pod.requests, pod.init_count, pod.sidecars, whole_card)
     return total
 

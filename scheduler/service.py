@@ -17,10 +17,11 @@ from typing import Any
 from hami_dcu.common.kube import AsyncKube, KubeError
 from hami_dcu.common.podchecks import CheckSettings, Refusal, Stage, refusal_of
 from hami_dcu.common.podlatency import DEVICE_PLUGIN, DRA
-from hami_dcu.common.podtimes import created_at
 from hami_dcu.common.requests import RequestError
+from hami_dcu.scheduler import filtersteps
 from hami_dcu.scheduler.bind import Binder, BindSettings
-from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock, NodeEntry
+from hami_dcu.scheduler.cache import ClusterCache
+from hami_dcu.scheduler.cacherecords import NeedlessLock, NodeEntry
 from hami_dcu.scheduler.drainformer import DraInformer
 from hami_dcu.scheduler.drausage import DraUsage
 from hami_dcu.scheduler.events import EventSink
@@ -29,18 +30,16 @@ from hami_dcu.scheduler.extender import (
     FilterArgs,
     NodeVictims,
     PreemptionArgs,
-    filter_result,
     preemption_result,
 )
-from hami_dcu.scheduler.filtering import Filter, FilterSettings, invalid_request, plan_pod, refused_everywhere
+from hami_dcu.scheduler.filtering import Filter, FilterSettings, plan_pod
 from hami_dcu.scheduler.informer import Informer
 from hami_dcu.scheduler.metrics import SchedulerMetrics
 from hami_dcu.scheduler.namingwatch import check_naming
 from hami_dcu.scheduler.packing import pack
 from hami_dcu.scheduler.preemption import choose_victims, holders
 from hami_dcu.scheduler.quotametrics import QuotaMetrics
-from hami_dcu.scheduler.quotas import QuotaBook, namespace_used, quota_gate
-from hami_dcu.scheduler.reasons import summarise
+from hami_dcu.scheduler.quotas import QuotaBook
 from hami_dcu.scheduler.signal import CacheSignal
 from hami_dcu.scheduler.volcano import volcano_owned
 
@@ -79,6 +78,8 @@ class SchedulerService:
         self.metrics = SchedulerMetrics(self.cache)
         self.metrics.registry.register(QuotaMetrics(self.quotas, self.cache))
         self.events = EventSink(self._post_event)
+        self._filter_env = filtersteps.FilterEnv(self.settings.filter, self.checks, self.cache, self.filter,
+                                                 self.quotas, self._emit, monotonic, wall_clock)
         self.changed = CacheSignal()  # the informer wakes binds waiting on the cache
         self.binder = (
             Binder(kube, self.cache, self.filter, self.settings.bind, self.metrics, self.events, wall_clock, monotonic,
@@ -142,70 +143,12 @@ class SchedulerService:
     # --- verbs -------------------------------------------------------------------------
 
     def filter_pod(self, args: FilterArgs) -> JSON:
-        """The whole /filter decision, synchronous: nothing can change the cache between
-        fitting and recording the assumption."""
+        """The whole /filter decision (filtersteps.py), synchronous: nothing can change the
+        cache between fitting and recording the assumption."""
         started = self.monotonic()
-        pod = args.pod
-        meta = pod.get("metadata") or {}
-        namespace, name, uid = meta.get("namespace") or "default", meta.get("name") or "", meta.get("uid") or ""
-        names = args.candidate_names()
-        not_ours = volcano_owned(pod, self.settings.filter.volcano_scheduler)
-        if not_ours:
-            log.warning("filter %s/%s: %s", namespace, name, not_ours)
-            self.metrics.filter_seconds.labels("volcano").observe(self.monotonic() - started)
-            return filter_result(args, [], unresolvable={n: not_ours for n in names})
-        refused = self.refusal(pod)
-        if refused is not None:
-            # It reached us without the webhook (an opt-out label, a webhook down under
-            # failurePolicy Ignore, schedulerName set by hand): refused as admission would.
-            log.info("filter %s/%s: refused (%s): %s", namespace, name, refused.check, refused.message)
-            self._emit(pod, "FilteringFailed", f"refused ({refused.check}): {refused.message}", "Warning")
-            self.metrics.filter_seconds.labels("refused").observe(self.monotonic() - started)
-            return filter_result(args, [], unresolvable=refused_everywhere(names, refused).failed_text())
-        try:
-            plan = plan_pod(pod, self.settings.filter)
-        except RequestError as exc:
-            outcome = invalid_request(names, exc)
-            self._emit(pod, "FilteringFailed", f"invalid DCU request: {exc}", "Warning")
-            self.metrics.filter_seconds.labels("invalid").observe(self.monotonic() - started)
-            return filter_result(args, [], unresolvable=outcome.failed_text())
-        if plan is None:
-            self.metrics.filter_seconds.labels("passthrough").observe(self.monotonic() - started)
-            return filter_result(args, names)
-        self.cache.expire(self.monotonic())
-        bound_to = self.cache.bound_node(uid, namespace, name)
-        if bound_to is not None:
-            # A stale retry for a pod that is bound already (its old pending object): what it
-            # holds stays counted as it is, and kube-scheduler will see the pod bound.
-            message = f"pod already bound to node {bound_to}"
-            log.info("filter %s/%s: %s, nothing to place", namespace, name, message)
-            self.metrics.filter_seconds.labels("already-bound").observe(self.monotonic() - started)
-            return filter_result(args, [], {n: message for n in names})
-        earlier = self.cache.assumptions.get(uid) if uid else None
-        if earlier is not None:
-            self.cache.forget(uid)  # an earlier choice for this pod must not count against it
-        limits = self.quotas.limits(namespace)
-        admit = quota_gate(limits, namespace_used(self.cache, namespace), self.settings.filter.resources) \
-            if limits else None
-        outcome = self.filter.run(plan, names, self.wall_clock(), admit)
-        failed = outcome.failed_text()
-        if outcome.chosen is None or outcome.fit is None:
-            summary = summarise(outcome.codes()) or "no candidate nodes"
-            example = outcome.example_detail()
-            log.info("filter %s/%s: no node fits (%s)%s", namespace, name, summary, f"; {example}" if example else "")
-            # FailedNodes carries reasons kube-scheduler can count; one node's figures go here.
-            self._emit(pod, "FilteringFailed", f"no node fits the DCU request: {summary}"
-                       + (f"; for example {example}" if example else ""), "Warning")
-            self.metrics.filter_seconds.labels("unschedulable").observe(self.monotonic() - started)
-            return filter_result(args, [], failed)
-        if uid:
-            self.cache.assume(uid, namespace, name, outcome.chosen, outcome.fit, plan.init_count, self.monotonic(),
-                              plan, created=created_at(pod))
-        cards = ",".join(sorted(outcome.fit.held))
-        log.info("filter %s/%s: node %s cards %s (%d nodes fit, %d do not)", namespace, name, outcome.chosen,
-                 cards, outcome.fitting, len(failed))
-        self.metrics.filter_seconds.labels("ok").observe(self.monotonic() - started)
-        return filter_result(args, [outcome.chosen], failed)
+        answer = filtersteps.decide(self._filter_env, args)
+        self.metrics.filter_seconds.labels(answer.outcome).observe(self.monotonic() - started)
+        return answer.result
 
     def prioritize_pod(self, args: FilterArgs) -> list[JSON]:
         """DRA mode: the candidates ranked fullest first (packing.py). A pod without claims,
@@ -265,7 +208,7 @@ class SchedulerService:
         priority = _priority(pod)
         kept: dict[str, NodeVictims] = {}
         for node, victims in args.nodes.items():
-            entry = self.cache.nodes.get(node)
+            entry = self.cache.node(node)
             if entry is None or self.filter.usable(entry, now) is not None:
                 continue
             chosen = choose_victims(plan, entry, victims.uids)

@@ -78,7 +78,7 @@ async def test_every_dashboard_query_names_a_series_a_scrape_returns(kube, aioht
     pod = kube.create_pod("default", dcu_pod("p"))
     assert await service.wait_synced(10)
     for _ in range(200):
-        if "n1" in service.cache.nodes:
+        if service.cache.node("n1") is not None:
             break
         await asyncio.sleep(0.02)
     meta = pod["metadata"]

@@ -123,7 +123,7 @@ def held_per_card(kube: Kube) -> dict[str, tuple[int, int, int]]:
 
 def cache_view(service: Any) -> dict[str, tuple[int, int, int]]:
     return {card.id: (used.slots, used.memory, used.cores)
-            for entry in service.cache.nodes.values() for card, used in zip(entry.cards, entry.used, strict=True)
+            for entry in service.cache.nodes() for card, used in zip(entry.cards, entry.used, strict=True)
             if used.slots or used.memory or used.cores}
 
 

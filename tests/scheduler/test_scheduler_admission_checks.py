@@ -44,20 +44,20 @@ def failed_events(kube) -> list[str]:
 async def test_filter_refuses_on_every_node_with_the_webhooks_words(kube, service, client, build):
     create_nodes(kube, ["n1", "n2"])
     pod = kube.create_pod("default", build())
-    await until(lambda: all(n in service.cache.nodes for n in ("n1", "n2")))
+    await until(lambda: all(service.cache.node(n) is not None for n in ("n1", "n2")))
     expected = refusal_of(pod, CheckSettings(DCU.resources), Stage.PLACE)
     assert expected is not None
     answer = await (await client.post("/filter", json=filter_args(pod, ["n1", "n2"]))).json()
     assert answer["NodeNames"] == [] and answer["Error"] == ""
     assert answer["FailedAndUnresolvableNodes"] == {"n1": expected.message, "n2": expected.message}
-    assert service.cache.assumptions == {}
+    assert service.cache.placements.all() == []
     await until(lambda: any(expected.message in m for m in failed_events(kube)))
 
 
 async def test_bind_without_a_filter_refuses_too_and_takes_no_lock(kube, service, client):
     create_nodes(kube, ["n1"])
     pod = kube.create_pod("default", multi_card_share())
-    await until(lambda: "n1" in service.cache.nodes)
+    await until(lambda: service.cache.node("n1") is not None)
     reply = await (await client.post("/bind", json=bind_args(pod, "n1"))).json()
     assert "multi-card-sharing" in reply["Error"] and "one shared vDCU" in reply["Error"]
     stored = kube.get_pod("default", "twocards")
@@ -72,7 +72,7 @@ async def test_a_native_sidecar_share_is_placed_beside_the_app_container(kube, s
     pod["spec"]["initContainers"] = [{"name": "proxy", "restartPolicy": "Always", "resources": {"limits": {
         DCU.resources.count: "1", DCU.resources.memory: "500", DCU.resources.cores: "10"}}}]
     pod = kube.create_pod("default", pod)
-    await until(lambda: "n1" in service.cache.nodes)
+    await until(lambda: service.cache.node("n1") is not None)
     answer = await (await client.post("/filter", json=filter_args(pod, ["n1"]))).json()
     assert answer["NodeNames"] == ["n1"], answer
     assert await (await client.post("/bind", json=bind_args(pod, "n1"))).json() == {"Error": ""}
@@ -84,7 +84,7 @@ async def test_a_forged_type_annotation_reaches_reasons_and_events_escaped(kube,
     create_nodes(kube, ["n1"])
     forged = "Z100\nI0101 00:00:00 scheduler: pod kube-system/x bound\x1b]0;owned\x07"
     pod = kube.create_pod("default", dcu_pod("typed", uid="u-typed", annotations={DCU.use_type: forged}))
-    await until(lambda: "n1" in service.cache.nodes)
+    await until(lambda: service.cache.node("n1") is not None)
     answer = await (await client.post("/filter", json=filter_args(pod, ["n1"]))).json()
     reason = answer["FailedNodes"]["n1"]
     assert "type mismatch" in reason and "\n" not in reason and "\x1b" not in reason
@@ -99,7 +99,7 @@ async def test_forged_scoring_weights_reach_the_event_escaped(kube, service, cli
     weights = "slot=1\n\x1b[31mI0101 forged,core=1,memory=1"
     pod = kube.create_pod("default", dcu_pod("weighted", uid="u-w",
                                              annotations={keys.DEVICE_SCORING_WEIGHTS: weights}))
-    await until(lambda: "n1" in service.cache.nodes)
+    await until(lambda: service.cache.node("n1") is not None)
     answer = await (await client.post("/filter", json=filter_args(pod, ["n1"]))).json()
     reason = answer["FailedAndUnresolvableNodes"]["n1"]
     assert "\\n\\x1b[31m" in reason and "\n" not in reason and "\x1b" not in reason

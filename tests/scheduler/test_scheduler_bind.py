@@ -16,7 +16,7 @@ async def created(kube, pod):
 async def test_filter_then_bind_writes_allocation_atomically_in_two_calls(kube, service, client):
     create_nodes(kube, ["n1", "n2"])
     pod = await created(kube, dcu_pod("p"))
-    await until(lambda: "n2" in service.cache.nodes and service.cache.nodes["n2"].present)
+    await until(lambda: service.cache.node("n2") is not None and service.cache.node("n2").present)
     answer = await (await client.post("/filter", json=filter_args(pod, ["n1", "n2"]))).json()
     assert answer["Error"] == ""
     assert answer["NodeNames"] == ["n1"]  # binpack tie -> name order
@@ -44,14 +44,14 @@ async def test_pod_without_dcu_passes_all_nodes_unchanged(kube, service, client)
            "spec": {"containers": [{"name": "c", "image": "x"}]}}
     answer = await (await client.post("/filter", json={"pod": pod, "nodenames": ["n1", "ghost"]})).json()
     assert answer["NodeNames"] == ["n1", "ghost"]
-    assert service.cache.assumptions == {}
+    assert service.cache.placements.all() == []
 
 
 async def test_failed_nodes_carry_readable_reasons(kube, service, client):
     create_nodes(kube, ["small"], memory=1024)
     create_nodes(kube, ["big"])
     pod = await created(kube, dcu_pod("p", annotations={DCU.use_type: "Z100"}))
-    await until(lambda: "big" in service.cache.nodes and "small" in service.cache.nodes)
+    await until(lambda: service.cache.node("big") is not None and service.cache.node("small") is not None)
     answer = await (await client.post("/filter", json=filter_args(pod, ["small", "big", "ghost"]))).json()
     assert answer["NodeNames"] == []
     failed = answer["FailedNodes"]
@@ -82,7 +82,7 @@ async def test_failed_nodes_carry_readable_reasons(kube, service, client):
 async def test_filter_with_full_node_objects_returns_nodes(kube, service, client):
     create_nodes(kube, ["n1"])
     pod = await created(kube, dcu_pod("p"))
-    await until(lambda: "n1" in service.cache.nodes)
+    await until(lambda: service.cache.node("n1") is not None)
     body = {"Pod": pod, "Nodes": {"metadata": {}, "items": [kube.get_node("n1")]}, "NodeNames": None}
     answer = await (await client.post("/filter", json=body)).json()
     assert answer["NodeNames"] is None
@@ -95,14 +95,14 @@ async def test_bad_bodies_get_an_error_and_change_nothing(kube, service, client)
         assert answer["Error"]
     answer = await (await client.post("/bind", data=b'{"PodName": ""}')).json()
     assert "PodName" in answer["Error"]
-    assert service.cache.assumptions == {}
+    assert service.cache.placements.all() == []
     assert (await client.get("/healthz")).status == 200
 
 
 async def test_bind_without_filter_fits_at_bind_time(kube, service, client):
     create_nodes(kube, ["n1"])
     pod = await created(kube, dcu_pod("p"))
-    await until(lambda: "n1" in service.cache.nodes)
+    await until(lambda: service.cache.node("n1") is not None)
     reply = await (await client.post("/bind", json=bind_args(pod, "n1"))).json()
     assert reply == {"Error": ""}
     assert kube.get_pod("default", "p")["metadata"]["annotations"][DCU.pod_devices_allocated].startswith("DCU-n1")
@@ -111,10 +111,10 @@ async def test_bind_without_filter_fits_at_bind_time(kube, service, client):
 async def test_bind_of_missing_pod_fails_and_leaves_no_lock(kube, service, client):
     create_nodes(kube, ["n1"])
     pod = await created(kube, dcu_pod("p"))
-    await until(lambda: "n1" in service.cache.nodes)
+    await until(lambda: service.cache.node("n1") is not None)
     await client.post("/filter", json=filter_args(pod, ["n1"]))
     kube.delete_pod("default", "p")
-    await until(lambda: service.cache.assumptions == {})  # the delete drops the assumption
+    await until(lambda: service.cache.placements.all() == [])  # the delete drops the assumption
     reply = await (await client.post("/bind", json=bind_args(pod, "n1"))).json()
     assert "not found" in reply["Error"]
     assert lock_of(kube, "n1") is None
@@ -123,21 +123,21 @@ async def test_bind_of_missing_pod_fails_and_leaves_no_lock(kube, service, clien
 async def test_binding_rejected_releases_lock_and_forgets_assumption(kube, service, client):
     create_nodes(kube, ["n1", "n2"])
     pod = await created(kube, dcu_pod("p"))
-    await until(lambda: "n2" in service.cache.nodes)
+    await until(lambda: service.cache.node("n2") is not None)
     await client.post("/filter", json=filter_args(pod, ["n1"]))
     # someone else bound it meanwhile: the Binding gets 409 "already assigned"
     kube.create_binding("default", "p", "n2")
     reply = await (await client.post("/bind", json=bind_args(pod, "n1"))).json()
     assert "already bound to node n2" in reply["Error"]  # the pod's own word, not the assumption's
     assert lock_of(kube, "n1") is None
-    assert service.cache.assumption_for(pod["metadata"]["uid"], "default", "p") is None
+    assert service.cache.placements.find(pod["metadata"]["uid"], "default", "p") is None
 
 
 async def test_bind_fails_after_bounded_wait_on_a_held_lock_and_keeps_the_holders_lock(kube, service, client):
     create_nodes(kube, ["n1"])
     holder = await created(kube, dcu_pod("holder"))
     pod = await created(kube, dcu_pod("p", memory=1000, cores=10))
-    await until(lambda: "n1" in service.cache.nodes)
+    await until(lambda: service.cache.node("n1") is not None)
     assert (await (await client.post("/bind", json=bind_args(holder, "n1"))).json()) == {"Error": ""}
     await client.post("/filter", json=filter_args(pod, ["n1"]))
     reply = await (await client.post("/bind", json=bind_args(pod, "n1"))).json()
@@ -150,7 +150,7 @@ async def test_waiting_bind_succeeds_when_holder_releases(kube, service, client)
     create_nodes(kube, ["n1"])
     holder = await created(kube, dcu_pod("holder"))
     pod = await created(kube, dcu_pod("p", memory=1000, cores=10))
-    await until(lambda: "n1" in service.cache.nodes)
+    await until(lambda: service.cache.node("n1") is not None)
     assert (await (await client.post("/bind", json=bind_args(holder, "n1"))).json()) == {"Error": ""}
     import asyncio
 
@@ -167,7 +167,7 @@ async def test_waiting_bind_succeeds_when_holder_releases(kube, service, client)
 async def test_deleting_the_lock_holder_releases_its_lock(kube, service, client):
     create_nodes(kube, ["n1"])
     holder = await created(kube, dcu_pod("holder"))
-    await until(lambda: "n1" in service.cache.nodes)
+    await until(lambda: service.cache.node("n1") is not None)
     assert (await (await client.post("/bind", json=bind_args(holder, "n1"))).json()) == {"Error": ""}
     assert lock_of(kube, "n1") is not None
     kube.delete_pod("default", "holder")
@@ -177,7 +177,7 @@ async def test_deleting_the_lock_holder_releases_its_lock(kube, service, client)
 async def test_api_errors_on_binding_release_the_lock(kube, service, client, api_server):
     create_nodes(kube, ["n1"])
     pod = await created(kube, dcu_pod("p"))
-    await until(lambda: "n1" in service.cache.nodes)
+    await until(lambda: service.cache.node("n1") is not None)
     await client.post("/filter", json=filter_args(pod, ["n1"]))
     api_server.faults.configure(error_rate=1.0, match=lambda method, path: path.endswith("/binding"))
     reply = await (await client.post("/bind", json=bind_args(pod, "n1"))).json()
@@ -190,14 +190,14 @@ async def test_api_errors_on_binding_release_the_lock(kube, service, client, api
 async def test_lock_patch_failure_answers_error_and_leaves_nothing(kube, service, client, api_server):
     create_nodes(kube, ["n1"])
     pod = await created(kube, dcu_pod("p"))
-    await until(lambda: "n1" in service.cache.nodes)
+    await until(lambda: service.cache.node("n1") is not None)
     await client.post("/filter", json=filter_args(pod, ["n1"]))
     api_server.faults.configure(error_rate=1.0, match=lambda method, path: method == "PATCH")
     reply = await (await client.post("/bind", json=bind_args(pod, "n1"))).json()
     api_server.faults.clear()
     assert "cannot lock node n1" in reply["Error"]
     assert lock_of(kube, "n1") is None
-    assert service.cache.assumptions == {}
+    assert service.cache.placements.all() == []
 
 
 async def test_stale_handshake_makes_node_unusable(kube, service, client):
@@ -207,7 +207,7 @@ async def test_stale_handshake_makes_node_unusable(kube, service, client):
 
     kube.create_node(node_object("old", handshake=datetime.now(UTC) - timedelta(seconds=120)))
     pod = await created(kube, dcu_pod("p"))
-    await until(lambda: "old" in service.cache.nodes)
+    await until(lambda: service.cache.node("old") is not None)
     answer = await (await client.post("/filter", json=filter_args(pod, ["old"]))).json()
     assert "last reported 12" in answer["FailedNodes"]["old"]
 
@@ -223,7 +223,7 @@ async def test_allocation_has_one_entry_per_container_init_first(kube, service, 
                                    {"name": "sidecar", "image": "x"},
                                    {"name": "b", "image": "x", "resources": {"limits": limits}}]}}
     pod = await created(kube, pod)
-    await until(lambda: "n1" in service.cache.nodes)
+    await until(lambda: service.cache.node("n1") is not None)
     answer = await (await client.post("/filter", json=filter_args(pod, ["n1"]))).json()
     assert answer["NodeNames"] == ["n1"]
     assert (await (await client.post("/bind", json=bind_args(pod, "n1"))).json()) == {"Error": ""}
@@ -241,7 +241,7 @@ async def test_a_lock_written_on_the_version_the_watch_showed_needs_no_echo_from
     state. The Binding goes out at once, however late the watch brings the lock back."""
     create_nodes(kube, ["n1"])
     pod = await created(kube, dcu_pod("p"))
-    await until(lambda: "n1" in service.cache.nodes and service.cache.nodes["n1"].present)
+    await until(lambda: service.cache.node("n1") is not None and service.cache.node("n1").present)
     apply = service.informer._apply
 
     def slow_node_watch(resource, event):  # the watch never brings a locked n1 back

@@ -66,7 +66,7 @@ async def test_a_bind_behind_a_live_lock_waits_on_the_cache_and_costs_two_round_
         # The bind before ours: locked and bound, its Allocate still to come.
         await client.post("/filter", json=filter_args(holder, ["n1"]))
         assert (await (await client.post("/bind", json=bind_args(holder, "n1"))).json())["Error"] == ""
-        await until(lambda: service.cache.nodes["n1"].lock_value is not None)
+        await until(lambda: service.cache.node("n1").lock_value is not None)
         await client.post("/filter", json=filter_args(pod, ["n1"]))
         own.calls.clear()
         before = round_trips(service)

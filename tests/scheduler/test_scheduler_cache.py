@@ -53,7 +53,7 @@ class CacheMachine(RuleBasedStateMachine):
         self.rv = count(2)
 
     def _fit(self, node: str, memory: int, cores: int, n: int, init: bool) -> PodFit | None:
-        entry = self.cache.nodes[node]
+        entry = self.cache.node(node)
         requests = [DcuRequest(1, memory, cores), DcuRequest(n, memory, cores)] if init else [
             DcuRequest(n, memory, cores)]
         names = ["init", "main"] if init else ["main"]
@@ -80,7 +80,7 @@ class CacheMachine(RuleBasedStateMachine):
         if fit is None:
             return multiple()
         uid = f"u{next(self.ids)}"
-        self.cache.assume(uid, "default", f"pod-{uid}", node, fit, 0, now=0.0)
+        self.cache.placements.reserve(uid, "default", f"pod-{uid}", node, fit, 0, now=0.0)
         self.holding[uid] = (node, fit.held)
         self.objects[uid] = pod_object(uid, node, fit, False, rv=next(self.rv))
         return uid
@@ -93,13 +93,15 @@ class CacheMachine(RuleBasedStateMachine):
 
     @rule(uid=consumes(assumed))
     def bind_fails(self, uid):
-        self.cache.forget(uid)
+        self.cache.placements.forget(uid)
         del self.holding[uid]
 
     @rule(uid=consumes(assumed))
     def assumption_expires(self, uid):
-        self.cache.assumptions[uid].expires = 0.0
-        self.cache.expire(1.0)
+        assumption = self.cache.placements.find(uid, "default", f"pod-{uid}")
+        assert assumption is not None
+        assumption.expires = 0.0
+        self.cache.placements.expire(1.0)
         del self.holding[uid]
 
     @rule(uid=consumes(pods))
@@ -134,7 +136,7 @@ class CacheMachine(RuleBasedStateMachine):
                 expected[card][0] += share.slots
                 expected[card][1] += share.memory
                 expected[card][2] += share.cores
-        for entry in self.cache.nodes.values():
+        for entry in self.cache.nodes():
             assert not entry.degraded
             for spec, used in zip(entry.cards, entry.used, strict=True):
                 assert [used.slots, used.memory, used.cores] == expected[spec.id], spec.id
@@ -158,7 +160,7 @@ def test_an_unknown_card_degrades_that_pods_claim_not_the_node():
     cache = ClusterCache()
     cache.apply_node(node_object("n1"), NOW)
     cache.apply_pod(allocated_pod("u1", "n1", "DCU-GONE,DCU,1000,10:DCU-n1-S0,DCU,2000,20:;"))
-    entry = cache.nodes["n1"]
+    entry = cache.node("n1")
     assert entry.degraded == []
     assert entry.ignored_claims == ["pod default/u1 holds card DCU-GONE that the node does not report"]
     assert [(u.slots, u.memory, u.cores) for u in entry.used] == [(1, 2000, 20), (0, 0, 0)]
@@ -179,18 +181,18 @@ def test_an_allocation_counts_only_on_the_node_the_pod_is_bound_to(bound_to, cla
     if bound_to is None:
         del pod["spec"]["nodeName"]
     cache.apply_pod(pod)
-    assert all(u.memory == 0 for entry in cache.nodes.values() for u in entry.used)
+    assert all(u.memory == 0 for entry in cache.nodes() for u in entry.used)
     assert "u1" not in cache.pods
     pod["spec"]["nodeName"] = pod["metadata"]["annotations"][keys.POD_NODE] = "n1"
     cache.apply_pod(pod)  # the same pod, bound where it claims: it holds
-    assert cache.nodes["n1"].used[0].memory == 65520
+    assert cache.node("n1").used[0].memory == 65520
 
 
 def test_unreadable_allocation_degrades_the_node():
     cache = ClusterCache()
     cache.apply_node(node_object("n1"), NOW)
     cache.apply_pod(allocated_pod("u1", "n1", "DCU-n1-S0,DCU,lots,10:;"))
-    assert "unreadable hami.io/dcu-devices-allocated" in cache.nodes["n1"].degraded[0]
+    assert "unreadable hami.io/dcu-devices-allocated" in cache.node("n1").degraded[0]
 
 
 def test_relist_drops_pods_whose_delete_was_missed_and_reports_orphaned_locks():
@@ -198,9 +200,9 @@ def test_relist_drops_pods_whose_delete_was_missed_and_reports_orphaned_locks():
     node = node_object("n1", extra={keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,gone"})
     cache.apply_node(node, NOW)
     cache.apply_pod(allocated_pod("u1", "n1", "DCU-n1-S0,DCU,1000,10:;"))
-    assert cache.nodes["n1"].used[0] == Usage(1, 1000, 10)
+    assert cache.node("n1").used[0] == Usage(1, 1000, 10)
     cache.replace_pods([])
-    assert cache.nodes["n1"].used[0] == Usage()
+    assert cache.node("n1").used[0] == Usage()
     assert cache.take_needless_locks() == [
         NeedlessLock("n1", "2026-01-01T00:00:00Z,default,gone", "default/gone", "holder-gone")]
     assert cache.drift == {"missed-delete": 1}
@@ -215,7 +217,7 @@ def test_older_watch_event_after_a_list_does_not_undo_it():
     stale = allocated_pod("u1", "n1", "")
     stale["metadata"]["resourceVersion"] = "3"
     cache.apply_pod(stale)
-    assert cache.nodes["n1"].used[0] == Usage(1, 1000, 10)
+    assert cache.node("n1").used[0] == Usage(1, 1000, 10)
 
 
 def test_lock_holders_of_another_replica_settle_by_allocation_or_by_watch_progress():
@@ -228,5 +230,5 @@ def test_lock_holders_of_another_replica_settle_by_allocation_or_by_watch_progre
     released["metadata"]["resourceVersion"] = "12"
     cache.apply_node(released, NOW)
     assert not cache.settled("n1")  # the pod watch has not passed the release yet
-    cache.pods_resource_version = "12"
+    cache.pods_listed_at("12")
     assert cache.settled("n1")  # passed it without an allocation: that bind never happened

@@ -62,7 +62,7 @@ async def test_two_instances_bind_200_pods_onto_10_nodes(kube_factory, aiohttp_s
         truth = held_per_card(kube)
         for service in services:
             # filters whose bind never ran (the loops stopped) live until their TTL: end it
-            service.cache.expire(service.monotonic() + service.settings.assume_ttl + 1)
+            service.cache.placements.expire(service.monotonic() + service.settings.assume_ttl + 1)
             # the cache of each instance agrees with the API, card by card (no drift)
             await until(lambda svc=service: cache_view(svc) == truth, timeout=5)
         for service in services:

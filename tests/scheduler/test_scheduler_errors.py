@@ -12,6 +12,7 @@ from scheduler_helpers import bind_args, dcu_pod, filter_args
 
 from hami_dcu.common.codec import CodecError
 from hami_dcu.common.kube import UnreachableError
+from hami_dcu.scheduler import filtersteps
 from hami_dcu.scheduler import service as service_module
 from hami_dcu.scheduler.app import build_app
 from hami_dcu.scheduler.service import SchedulerService
@@ -44,7 +45,8 @@ def tracebacks(caplog) -> list[logging.LogRecord]:
 @pytest.mark.parametrize("verb", ["filter", "preempt"])
 async def test_a_bug_in_placing_a_pod_is_a_500_logged_naming_the_pod_and_counted(alone, client, monkeypatch, caplog,
                                                                                  verb):
-    monkeypatch.setattr(service_module, "plan_pod", divide_by_zero)
+    # /filter plans the pod in its steps (filtersteps.py), /preempt in the service
+    monkeypatch.setattr(filtersteps if verb == "filter" else service_module, "plan_pod", divide_by_zero)
     assert bugs(alone) == 0
     body = filter_args(dcu_pod("p"), ["n1"]) if verb == "filter" else {"Pod": dcu_pod("p")}
     response = await client.post(f"/{verb}", json=body)
@@ -78,7 +80,7 @@ async def test_an_expected_failure_is_the_protocols_error_without_a_traceback(al
     def unreadable(*_args: object) -> object:
         raise CodecError("hami.io/x", "1,2", "not a number")
 
-    monkeypatch.setattr(service_module, "plan_pod", unreadable)
+    monkeypatch.setattr(filtersteps, "plan_pod", unreadable)  # /filter plans the pod in its steps
     response = await client.post("/filter", json=filter_args(dcu_pod("p"), ["n1"]))
     assert response.status == 200
     error = (await response.json())["Error"]

@@ -14,7 +14,7 @@ async def test_faults_on_writes_cost_retries_not_correctness(kube_factory, servi
     create_nodes(kube, ["n1", "n2"])  # 2 nodes x 2 cards x 4 slots = 16
     for i in range(8):
         kube.create_pod("default", dcu_pod(f"p{i:02d}", memory=1000, cores=20))
-    await until(lambda: "n2" in service.cache.nodes)
+    await until(lambda: service.cache.node("n2") is not None)
     server = await aiohttp_server(build_app(service, manage_lifecycle=False))
     api_server.faults.configure(seed=7, conflict_rate=0.2, error_rate=0.05,
                                 match=lambda method, path: method in ("PATCH", "POST") and "/events" not in path)

@@ -80,11 +80,11 @@ def test_an_allocatable_change_alone_refreshes_the_verdict():
     cache = ClusterCache()
     node = with_allocatable(node_object("n1", extra={DCU.node_handshake: encode_requesting(T0)}), "0")
     cache.apply_node(node, T0)
-    assert cache.nodes["n1"].handshake_fresh_until == (T0 + timedelta(seconds=60)).timestamp()
+    assert cache.node("n1").handshake_fresh_until == (T0 + timedelta(seconds=60)).timestamp()
     node = with_allocatable(node_object("n1", extra={DCU.node_handshake: encode_requesting(T0)}), "2k")
     node["metadata"]["resourceVersion"] = "2"
     cache.apply_node(node, T0)
-    assert cache.nodes["n1"].handshake_fresh_until == float("inf")
+    assert cache.node("n1").handshake_fresh_until == float("inf")
 
 
 def test_a_value_that_is_neither_report_nor_request_is_healthy_as_in_hami():

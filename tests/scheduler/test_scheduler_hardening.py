@@ -51,26 +51,26 @@ FILTER_ATTACKS = {
 @pytest.mark.parametrize("attack", FILTER_ATTACKS)
 async def test_malformed_filter_gets_a_reason_and_changes_nothing(kube, service, client, attack):
     create_nodes(kube, ["n1"])
-    await until(lambda: "n1" in service.cache.nodes)
+    await until(lambda: service.cache.node("n1") is not None)
     body, reason = FILTER_ATTACKS[attack]
     response = await client.post("/filter", data=body)
     assert response.status == 200
     answer = await response.json()
     assert reason in answer["Error"], answer
     assert "internal error" not in answer["Error"]
-    assert not answer["NodeNames"] and service.cache.assumptions == {}
+    assert not answer["NodeNames"] and service.cache.placements.all() == []
     good = await (await client.post("/filter", data=filter_body())).json()
     assert good["Error"] == "" and good["NodeNames"] == ["n1"]
 
 
 async def test_out_of_range_quantity_fails_every_node_with_the_reason(kube, service, client):
     create_nodes(kube, ["n1"])
-    await until(lambda: "n1" in service.cache.nodes)
+    await until(lambda: service.cache.node("n1") is not None)
     body = container_body(resources={"limits": {DCU.resources.count: "1" * 5000}})
     answer = await (await client.post("/filter", data=body)).json()
     assert answer["NodeNames"] == [] and "out of range" in answer["FailedAndUnresolvableNodes"]["n1"]
     assert len(answer["FailedAndUnresolvableNodes"]["n1"]) < 300
-    assert service.cache.assumptions == {}
+    assert service.cache.placements.all() == []
 
 
 BIND_ATTACKS = {
@@ -91,7 +91,7 @@ BIND_ATTACKS = {
 async def test_malformed_bind_gets_a_reason_and_changes_nothing(kube, service, client, attack):
     create_nodes(kube, ["n1"])
     pod = kube.create_pod("default", dcu_pod("p"))
-    await until(lambda: "n1" in service.cache.nodes)
+    await until(lambda: service.cache.node("n1") is not None)
     body, reason = BIND_ATTACKS[attack]
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     response = await client.post("/bind", data=raw)

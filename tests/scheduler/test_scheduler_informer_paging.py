@@ -34,9 +34,9 @@ def view(cache: ClusterCache) -> dict:
     return {
         "nodes": {name: (e.present, e.cards, [(u.slots, u.memory, u.cores) for u in e.used], e.degraded,
                          e.handshake_fresh_until, e.dcu_allocatable, e.lock_value, sorted(e.holdings))
-                  for name, e in cache.nodes.items()},
+                  for name, e in ((e.name, e) for e in cache.nodes())},
         "pods": {uid: (r.namespace, r.name, r.node, r.allocated, r.order, r.state)
-                 for uid, r in cache.pods.items()},
+                 for uid, r in ((r.uid, r) for r in cache.pods.records())},
     }
 
 
@@ -61,10 +61,10 @@ async def test_paged_slim_lists_build_the_cache_a_whole_list_builds(kube):
     now = informer.wall_clock()
     whole.replace_nodes(kube.list_nodes().items, now)
     whole.replace_pods(kube.list_pods().items)
-    assert len(paged.pods) == 9
+    assert len(paged.pods.records()) == 9
     # the same wall clock for both caches' handshake deadlines
     for cache in (paged, whole):
-        for entry in cache.nodes.values():
+        for entry in cache.nodes():
             entry.handshake_fresh_until = round(entry.handshake_fresh_until)
     assert view(paged) == view(whole)
 

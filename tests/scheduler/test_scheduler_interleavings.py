@@ -73,7 +73,7 @@ class World:
 
     async def caught_up(self, service: SchedulerService) -> None:
         for _ in range(500):
-            if all(n in service.cache.nodes and service.cache.nodes[n].present for n in self.nodes):
+            if all(service.cache.node(n) is not None and service.cache.node(n).present for n in self.nodes):
                 return
             await asyncio.sleep(0.01)
         raise AssertionError("replica never saw the nodes")
@@ -153,7 +153,7 @@ class World:
         truth = {card: held for card, held in held_per_card(self.kube).items()
                  if any(card.startswith(f"DCU-{n}-") for n in self.nodes)}
         for service in self.replicas:
-            service.cache.expire(service.monotonic() + service.settings.assume_ttl + 1)
+            service.cache.placements.expire(service.monotonic() + service.settings.assume_ttl + 1)
             for _ in range(300):
                 if self.view(service) == truth:
                     break

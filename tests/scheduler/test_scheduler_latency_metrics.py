@@ -16,7 +16,7 @@ def sample(service, name, **labels):
 async def test_filter_bind_and_preempt_fill_their_histograms(kube, service, client):
     create_nodes(kube, ["n1"])
     pod = kube.create_pod("default", dcu_pod("p"))
-    await until(lambda: "n1" in service.cache.nodes and service.cache.nodes["n1"].present)
+    await until(lambda: service.cache.node("n1") is not None and service.cache.node("n1").present)
     # kube-scheduler sends the pod as stored; an older creationTimestamp stands for a pod
     # that waited in the queue for 30 s.
     sent = {**pod, "metadata": {**pod["metadata"],
@@ -61,7 +61,7 @@ async def test_filter_bind_and_preempt_fill_their_histograms(kube, service, clie
 async def test_a_failed_bind_counts_no_create_to_bound(kube, service, client):
     create_nodes(kube, ["n1"])
     pod = kube.create_pod("default", dcu_pod("p", memory=10**6))  # fits nowhere, even at bind time
-    await until(lambda: "n1" in service.cache.nodes and service.cache.nodes["n1"].present)
+    await until(lambda: service.cache.node("n1") is not None and service.cache.node("n1").present)
     reply = await (await client.post("/bind", json=bind_args(pod, "n1"))).json()
     assert reply["Error"]
     assert sample(service, "hami_dcu_scheduler_bind_seconds_count", result="error") == 1

@@ -31,7 +31,7 @@ def test_a_negative_share_degrades_the_node_instead_of_freeing_capacity():
     cache = ClusterCache()
     cache.apply_node(node_object("n1"), NOW)
     cache.apply_pod(running("u1", "n1", "DCU-n1-S0,DCU,-60000,-100:;"))
-    entry = cache.nodes["n1"]
+    entry = cache.node("n1")
     assert entry.used[0].memory == 0
     assert entry.degraded == ["pod default/u1: negative share in hami.io/dcu-devices-allocated on card DCU-n1-S0"]
     flt = Filter(cache, FilterSettings())
@@ -47,7 +47,7 @@ def test_a_card_registering_a_negative_capacity_never_fits():
     node["metadata"]["annotations"][DCU.node_handshake] = encode_reported(NOW)
     cache = ClusterCache()
     cache.apply_node(node, NOW)
-    assert [(c.id, c.memory, c.numa) for c in cache.nodes["n1"].cards] == [("DCU-A", 0, -1), ("DCU-B", 65520, -1)]
+    assert [(c.id, c.memory, c.numa) for c in cache.node("n1").cards] == [("DCU-A", 0, -1), ("DCU-B", 65520, -1)]
     flt = Filter(cache, FilterSettings())
     whole = plan_pod(dcu_pod("p", memory=None, cores=None, count=2), flt.settings)
     assert whole is not None

@@ -111,7 +111,7 @@ async def test_duplicates_queued_behind_a_locked_node_leave_no_lock(kube_factory
     create_nodes(kube, ["node0"])
     pods = {n: kube.create_pod("default", dcu_pod(n, memory=1000, cores=10)) for n in ("h", "a", "y")}
     async with replica(kube_factory, aiohttp_client) as (service, client, own):
-        await until(lambda: "node0" in service.cache.nodes)
+        await until(lambda: service.cache.node("node0") is not None)
         held = NodeLock(kube).take("node0", "default", "h")
         first = asyncio.ensure_future(bind(client, pods["a"], "node0"))
         await asyncio.sleep(0.1)
@@ -136,7 +136,7 @@ async def test_a_bind_of_a_pod_already_running_answers_from_the_pod_and_takes_no
     create_nodes(kube, ["n1", "n2"])
     pod = kube.create_pod("default", dcu_pod("a"))
     async with replica(kube_factory, aiohttp_client) as (service, client, own):
-        await until(lambda: "n2" in service.cache.nodes)
+        await until(lambda: service.cache.node("n2") is not None)
         await client.post("/filter", json=filter_args(pod, ["n1"]))
         assert await bind(client, pod, "n1") == ""
         finish_allocation(kube, "n1", "a")
@@ -157,12 +157,12 @@ async def test_a_second_replicas_bind_of_the_same_pod_keeps_the_first_attempts_l
     pod = kube.create_pod("default", dcu_pod("a", memory=60000))
     async with replica(kube_factory, aiohttp_client) as (first, client1, _own1), \
             replica(kube_factory, aiohttp_client) as (second, client2, own2):
-        await until(lambda: all("n2" in s.cache.nodes for s in (first, second)))
+        await until(lambda: all(s.cache.node("n2") is not None for s in (first, second)))
         await client1.post("/filter", json=filter_args(pod, ["n1"]))
         assert await bind(client1, pod, "n1") == ""
         lock = lock_of(kube, "n1")
         # the pod's allocation reached the second replica's cache, the lock too
-        await until(lambda: cache_view(second) == held_per_card(kube) and second.cache.nodes["n1"].lock_value)
+        await until(lambda: cache_view(second) == held_per_card(kube) and second.cache.node("n1").lock_value)
         assert await bind(client2, pod, "n1") == ""
         assert "already bound to node n1" in await bind(client2, pod, "n2")
         assert lock_of(kube, "n1") == lock  # the first attempt's Allocate still needs it
@@ -179,9 +179,9 @@ async def test_a_failed_duplicate_never_removes_the_lock_of_the_attempt_in_fligh
     pod = kube.create_pod("default", dcu_pod("a"))
     async with replica(kube_factory, aiohttp_client) as (first, _client1, _own1), \
             replica(kube_factory, aiohttp_client) as (second, client2, own2):
-        await until(lambda: all("n1" in s.cache.nodes for s in (first, second)))
+        await until(lambda: all(s.cache.node("n1") is not None for s in (first, second)))
         held = NodeLock(kube).take("n1", "default", "a")  # replica 1, between its lock and its Binding
-        await until(lambda: second.cache.nodes["n1"].lock_value == held.value)
+        await until(lambda: second.cache.node("n1").lock_value == held.value)
         duplicate = asyncio.ensure_future(bind(client2, pod, "n1"))
         await asyncio.sleep(0.3)
         assert not duplicate.done()  # not "ours": it waits
@@ -200,7 +200,7 @@ async def test_a_lock_write_applied_despite_a_500_is_undone_when_the_bind_fails(
     create_nodes(kube, ["n1"])
     pod = kube.create_pod("default", dcu_pod("p"))
     async with replica(kube_factory, aiohttp_client) as (service, client, own):
-        await until(lambda: "n1" in service.cache.nodes)
+        await until(lambda: service.cache.node("n1") is not None)
         await client.post("/filter", json=filter_args(pod, ["n1"]))
         own.fail_bindings = 3  # every Binding attempt of this bind fails before commit
         api_server.faults.configure(post_commit_rate=1.0, post_commit_lost_share=0.0,
@@ -210,7 +210,7 @@ async def test_a_lock_write_applied_despite_a_500_is_undone_when_the_bind_fails(
         assert "binding rejected" in error
         assert lock_of(kube, "n1") is None  # no orphan held by an unbound Pending pod
         assert not pod_of(kube, "p")["spec"].get("nodeName")
-        assert service.cache.assumptions == {}
+        assert service.cache.placements.all() == []
 
 
 async def test_a_binding_refused_by_a_busy_server_is_retried_under_the_same_lock(kube_factory, aiohttp_client):
@@ -218,7 +218,7 @@ async def test_a_binding_refused_by_a_busy_server_is_retried_under_the_same_lock
     create_nodes(kube, ["n1"])
     pod = kube.create_pod("default", dcu_pod("p"))
     async with replica(kube_factory, aiohttp_client) as (service, client, own):
-        await until(lambda: "n1" in service.cache.nodes)
+        await until(lambda: service.cache.node("n1") is not None)
         await client.post("/filter", json=filter_args(pod, ["n1"]))
         own.fail_bindings = 2
         assert await bind(client, pod, "n1") == ""
@@ -231,7 +231,7 @@ async def test_a_lock_write_whose_answer_was_lost_counts_as_taken(kube_factory, 
     create_nodes(kube, ["n1"])
     pod = kube.create_pod("default", dcu_pod("p"))
     async with replica(kube_factory, aiohttp_client) as (service, client, own):
-        await until(lambda: "n1" in service.cache.nodes)
+        await until(lambda: service.cache.node("n1") is not None)
         await client.post("/filter", json=filter_args(pod, ["n1"]))
         api_server.faults.configure(post_commit_rate=1.0, post_commit_lost_share=1.0,
                                     match=lambda method, path: method == "PATCH" and "/nodes/" in path)
@@ -250,7 +250,7 @@ async def test_a_lock_left_by_a_successful_allocation_is_released_by_the_extende
     create_nodes(kube, ["n1", "n2"])
     pods = [kube.create_pod("default", dcu_pod(name, memory=1000, cores=10)) for name in ("ok", "running", "gone")]
     async with replica(kube_factory, aiohttp_client) as (service, client, _own):
-        await until(lambda: "n2" in service.cache.nodes)
+        await until(lambda: service.cache.node("n2") is not None)
         # the plugin marks success but its lock release is lost
         assert await bind(client, pods[0], "n1") == ""
         kube.patch_pod_metadata("default", "ok", annotations={keys.POD_BIND_PHASE: keys.BIND_PHASE_SUCCESS})
@@ -277,12 +277,12 @@ async def test_the_extender_leaves_a_done_holders_lock_to_the_plugin_that_releas
     create_nodes(kube, ["n1"])
     pod = kube.create_pod("default", dcu_pod("ok", memory=1000, cores=10))
     async with replica(kube_factory, aiohttp_client) as (service, client, own):
-        await until(lambda: "n1" in service.cache.nodes)
+        await until(lambda: service.cache.node("n1") is not None)
         assert await bind(client, pod, "n1") == ""
         own.node_reads = 0
         kube.patch_pod_metadata("default", "ok", annotations={keys.POD_BIND_PHASE: keys.BIND_PHASE_SUCCESS})
         NodeLock(kube).release("n1", "default", "ok")  # the plugin, right after
-        await until(lambda: service.cache.nodes["n1"].lock_value is None)
+        await until(lambda: service.cache.node("n1").lock_value is None)
         await asyncio.sleep(service.settings.bind.plugin_release_grace + 0.5)
         assert own.node_reads == 0
         releases = {s.labels["reason"]: s.value for m in service.metrics.registry.collect() for s in m.samples
@@ -303,8 +303,8 @@ async def test_the_sweep_frees_a_lock_left_by_a_bind_that_died_and_keeps_a_young
     async with replica(kube_factory, aiohttp_client, settings) as (service, _client, _own):
         old = NodeLock(kube, clock=lambda: datetime.now(UTC) - timedelta(seconds=31)).take("n1", "default", "crashed")
         young = NodeLock(kube).take("n2", "default", "binding")
-        await until(lambda: service.cache.nodes["n1"].lock_value == old.value
-                    and service.cache.nodes["n2"].lock_value == young.value)
+        await until(lambda: service.cache.node("n1").lock_value == old.value
+                    and service.cache.node("n2").lock_value == young.value)
         assert await service.binder.janitor.sweep() == 1
         assert lock_of(kube, "n1") is None
         assert lock_of(kube, "n2") == young.value  # its bind may be about to create the Binding
@@ -324,7 +324,7 @@ async def test_duplicate_bind_and_stale_filter_never_move_a_real_holding(kube_fa
     create_nodes(kube, ["n1"])
     pod = kube.create_pod("default", dcu_pod("p", memory=60000, cores=10))
     async with replica(kube_factory, aiohttp_client) as (service, client, _own):
-        await until(lambda: "n1" in service.cache.nodes)
+        await until(lambda: service.cache.node("n1") is not None)
         await client.post("/filter", json=filter_args(pod, ["n1"]))
         assert await bind(client, pod, "n1") == ""
         finish_allocation(kube, "n1", "p")
@@ -347,10 +347,10 @@ async def test_relist_repairs_drift_and_counts_it(kube_factory, aiohttp_client):
     create_nodes(kube, ["n1"])
     pod = kube.create_pod("default", dcu_pod("p", memory=30000, cores=10))
     async with replica(kube_factory, aiohttp_client) as (service, client, _own):
-        await until(lambda: "n1" in service.cache.nodes)
+        await until(lambda: service.cache.node("n1") is not None)
         await client.post("/filter", json=filter_args(pod, ["n1"]))
         assert await bind(client, pod, "n1") == ""
-        entry = service.cache.nodes["n1"]
+        entry = service.cache.node("n1")
         uid = pod["metadata"]["uid"]
         await until(lambda: uid in entry.holdings)  # the watch showed the pod's own allocation
         truth = held_per_card(kube)
@@ -372,9 +372,9 @@ async def test_a_superseded_bind_waiting_on_a_locked_node_gives_up_its_cards(kub
     pod = kube.create_pod("default", dcu_pod("a", memory=60000))
     blocker = kube.create_pod("default", dcu_pod("h", memory=1000, cores=10))
     async with replica(kube_factory, aiohttp_client) as (service, client, own):
-        await until(lambda: "n2" in service.cache.nodes)
+        await until(lambda: service.cache.node("n2") is not None)
         held = NodeLock(kube).take("n1", "default", blocker["metadata"]["name"])
-        await until(lambda: service.cache.nodes["n1"].lock_value == held.value)
+        await until(lambda: service.cache.node("n1").lock_value == held.value)
         await client.post("/filter", json=filter_args(pod, ["n1"]))
         stale = asyncio.ensure_future(bind(client, pod, "n1"))
         await asyncio.sleep(0.2)

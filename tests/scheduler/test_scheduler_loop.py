@@ -22,7 +22,7 @@ async def test_loop_binds_our_pods_and_reports_unschedulable_ones(kube_factory, 
     kube.create_pod("default", dcu_pod("fits"))
     kube.create_pod("default", dcu_pod("too-big", memory=100000))
     kube.create_pod("default", dcu_pod("not-ours", scheduler="default-scheduler"))
-    await until(lambda: "n1" in service.cache.nodes)
+    await until(lambda: service.cache.node("n1") is not None)
     server = await aiohttp_server(build_app(service, manage_lifecycle=False))
     loop = SchedulerLoop(kube_factory(), str(server.make_url("/")), interval=0.02, initial_backoff=0.1)
     runner = asyncio.ensure_future(loop.run())

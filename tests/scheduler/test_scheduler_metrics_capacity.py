@@ -28,7 +28,7 @@ def test_capacity_allocation_lock_and_bind_phases_per_scrape():
     locked = encode_lock(LockValue(NOW - timedelta(seconds=40), "default", "b"))
     cache.apply_node(node_object("n1", extra={keys.NODE_LOCK: locked}), NOW)
     cache.apply_node(node_object("n2"), NOW)
-    card = cache.nodes["n1"].cards[0].id
+    card = cache.node("n1").cards[0].id
     cache.apply_pod(bound_pod("a", card, 2000, 15, keys.BIND_PHASE_SUCCESS))
     cache.apply_pod(bound_pod("b", card, 4000, 20, keys.BIND_PHASE_ALLOCATING))
     metrics = SchedulerMetrics(cache, wall_clock=lambda: NOW.timestamp())

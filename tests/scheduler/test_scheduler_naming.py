@@ -82,7 +82,7 @@ def test_extenders_of_both_sets_live_in_one_process_each_reading_and_writing_its
         try:
             service = SchedulerService(akube, ServiceSettings(filter=FilterSettings(naming=naming)))
             service.cache.apply_node(node, now)
-            entry = service.cache.nodes["n1"]
+            entry = service.cache.node("n1")
             assert [c.id for c in entry.cards] == [card]
             assert plan_pod(pod_asking(other), service.settings.filter) is None  # not its resources
             plan = plan_pod(pod_asking(naming), service.settings.filter)

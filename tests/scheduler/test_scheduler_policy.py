@@ -90,8 +90,8 @@ def test_node_score_formula_is_utilisation_over_all_cards():
     cache = loaded_cache()
     # one card of two: slots 1/8, cores 50/200, memory 30000/131040
     expected = 10 * (1 / 8 + 50 / 200 + 30000 / 131040)
-    assert cache.nodes["busy"].score() == pytest.approx(expected)
-    assert cache.nodes["idle"].score() == 0
+    assert cache.node("busy").score() == pytest.approx(expected)
+    assert cache.node("idle").score() == 0
 
 
 def test_memo_is_invalidated_when_the_node_changes():

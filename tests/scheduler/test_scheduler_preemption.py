@@ -42,19 +42,19 @@ def plan(cores: int, count: int = 1, memory: int = 1000):
 
 
 def test_victims_that_free_enough_are_kept_as_proposed():
-    entry = full_card().nodes["n1"]
+    entry = full_card().node("n1")
     assert choose_victims(plan(10), entry, ["D"]) == ["D"]
 
 
 def test_victims_that_free_too_little_get_the_fewest_further_pods():
-    entry = full_card().nodes["n1"]
+    entry = full_card().node("n1")
     # D frees 10 percent; 50 are needed. Of B, C, A (in that order of eviction), only A is needed.
     assert choose_victims(plan(50), entry, ["D"]) is None
     assert choose_victims(plan(50), entry, ["D"], ["B", "C", "A"]) == ["D", "A"]
 
 
 def test_a_node_where_no_eviction_helps_is_dropped():
-    entry = full_card().nodes["n1"]
+    entry = full_card().node("n1")
     assert choose_victims(plan(10, memory=70000), entry, ["D"], ["A", "B", "C"]) is None
 
 
@@ -92,7 +92,7 @@ async def test_lower_priority_holders_are_asked_of_the_api(kube, service, client
         pod = holder(name.upper(), cores, priority)
         del pod["metadata"]["uid"], pod["metadata"]["resourceVersion"]
         uids[name] = kube.create_pod("default", pod)["metadata"]["uid"]
-    await until(lambda: len(service.cache.nodes.get("n1").holdings if "n1" in service.cache.nodes else {}) == 4)
+    await until(lambda: len(service.cache.node("n1").holdings if service.cache.node("n1") is not None else {}) == 4)
     urgent = dcu_pod("urgent", memory=1000, cores=50)
     urgent["spec"]["priority"] = 1000
     body = {"Pod": urgent, "NodeNameToVictims": None,

@@ -88,7 +88,7 @@ async def test_limits_and_use_are_on_metrics():
 async def test_the_watch_delivers_resource_quotas(kube, service, client):
     kube.create_node(node_object("n1"))
     kube.request("POST", "/api/v1/namespaces/default/resourcequotas", body=quota("dcu", cores="50"))
-    await until(lambda: bool(service.quotas.limits("default")) and "n1" in service.cache.nodes)
+    await until(lambda: bool(service.quotas.limits("default")) and service.cache.node("n1") is not None)
     answer = await (await client.post("/filter", json=filter_args(dcu_pod("p", cores=60, uid="up"), ["n1"]))).json()
     assert answer["NodeNames"] == [] and "limits.hygon.com/dcucores: quota 50" in answer["FailedNodes"]["n1"]
     kube.request("DELETE", "/api/v1/namespaces/default/resourcequotas/dcu")

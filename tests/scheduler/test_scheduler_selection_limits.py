@@ -68,11 +68,11 @@ def test_plan_pod_fails_the_pod_with_the_annotation_named():
 async def test_an_oversized_type_list_fails_every_node_with_the_annotation_named(kube, service, client):
     nodes = ["n0", "n1"]
     create_nodes(kube, nodes)
-    await until(lambda: all(n in service.cache.nodes for n in nodes))
+    await until(lambda: all(service.cache.node(n) is not None for n in nodes))
     # The card model is listed (the pod would fit), 20,000 times over: 240 KiB.
     pod = dcu_pod("p", uid="u-p", annotations={DCU.use_type: ",".join(["DCU-K100_AI"] * 20_000)})
     answer = await (await client.post("/filter", json=filter_args(pod, nodes))).json()
     assert answer["NodeNames"] == [], answer  # before: it fit on n0, every card matched against 20,000 entries
     reason = answer["FailedAndUnresolvableNodes"]["n0"]
     assert f"annotation {DCU.use_type} lists 20000 entries" in reason and len(reason) < 400
-    assert service.cache.assumptions == {}
+    assert service.cache.placements.all() == []

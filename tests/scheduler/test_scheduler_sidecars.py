@@ -91,7 +91,7 @@ def test_the_cache_counts_a_running_sidecar_beside_the_app_container_from_the_sl
 
     cache = ClusterCache()
     cache.apply_node(node_object("a", count=1, memory=8000), datetime.now(UTC))
-    card_id = cache.nodes["a"].cards[0].id
+    card_id = cache.node("a").cards[0].id
     pod = {"metadata": {"uid": "u1", "name": "p", "namespace": "default", "resourceVersion": "5",
                         "annotations": {keys.DCU_NAMING.pod_devices_allocated: encode_pod_devices(
                             [dev(card_id, 1000, 20), dev(card_id, 2000, 30)])}},
@@ -99,4 +99,4 @@ def test_the_cache_counts_a_running_sidecar_beside_the_app_container_from_the_sl
                     "containers": [{"name": "main", "image": "x"}]},
            "status": {"phase": "Running"}}
     cache.apply_pod(slim_pod(pod))  # what the informer keeps of it
-    assert cache.nodes["a"].used[0] == Usage(2, 3000, 50)
+    assert cache.node("a").used[0] == Usage(2, 3000, 50)

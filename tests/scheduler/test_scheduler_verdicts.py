@@ -99,10 +99,10 @@ def test_the_filter_rejects_and_chooses_as_fit_does(nodes, pods, stale):
         plan = plan_of(pod)
         if plan is None:
             continue
-        names = [*sorted(cache.nodes), "unknown"]
+        names = [*sorted(cache.node_names()), "unknown"]
         if p % 2:  # kube-scheduler's own filters left out a node: not every node is a candidate
             names = names[1:]
-        expected = {name: plan.fit(cache.nodes[name].cards, cache.nodes[name].used) for name in names[:-1]}
+        expected = {name: plan.fit(cache.node(name).cards, cache.node(name).used) for name in names[:-1]}
         outcome = filter_.run(plan, names, NOW)
         assert outcome.failed["unknown"].code == Code.NODE_UNKNOWN
         assert set(outcome.failed) | {outcome.chosen} <= set(names) | {None}
@@ -118,13 +118,13 @@ def test_the_filter_rejects_and_chooses_as_fit_does(nodes, pods, stale):
                 assert detail == result.message
             else:
                 assert name not in outcome.failed, (name, outcome.failed.get(name))
-        fitting = [(name, cache.nodes[name].score()) for name, r in expected.items()
+        fitting = [(name, cache.node(name).score()) for name, r in expected.items()
                    if isinstance(r, PodFit) and int(name[1:]) not in stale]
         assert outcome.chosen == policies.pick_node(fitting, plan.node_policy)
         if outcome.chosen is not None:
             assert outcome.fit == expected[outcome.chosen]
             # what /filter does next: the choice counts on its node until bound
-            cache.assume(f"a{p}", "d", f"a{p}", outcome.chosen, outcome.fit, plan.init_count, 0.0, plan)
+            cache.placements.reserve(f"a{p}", "d", f"a{p}", outcome.chosen, outcome.fit, plan.init_count, 0.0, plan)
 
 
 @settings(max_examples=200, deadline=None)
@@ -167,7 +167,7 @@ def test_a_node_turns_stale_as_time_passes_and_fresh_with_its_next_report():
     assert {name: r.code for name, r in outcome.failed.items()} == {"n0": Code.NODE_HANDSHAKE_STALE,
                                                                       "n1": Code.NODE_HANDSHAKE_STALE}
     node = {"metadata": {"name": "n1", "resourceVersion": "5", "annotations": {
-        DCU.node_register: cache.nodes["n1"].register_value, DCU.node_handshake: encode_reported(later)}}}
+        DCU.node_register: cache.node("n1").register_value, DCU.node_handshake: encode_reported(later)}}}
     cache.apply_node(node, later)
     outcome = filter_.run(plan, ["n0", "n1"], later)
     assert outcome.chosen == "n1" and list(outcome.failed) == ["n0"]
@@ -185,9 +185,9 @@ def test_a_routine_report_moves_the_deadline_without_a_change_logged():
         return datetime.fromtimestamp(NOW.timestamp() + seconds, UTC)
 
     assert filter_.run(plan, ["n0"], NOW).chosen == "n0"
-    logged = len(cache.node_changes)
+    logged = cache.changes.end
     cache.apply_node({"metadata": {"name": "n0", "resourceVersion": "5", "annotations": {
-        DCU.node_register: cache.nodes["n0"].register_value, DCU.node_handshake: encode_reported(at(50))}}}, at(50))
-    assert len(cache.node_changes) == logged  # nothing /filter must look at now
+        DCU.node_register: cache.node("n0").register_value, DCU.node_handshake: encode_reported(at(50))}}}, at(50))
+    assert cache.changes.end == logged  # nothing /filter must look at now
     assert filter_.run(plan, ["n0"], at(100)).chosen == "n0"  # past the first deadline, within the second
     assert filter_.run(plan, ["n0"], at(200)).failed["n0"].code == Code.NODE_HANDSHAKE_STALE

@@ -37,11 +37,11 @@ async def test_filter_places_no_volcano_pod_and_assumes_nothing(kube, volcano_cl
     service, client = volcano_client
     create_nodes(kube, ["n1"])
     pod = kube.create_pod("default", dcu_pod("v", scheduler=VOLCANO))
-    await until(lambda: "n1" in service.cache.nodes)
+    await until(lambda: service.cache.node("n1") is not None)
     answer = await (await client.post("/filter", json=filter_args(pod, ["n1"]))).json()
     assert answer["NodeNames"] == []
     assert "Volcano places this pod" in answer["FailedAndUnresolvableNodes"]["n1"]
-    assert service.cache.assumptions == {}
+    assert service.cache.placements.all() == []
     # A pod of the extender's own profile is still placed by the same service.
     ours = kube.create_pod("default", dcu_pod("ours"))
     assert (await (await client.post("/filter", json=filter_args(ours, ["n1"]))).json())["NodeNames"] == ["n1"]
