@@ -1,7 +1,7 @@
-"""The device plugin's node-side work: Allocate, GetPreferredAllocation's advice, node
-registration, reconcile. It reads what core.py decides from (the node, its pods), acts on the
-answer (the pod's annotations, events, the lock's release through nodeapi.py; the vDCU's
-records and files through vdevs.py) and keeps the plugin's own state consistent: all
+"""The device plugin's node-side work: Allocate, GetPreferredAllocation's advice, reconcile,
+node registration (registration.py). It reads what core.py decides from (the node, its pods),
+acts on the answer (the pod's annotations, events, the lock's release through nodeapi.py; the
+vDCU's records and files through vdevs.py) and keeps the plugin's own state consistent: all
 node-local state (CU bitsets, pipes, vdev ids, vdev files) changes under one lock.
 
 The gRPC servicer (server.py) only translates between this class and the wire.
@@ -45,6 +45,7 @@ from hami_dcu.deviceplugin.core import (
 )
 from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.deviceplugin.nodeapi import NodeApi
+from hami_dcu.deviceplugin.registration import NodeRegistration
 from hami_dcu.deviceplugin.vdevs import Vdevs
 from hami_dcu.node.allocator import AllocationError, Grant
 from hami_dcu.node.discovery import DcuCard
@@ -102,7 +103,6 @@ class PluginService:
         self.vdevs = Vdevs(self.core)
         self.wall_clock = wall_clock
         self.sleep = sleep
-        self._advertised: dict[str, dict[str, str]] | None = None  # Volcano mode: node status last written
         self.lock = threading.Lock()
         # API calls of one Allocate that overlap other work: the pod list beside the node read,
         # the last pod write and the lock release beside the files
@@ -114,6 +114,7 @@ class PluginService:
         self._lock_steps = 0
         self.metrics = metrics or PluginMetrics()
         self.metrics.unknown_models.labels(node).set(sum(1 for c in cards if c.card.model == FALLBACK_MODEL))
+        self.registration = NodeRegistration(self.core, self.api, self.metrics)
         self.rebuild()
 
     def rebuild(self) -> int:
@@ -421,22 +422,4 @@ class PluginService:
     def register_node(self, health: dict[str, bool] | None = None, now: datetime | None = None) -> None:
         """Publish the cards and the handshake on the node (what hami-scheduler reads); in
         Volcano mode also memory and cores as node resources (what Volcano's fit reads)."""
-        health = health or {}
-        for device in self.core.node_devices(health):
-            self.metrics.card_healthy.labels(self.node, device.id).set(1 if device.health else 0)
-        self.api.annotate_node(self.core.registration(health, now or datetime.now(UTC)))
-        if self.core.volcano_scheduler:
-            self._advertise_shares(health)
-
-    def _advertise_shares(self, health: dict[str, bool]) -> None:
-        """Volcano counts `hcumem` and `hcucores` as plain node resources: memory in MiB (the
-        unit Hygon's plugin registers and Volcano's fit compares), cores in percent of a card.
-        They are too many to list as kubelet devices, so they go into the node's status, as
-        Hygon's plugin does; written again only when they change."""
-        status = self.core.share_resources(health)
-        if status == self._advertised:
-            return
-        self.api.write_node_status(status)
-        self._advertised = status
-        log.info("node %s: advertised %s for Volcano", self.node,
-                 ", ".join(f"{k}={v}" for k, v in sorted(status["allocatable"].items())))
+        self.registration.publish(health or {}, now or datetime.now(UTC))
