@@ -214,8 +214,8 @@ def bind_listener(args: argparse.Namespace, limits: ConnectionLimits) -> Connect
                    max_per_client=args.scheduler_max_connections)
 
 
-async def serve(args: argparse.Namespace) -> None:
-    tls = _tls(args)
+def _check_listeners(args: argparse.Namespace, tls: ReloadingTLS | None) -> None:
+    """Listener flags that cannot work together, and bad addresses, fail before anything starts."""
     if args.webhook_bind and tls is None:
         raise ValueError("--webhook-bind needs --tls-cert and --tls-key (the API server calls webhooks over TLS)")
     if getattr(args, "client_ca", None) and (tls is None or not (args.webhook_bind or args.serve_webhook)):
@@ -224,7 +224,26 @@ async def serve(args: argparse.Namespace) -> None:
     for flag, value in (("--bind", args.bind), ("--webhook-bind", args.webhook_bind),
                         ("--metrics-bind", args.metrics_bind)):
         if value:
-            _address(flag, value)  # a bad address fails before anything starts
+            _address(flag, value)
+
+
+async def _listen_beside(args: argparse.Namespace, service: SchedulerService, tls: ReloadingTLS | None,
+                         limits: ConnectionLimits, runners: list[web.AppRunner]) -> None:
+    """The webhook's and the metrics' own ports, when asked for (each runner joins `runners`
+    as soon as it listens, so a later failure still closes it)."""
+    if args.webhook_bind:
+        webhook_app = build_side_app(service)
+        _mount_webhook(webhook_app, args, service, limits)
+        runners.append(await _listen(webhook_app, "--webhook-bind", args.webhook_bind, tls, limits))
+    if args.metrics_bind:
+        # The probes too: the kubelet reaches this port whether or not the webhook is on.
+        runners.append(await _listen(build_side_app(service, metrics=True), "--metrics-bind",
+                                     args.metrics_bind, None, limits))
+
+
+async def serve(args: argparse.Namespace) -> None:
+    tls = _tls(args)
+    _check_listeners(args, tls)
     limits = connection_limits_from(args)
     scheduler_limits = bind_listener(args, limits)
     kube = AsyncKube(Kube.from_kubeconfig(args.kubeconfig, agent=user_agent("scheduler")))
@@ -240,14 +259,7 @@ async def serve(args: argparse.Namespace) -> None:
     runners = [await _listen(app, "--bind", args.bind, None if args.plain_bind else tls, scheduler_limits)]
     reloader = asyncio.ensure_future(tls.watch()) if tls else None
     try:
-        if args.webhook_bind:
-            webhook_app = build_side_app(service)
-            _mount_webhook(webhook_app, args, service, limits)
-            runners.append(await _listen(webhook_app, "--webhook-bind", args.webhook_bind, tls, limits))
-        if args.metrics_bind:
-            # The probes too: the kubelet reaches this port whether or not the webhook is on.
-            runners.append(await _listen(build_side_app(service, metrics=True), "--metrics-bind",
-                                         args.metrics_bind, None, limits))
+        await _listen_beside(args, service, tls, limits, runners)
         log.info("scheduler extender %s: /filter and /bind on %s (%s)%s%s, node policy %s, device policy %s",
                  args.scheduler_name, args.bind, "TLS" if tls and not args.plain_bind else "plain HTTP",
                  f", /webhook on {args.webhook_bind}" if args.webhook_bind else "",

@@ -70,18 +70,21 @@ def slim_pod(pod: JSON) -> JSON:
         kept_spec["initContainers"] = [_init_container(c) if isinstance(c, dict) else c for c in init]
     containers = spec.get("containers")
     if not node and isinstance(containers, list):
-        # Not bound yet: what it asks, when it asks any extended resource (the cache counts a
-        # waiting DCU pod by it); a pod asking none keeps no container.
-        inits = [{**_init_container(c), **_extended(c)} if isinstance(c, dict) else c
-                 for c in (init if isinstance(init, list) else [])]
-        apps = [{"name": c.get("name"), **_extended(c)} if isinstance(c, dict) else c for c in containers]
-        if any(isinstance(c, dict) and "resources" in c for c in inits + apps):
-            if inits:
-                kept_spec["initContainers"] = inits
-            kept_spec["containers"] = apps
+        kept_spec.update(_asked(init, containers))
     phase = status.get("phase")
     return {"metadata": _metadata(pod.get("metadata") or {}), "spec": kept_spec,
             "status": {"phase": sys.intern(phase)} if isinstance(phase, str) else {}}
+
+
+def _asked(init: Any, containers: list[Any]) -> JSON:
+    """A pod not bound yet: its containers with what they ask, when any asks an extended
+    resource (the cache counts a waiting DCU pod by it); a pod asking none keeps no container."""
+    inits = [{**_init_container(c), **_extended(c)} if isinstance(c, dict) else c
+             for c in (init if isinstance(init, list) else [])]
+    apps = [{"name": c.get("name"), **_extended(c)} if isinstance(c, dict) else c for c in containers]
+    if not any(isinstance(c, dict) and "resources" in c for c in inits + apps):
+        return {}
+    return {"initContainers": inits, "containers": apps} if inits else {"containers": apps}
 
 
 def slim_node(node: JSON) -> JSON:
