@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from e2e.realcluster.cluster import unavailable
+from e2e.realcluster.cluster import RELEASE, unavailable
 from e2e.realcluster.dra_cluster import DraRealCluster
 from e2e.scenarios import phase, wait_until
 from hami_dcu.cli.localcluster.pods import MockCard
@@ -558,3 +558,158 @@ def test_claims_created_at_once_cannot_pass_the_quota_together(dra: DraRealClust
         assert counts == [1] * 10, f"claims of 8 GiB admitted per round against 10 GiB: {counts}"
     finally:
         delete_quietly(dra, f"{quotas}/{QUOTA}")
+
+
+# --- issue 36, item 2: what a pod got, on its claim --------------------------------------------
+
+
+def test_a_running_pods_claim_shows_its_vdcu_in_status_devices(dra: DraRealCluster) -> None:
+    """`kubectl get resourceclaim -o jsonpath='{.status.devices}'` names the vDCU the driver made
+    for the running pod (card, PCI bus id, compute units and mask, memory, vdev id) and says it
+    is Ready, written by the driver's own identity (server-side apply on resourceclaims/status,
+    Kubernetes 1.37's granular authorization); deallocation drops it."""
+    run_share(dra, "status-a", cores="30", memory="8Gi")
+    wait_running(dra, "status-a")
+    claim = get_claim(dra, "status-a")
+    shown = dra.kubectl("get", "resourceclaim", "status-a", "-n", dra.namespace, "-o",
+                        "jsonpath={.status.devices}").stdout
+    print(f"kubectl get resourceclaim status-a -o jsonpath='{{.status.devices}}': {shown}")
+    assert json.loads(shown) == claim["status"]["devices"]
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    [device] = claim["status"]["devices"]
+    assert {k: device.get(k) for k in ("driver", "pool", "device", "shareID")} == {
+        k: result.get(k) for k in ("driver", "pool", "device", "shareID")}
+    [ready] = device["conditions"]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "True", "Prepared")
+    conf = vdevs(dra)[claim["metadata"]["uid"]]
+    data = device["data"]
+    assert (data["card"], data["pciBusID"], data["computeUnits"], data["memoryMiB"]) == (0, "0000:3D:00.0", 30, 8192)
+    assert int(data["cuMask"], 16) == cu_mask(conf) and data["vdev"] == int(conf_value(conf, "vdev_id")[0])
+    writers = {m["manager"] for m in claim["metadata"].get("managedFields") or []
+               if "f:devices" in ((m.get("fieldsV1") or {}).get("f:status") or {})}
+    assert writers == {"hami-dcu-dra-driver"}
+    # The driver's own identity (its pod-bound token) writes its own driver's entries only, and
+    # neither the allocation nor the reservations (no resourceclaims/binding).
+    [driver_pod] = dra._system_pods("dra-driver", NODE)
+    driver = dra.kube_as(f"{RELEASE}-dra-driver", pod=driver_pod)
+    for status, refusal in (({"reservedFor": []}, 'resource="resourceclaims/binding"'),
+                            ({"devices": [*claim["status"]["devices"], {**device, "driver": "gpu.nvidia.com"}]},
+                             'resource="resourceclaims/driver"')):
+        with pytest.raises(KubeError) as forbidden:
+            driver.request("PATCH", f"{CLAIMS}/status-a/status", body={"status": status},
+                           content_type="application/merge-patch+json")
+        assert refusal in str(forbidden.value), forbidden.value
+    assert get_claim(dra, "status-a")["status"]["devices"] == claim["status"]["devices"]
+
+    dra.kube.delete_pod(dra.namespace, "status-a")
+    wait_until("the claim deallocated and its status.devices gone",
+               lambda: not (get_claim(dra, "status-a").get("status") or {}).get("devices"), timeout=60)
+
+
+# --- issue 36, item 5: the namespace DCU quota checked again at Prepare ------------------------
+
+
+RACE_NAMESPACE = "hami-e2e-race"
+LEDGER = "/api/v1/namespaces/kube-system/configmaps/hami-dcu-dra-driver-quota"
+
+
+def _race_namespace(cluster: DraRealCluster) -> None:
+    """A namespace the webhook does not review (hami.io/webhook=ignore): its claims reach the
+    API server as two claims reviewed at once by two webhook replicas do, each admitted without
+    the other counted."""
+    try:
+        cluster.kube.request("POST", "/api/v1/namespaces", body={"metadata": {
+            "name": RACE_NAMESPACE, "labels": {"hami.io/webhook": "ignore"}}})
+    except KubeError as exc:
+        if exc.status != 409:
+            raise
+    wait_until("ServiceAccount default in the race namespace", lambda: _exists(
+        cluster, f"/api/v1/namespaces/{RACE_NAMESPACE}/serviceaccounts/default"), timeout=60)
+
+
+def _exists(cluster: DraRealCluster, path: str) -> bool:
+    return not _gone(cluster, path)
+
+
+def test_two_claims_past_the_quota_created_at_once_run_one_pod_the_other_is_refused(dra: DraRealCluster) -> None:
+    """limits.hygon.com/dcumem 10240 and two claims of 8 GiB created at once, both stored (no
+    review counted one against the other), two pods using them created at once: kube-scheduler
+    allocates both on the one card (it has room for both). Before, both pods ran, 16 GiB against
+    the 10 GiB quota. Now the driver counts each Prepare in the quota ledger with a
+    compare-and-swap: one pod runs, the other stays Pending with the refusal naming the quota in
+    its events and on its claim, and runs once the first is gone."""
+    _race_namespace(dra)
+    kube = dra.kube
+    quotas = f"/api/v1/namespaces/{RACE_NAMESPACE}/resourcequotas"
+    claims = f"{names.RESOURCE_API}/namespaces/{RACE_NAMESPACE}/resourceclaims"
+    pods = ("race-a", "race-b")
+    delete_quietly(dra, f"{quotas}/{QUOTA}")
+    kube.request("POST", quotas, body={"metadata": {"name": QUOTA},
+                                       "spec": {"hard": {"limits.hygon.com/dcumem": "10240"}}})
+    try:
+        def create_claim_(name: str) -> JSON:
+            return kube.request("POST", claims, body={"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                                                      "metadata": {"name": name},
+                                                      "spec": request_spec(cores="30", memory="8Gi")})
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            assert len(list(pool.map(create_claim_, pods))) == 2  # both stored
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            made = list(pool.map(lambda n: kube.create_pod(RACE_NAMESPACE, claim_pod(n, {"resourceClaimName": n})),
+                                 pods))
+        uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in made}
+        kubelet = dra.kubelets[NODE]
+
+        def settled() -> tuple[str, str] | None:
+            running = [n for n in pods if phase(kube, RACE_NAMESPACE, n) == "Running"]
+            waiting = [n for n in pods if n not in running and "exceeds ResourceQuota" in kubelet.prepare_errors.get(
+                uids[n], "")]
+            return (running[0], waiting[0]) if len(running) == 1 and len(waiting) == 1 else None
+
+        try:
+            runs, refused_pod = wait_until("one pod Running, the other refused at Prepare", settled, timeout=60,
+                                           interval=0.2)
+        except AssertionError as exc:
+            states = {n: phase(kube, RACE_NAMESPACE, n) for n in pods}
+            raise AssertionError(f"{exc}\npods: {states}\nkubelet DRA errors: {kubelet.prepare_errors}\n"
+                                 f"{dra.diagnose()}") from None
+        message = kubelet.prepare_errors[uids[refused_pod]]
+        print(f"pod {refused_pod} refused at Prepare: {message}")
+        assert (f"ResourceClaim {RACE_NAMESPACE}/{refused_pod} exceeds ResourceQuota {QUOTA} "
+                "limits.hygon.com/dcumem: quota 10240, used 8192, requested 8192") in message
+        # Both claims are allocated on the card: kube-scheduler knows nothing of our quota.
+        for name in pods:
+            assert kube.request("GET", f"{claims}/{name}")["status"]["allocation"]
+        time.sleep(5)  # the kubelet tries again every 2 s: still refused
+        assert [n for n in pods if phase(kube, RACE_NAMESPACE, n) == "Running"] == [runs]
+        assert len(vdevs(dra)) == 1
+        [entry] = kube.request("GET", f"{claims}/{refused_pod}")["status"]["devices"]
+        assert (entry["conditions"][0]["status"], entry["conditions"][0]["reason"]) == ("False", "QuotaExceeded")
+        assert "exceeds ResourceQuota" in entry["conditions"][0]["message"]
+        ledger = json.loads(kube.request("GET", LEDGER)["data"][RACE_NAMESPACE])
+        assert [e["claim"] for e in ledger.values()] == [runs]
+        events = kube.request("GET", f"/api/v1/namespaces/{RACE_NAMESPACE}/events")["items"]
+        assert any(e.get("reason") == "FailedPrepareDynamicResources" and QUOTA in e.get("message", "")
+                   for e in events)
+
+        # The first pod goes: its claim leaves the ledger, the second is prepared on the next try.
+        kube.delete_pod(RACE_NAMESPACE, runs)
+        wait_until(f"{runs} gone", lambda: phase(kube, RACE_NAMESPACE, runs) == "Gone", timeout=60)
+        wait_until(f"{refused_pod} Running", lambda: phase(kube, RACE_NAMESPACE, refused_pod) == "Running",
+                   timeout=60, interval=0.2)
+        [entry] = kube.request("GET", f"{claims}/{refused_pod}")["status"]["devices"]
+        assert entry["conditions"][0]["status"] == "True" and entry["data"]["memoryMiB"] == 8192
+    finally:
+        for name in pods:
+            try:
+                kube.delete_pod(RACE_NAMESPACE, name)
+            except NotFoundError:
+                pass
+        wait_until("the race pods gone", lambda: all(phase(kube, RACE_NAMESPACE, n) == "Gone" for n in pods),
+                   timeout=60)
+        for name in pods:
+            delete_quietly(dra, f"{claims}/{name}")
+        delete_quietly(dra, f"{quotas}/{QUOTA}")
+        wait_until("no vDCU left on the node", lambda: not dra.vdev_files(NODE), timeout=30)
+        wait_until("the ledger emptied", lambda: not (kube.request("GET", LEDGER).get("data") or {}).get(
+            RACE_NAMESPACE), timeout=30)

@@ -142,8 +142,13 @@ def test_the_driver_reads_claims_by_name_only(cluster: DraRealCluster) -> None:
     try:
         for path in (f"{names.RESOURCE_API}/resourceclaims", claims, f"{claims}?watch=true&timeoutSeconds=1"):
             refused(driver.request, "GET", path)
-        refused(driver.request, "PATCH", f"{claims}/someone-elses/status", body={"status": {}},
+        # Issue 36, item 2 grants patch on resourceclaims/status (its status.devices entries): the
+        # allocation and reservations stay kube-scheduler's (no resourceclaims/binding).
+        with pytest.raises(KubeError) as binding:
+            driver.request("PATCH", f"{claims}/someone-elses/status", body={"status": {"reservedFor": [
+                {"resource": "pods", "name": "x", "uid": "00000000-0000-4000-8000-000000000001"}]}},
                 content_type="application/merge-patch+json")
+        assert 'resource="resourceclaims/binding"' in str(binding.value), binding.value
         assert driver.request("GET", f"{claims}/someone-elses")["metadata"]["name"] == "someone-elses"
     finally:
         cluster.kube.request("DELETE", f"{claims}/someone-elses")
