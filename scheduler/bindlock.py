@@ -22,7 +22,7 @@ from hami_dcu.common.kube import AsyncKube, KubeError
 from hami_dcu.common.nodelock import Held, LockContention, LockError, LockStale, LockUncertain, NodeLock
 from hami_dcu.scheduler.bindattempt import AlreadyBound, Attempt, BindError, BindSettings, check_current, read_pod
 from hami_dcu.scheduler.cache import ClusterCache
-from hami_dcu.scheduler.cacherecords import NodeEntry
+from hami_dcu.scheduler.cacherecords import NodeView
 from hami_dcu.scheduler.metrics import SchedulerMetrics
 from hami_dcu.scheduler.signal import CacheSignal
 
@@ -117,7 +117,7 @@ class NodeLocking:
         self._took(attempt, held, version)
         return True
 
-    async def _waited_on_cache(self, attempt: Attempt, entry: NodeEntry, wait: _LockWait) -> bool:
+    async def _waited_on_cache(self, attempt: Attempt, entry: NodeView, wait: _LockWait) -> bool:
         """The cache shows the node locked: wait for the watch to show the release, asking the
         API once a second whether the holder still needs it (NodeLock takes it over if not).
         False when it is time to ask the API."""
@@ -211,7 +211,7 @@ class NodeLocking:
                      attempt.args.node, holder, max(0.0, attempt.deadline - self.monotonic()))
 
 
-def _unlocked_version(entry: NodeEntry | None, wait: _LockWait) -> str | None:
+def _unlocked_version(entry: NodeView | None, wait: _LockWait) -> str | None:
     """The node version the cache shows unlocked, for a compare-and-swap; None to have
     NodeLock read the node first (no version known, or the watch has not caught up with
     the one our last write found stale)."""

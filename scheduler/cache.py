@@ -47,6 +47,7 @@ from hami_dcu.scheduler.cacherecords import (
     Holding,
     NeedlessLock,
     NodeEntry,
+    NodeView,
     PodRecord,
     PodRelist,
     assumed_holding,
@@ -83,12 +84,12 @@ class ClusterCache:
 
     # --- what the filter, the binder and the metrics read ---------------------------------
 
-    def node(self, name: str) -> NodeEntry | None:
-        """The node's view (read only outside the cache), None when no watch showed it."""
+    def node(self, name: str) -> NodeView | None:
+        """The node's view, None when no watch showed it."""
         return self._nodes.get(name)
 
-    def nodes(self) -> list[NodeEntry]:
-        return self._nodes.entries()
+    def nodes(self) -> list[NodeView]:
+        return list(self._nodes.entries())
 
     def node_names(self) -> Collection[str]:
         return self._nodes.names()

@@ -1,17 +1,17 @@
 """What the scheduler's cache keeps, record by record, and the pure rules that read them
 (no I/O, no state: cache.py and its parts hold the records).
 
-A node's entry (`NodeEntry`) is the node's view the filter and the binder read: cards,
-handshake, lock, and what is held on each card. Outside the cache it is read only; the cache
-alone changes it, and says so in its change log.
+A node's entry (`NodeEntry`) is handed out as a `NodeView`, the node's view the filter and the
+binder read: cards, handshake, lock, and what is held on each card. It is read only there (the
+type says so); the cache alone changes it, and says so in its change log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from hami_dcu.common import keys
 from hami_dcu.common import lockpurpose as purpose
@@ -45,8 +45,54 @@ class Holding:
     error: str | None = None
 
 
+class NodeView(Protocol):
+    """A node's entry as everything outside the cache reads it (the filter, the binder, the
+    metrics): read only, so only the cache changes a node, and logs the change."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def present(self) -> bool: ...
+    @property
+    def resource_version(self) -> str: ...
+    @property
+    def register_value(self) -> str | None: ...
+    @property
+    def register_error(self) -> str | None: ...
+    @property
+    def cards(self) -> tuple[CardSpec, ...]: ...
+    @property
+    def card_pos(self) -> Mapping[str, int]: ...
+    @property
+    def handshake(self) -> HandshakeSeen | None: ...
+    @property
+    def handshake_fresh_until(self) -> float: ...
+    @property
+    def dcu_allocatable(self) -> bool: ...
+    @property
+    def lock_value(self) -> str | None: ...
+    @property
+    def holdings(self) -> Mapping[str, Holding]: ...
+    @property
+    def used(self) -> Sequence[Usage]: ...
+    @property
+    def degraded(self) -> Sequence[str]: ...
+    @property
+    def ignored_claims(self) -> Sequence[str]: ...
+    @property
+    def generation(self) -> int: ...
+    @property
+    def card_states(self) -> tuple[int, ...]: ...
+    @property
+    def node_score(self) -> float: ...
+    def lock(self) -> LockValue | None: ...
+    def score(self) -> float: ...
+
+
 @dataclass(slots=True)
 class NodeEntry:
+    """A node's entry as the cache keeps it (NodeView is what it hands out)."""
+
     name: str
     present: bool = False  # a Node object exists
     resource_version: str = ""
@@ -251,7 +297,7 @@ def pod_holding(record: PodRecord, allocated_key: str) -> Holding:
     return Holding(label, collapse(devices, record.order))
 
 
-def used_without(entry: NodeEntry, keys: Iterable[str]) -> list[Usage]:
+def used_without(entry: NodeView, keys: Iterable[str]) -> list[Usage]:
     """The node's per-card holdings with some holdings given back: an assumption's key (to
     re-check its own placement at bind), or preemption victims' uids."""
     used = [Usage(u.slots, u.memory, u.cores) for u in entry.used]
@@ -268,7 +314,7 @@ def used_without(entry: NodeEntry, keys: Iterable[str]) -> list[Usage]:
     return used
 
 
-def still_fits(entry: NodeEntry, assumption: Assumption) -> bool:
+def still_fits(entry: NodeView, assumption: Assumption) -> bool:
     """The assumed cards still have room next to everything else on the node."""
     others = used_without(entry, [assumption.key])
     for card_id, share in assumption.fit.held.items():

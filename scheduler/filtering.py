@@ -32,7 +32,7 @@ from hami_dcu.common.preferences import SelectionError, WeightsError, parse_weig
 from hami_dcu.common.requests import DcuRequest, RequestError, parse_pod_requests, pod_containers
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.cache import ClusterCache
-from hami_dcu.scheduler.cacherecords import NodeEntry
+from hami_dcu.scheduler.cacherecords import NodeView
 from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss, Selection, fit_pod
 from hami_dcu.scheduler.handshake import HANDSHAKE_TTL, handshake_problem
 from hami_dcu.scheduler.nodeview import ShapeNodes, Usability
@@ -356,7 +356,7 @@ class Filter:
         assert entry is not None
         return self._fit_and_remember(entry, plan, self._shape_id(plan))
 
-    def _fit_and_remember(self, entry: NodeEntry, plan: PodPlan, shape: int) -> PodFit | NodeRejection:
+    def _fit_and_remember(self, entry: NodeView, plan: PodPlan, shape: int) -> PodFit | NodeRejection:
         cached = self._memo.get(entry.name)
         if cached is None or cached[0] != entry.generation:
             cached = (entry.generation, {})
@@ -375,7 +375,7 @@ class Filter:
         assert entry is not None
         return self._fit(entry, plan)
 
-    def usable(self, entry: NodeEntry | None, now: datetime) -> NodeRejection | None:
+    def usable(self, entry: NodeView | None, now: datetime) -> NodeRejection | None:
         if entry is None or not entry.present:
             return NodeRejection(Code.NODE_UNKNOWN, "node not in the scheduler cache (not seen by its watch)")
         if entry.register_error:
@@ -390,7 +390,7 @@ class Filter:
         return None
 
     @staticmethod
-    def _fit(entry: NodeEntry, plan: PodPlan) -> PodFit | NodeRejection:
+    def _fit(entry: NodeView, plan: PodPlan) -> PodFit | NodeRejection:
         result = plan.fit(entry.cards, entry.used)
         if isinstance(result, PodMiss):
             return NodeRejection(result.code, result.summary, result.message)

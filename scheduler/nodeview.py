@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable
 
 from hami_dcu.scheduler.cache import ClusterCache
-from hami_dcu.scheduler.cacherecords import NodeEntry
+from hami_dcu.scheduler.cacherecords import NodeView
 from hami_dcu.scheduler.reasons import NodeRejection
 from hami_dcu.scheduler.verdicts import ShapeVerdicts
 
@@ -47,7 +47,7 @@ class ChangeReader:
         return changed
 
 
-def blocked(entry: NodeEntry | None) -> bool:
+def blocked(entry: NodeView | None) -> bool:
     """Unusable whatever the time: gone, unregistered or degraded (Filter.usable says why)."""
     return entry is None or not entry.present or bool(entry.register_error) or bool(entry.degraded)
 

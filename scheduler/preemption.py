@@ -18,21 +18,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hami_dcu.scheduler.cacherecords import NodeEntry, is_assumed_key, used_without
+from hami_dcu.scheduler.cacherecords import NodeView, is_assumed_key, used_without
 from hami_dcu.scheduler.filtering import PodPlan
 from hami_dcu.scheduler.fit import PodFit
 
 
-def fits_without(plan: PodPlan, entry: NodeEntry, uids: Sequence[str]) -> bool:
+def fits_without(plan: PodPlan, entry: NodeView, uids: Sequence[str]) -> bool:
     return isinstance(plan.fit(entry.cards, used_without(entry, uids)), PodFit)
 
 
-def holders(entry: NodeEntry) -> list[str]:
+def holders(entry: NodeView) -> list[str]:
     """UIDs of the pods holding cards on the node (not placements in flight)."""
     return [uid for uid, holding in entry.holdings.items() if holding.held and not is_assumed_key(uid)]
 
 
-def choose_victims(plan: PodPlan, entry: NodeEntry, proposed: Sequence[str],
+def choose_victims(plan: PodPlan, entry: NodeView, proposed: Sequence[str],
                    eligible: Sequence[str] = ()) -> list[str] | None:
     """The victims whose removal lets the preemptor fit on `entry`, None when none do.
     `eligible`: further pods that may be evicted (lower priority than the preemptor), in

@@ -21,7 +21,7 @@ from hami_dcu.common.requests import RequestError
 from hami_dcu.scheduler import filtersteps
 from hami_dcu.scheduler.bind import Binder, BindSettings
 from hami_dcu.scheduler.cache import ClusterCache
-from hami_dcu.scheduler.cacherecords import NeedlessLock, NodeEntry
+from hami_dcu.scheduler.cacherecords import NeedlessLock, NodeView
 from hami_dcu.scheduler.drainformer import DraInformer
 from hami_dcu.scheduler.drausage import DraUsage
 from hami_dcu.scheduler.events import EventSink
@@ -220,7 +220,7 @@ class SchedulerService:
                  "".join(f"; {n}: {len(v.uids)} pod(s)" for n, v in sorted(kept.items())[:5]))
         return ("ok" if kept else "no-victims"), preemption_result(kept)
 
-    async def _evictable(self, node: str, entry: NodeEntry, priority: int) -> list[str]:
+    async def _evictable(self, node: str, entry: NodeView, priority: int) -> list[str]:
         """Pods holding cards on `node` with a lower priority than the preemptor, least
         important first (lowest priority, then the most recently started), as kube-scheduler
         orders victims. Asked of the API: the cache keeps no priorities."""
