@@ -146,3 +146,14 @@ def test_the_chinese_readme_has_the_same_commands_and_links():
 
 def test_the_readmes_link_each_other():
     assert "(README.zh-CN.md)" in README.read_text() and "(README.md)" in ZH.read_text()
+
+
+@pytest.mark.parametrize("name", LINKED)
+def test_an_upgrade_keeps_the_new_defaults(name):
+    """`helm upgrade --reuse-values` leaves the values a new chart adds unset; the documents
+    upgrade with --reset-then-reuse-values (issue 39)."""
+    text = re.sub(r"\\\n\s*", " ", (ROOT / name).read_text())
+    upgrades = re.findall(r"helm upgrade[^`\n]*", text)
+    assert not [u for u in upgrades if re.search(r"--reuse-values\b", u)], upgrades
+    if name in ("README.md", "README.zh-CN.md"):
+        assert any("--reset-then-reuse-values" in u for u in upgrades)
