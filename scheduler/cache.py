@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from datetime import datetime, timedelta
 
 from hami_dcu.common import keys
@@ -81,12 +81,11 @@ class ClusterCache:
         self.waiting = WaitingPods()  # DCU pods not bound yet (quotas.py, Volcano mode)
         self.reservations_seen = SeenReservations(keys.QUOTA_RESERVATION)
         self._drift: Counter[str] = Counter()  # repairs made by relists, by kind
+        # A node's view, None when no watch showed it. The node table's own lookup, no Python
+        # frame around it: /filter asks once per failing node, thousands of times a request.
+        self.node: Callable[[str], NodeView | None] = self._nodes.get
 
     # --- what the filter, the binder and the metrics read ---------------------------------
-
-    def node(self, name: str) -> NodeView | None:
-        """The node's view, None when no watch showed it."""
-        return self._nodes.get(name)
 
     def nodes(self) -> list[NodeView]:
         return list(self._nodes.entries())
