@@ -157,3 +157,19 @@ def test_an_upgrade_keeps_the_new_defaults(name):
     assert not [u for u in upgrades if re.search(r"--reuse-values\b", u)], upgrades
     if name in ("README.md", "README.zh-CN.md"):
         assert any("--reset-then-reuse-values" in u for u in upgrades)
+
+
+# What the README tells an operator to look for when a pod waits or fails: our event reasons and
+# /filter's reasons, each as the code writes it.
+REASONS = ["FilteringFailed", "DCUAllocationFailed", "NodeNumaInsufficient", "UnknownDCUModel", "NamingMismatch",
+           "QuotaExceeded", "insufficient card memory", "card slots exhausted",
+           "card type mismatch", "device plugin not reporting", "namespace DCU quota exceeded"]
+
+
+@pytest.mark.parametrize("reason", REASONS)
+def test_every_reason_the_readme_names_is_one_the_code_gives(reason):
+    code = "\n".join(p.read_text() for folder in ("scheduler", "deviceplugin", "common", "webhook")
+                     for p in (ROOT / folder).rglob("*.py"))
+    assert reason in code
+    for readme in (README, ZH):
+        assert f"`{reason}`" in readme.read_text(), readme.name
