@@ -95,6 +95,8 @@ class KindWorld:
     node_image: str
     python_base: str
     k8s_version: str
+    kube_router_image: str  # NetworkPolicy enforced: kube-router's firewall (the NetworkPolicy test)
+    kube_router_bin: Path  # the same binary, for its --cleanup-config on the nodes
 
     @classmethod
     def build(cls, progress: Callable[[str], None]) -> KindWorld:
@@ -102,7 +104,7 @@ class KindWorld:
         built = _stream("bash", KIND_DIR / "build.sh", progress=progress)
         out = dict(line.split("=", 1) for line in built.splitlines() if "=" in line)
         return cls(Path(out["kind"]), Path(out["kubectl"]), out["node_image"], out["python_base"],
-                   out["k8s_version"])
+                   out["k8s_version"], out["kube_router_image"], Path(out["kube_router_bin"]))
 
 
 def project_image(world: KindWorld, progress: Callable[[str], None]) -> str:

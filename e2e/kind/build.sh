@@ -15,9 +15,11 @@
 #                 plugins, iptables, containerd, the Kubernetes binaries, e2e/kind/node/*
 #                 (entrypoint, units, a small CNI in place of kindnetd), the images preloaded
 #   python base   a Debian bookworm root filesystem with python3, for the project's image
+#   kube-router   github.com/cloudnativelabs/kube-router/v2, its firewall only, on a Debian root
+#                 filesystem with iptables and ipset: NetworkPolicy enforced (the NetworkPolicy test)
 #
 # Each piece is built once; when everything is present this only prints, as `key=value`
-# lines: kind, kubectl, node_image, python_base, k8s_version. Docker must be running
+# lines: kind, kubectl, node_image, python_base, k8s_version, kube_router_image, kube_router_bin. Docker must be running
 # (e2e/kind/docker-host.sh up). Progress goes to stderr with the time each step took.
 #
 #   e2e/kind/build.sh
@@ -40,6 +42,8 @@ NODE_PACKAGES="systemd systemd-sysv dbus iptables iproute2 conntrack ethtool soc
     kmod ca-certificates runc containernetworking-plugins procps libseccomp2 bash coreutils
     findutils grep sed gawk tar gzip busybox-static"
 PYTHON_PACKAGES="python3 python3-venv ca-certificates"
+KUBE_ROUTER_VERSION=v2.1.0
+NETPOL_PACKAGES="iptables ipset iproute2 ca-certificates"
 
 step_started=0
 say() { echo "kind-build: $*" >&2; }
@@ -343,8 +347,39 @@ EOF
     done_step
 fi
 
+# --- a network plugin that enforces NetworkPolicy (e2e/test_kind_networkpolicy.py) -------------
+# The node's small CNI routes pods but enforces no policy. kube-router's firewall alone (no
+# routing, no service proxy) adds NetworkPolicy enforcement on top of it with iptables and ipset:
+# the kernels here have ipset and xt_set but no nft queue, which kube-network-policies needs.
+# v2.1.0 is the one version the module proxy serves; it runs in the throwaway test cluster only.
+kube_router_bin=$kind_cache/bin/kube-router-$KUBE_ROUTER_VERSION
+if [ ! -x "$kube_router_bin" ]; then
+    step "building kube-router $KUBE_ROUTER_VERSION (about 3-5 min cold)"
+    tmp=$(mktemp -d)
+    CGO_ENABLED=0 GOBIN=$tmp go install "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"
+    mv "$tmp/kube-router" "$kube_router_bin"
+    rm -rf "$tmp"
+    done_step
+fi
+netpol_rootfs=$(rootfs_with netpol "$NETPOL_PACKAGES")
+netpol_base=hami-dcu-e2e/netpol-rootfs:$(basename "$netpol_rootfs" .tar | sed 's/^netpol-//')
+docker_image_from_tar "$netpol_rootfs" "$netpol_base"
+kube_router_image=hami-dcu-e2e/kube-router:$KUBE_ROUTER_VERSION-$(echo "$netpol_base" | sha256sum | cut -c1-8)
+if ! docker image inspect "$kube_router_image" >/dev/null 2>&1; then
+    step "image $kube_router_image"
+    context=$(mktemp -d)
+    cp "$kube_router_bin" "$context/kube-router"
+    printf 'FROM %s\nCOPY kube-router /usr/local/bin/kube-router\nENTRYPOINT ["/usr/local/bin/kube-router"]\n' \
+        "$netpol_base" >"$context/Dockerfile"
+    docker_build -t "$kube_router_image" "$context"
+    rm -rf "$context"
+    done_step
+fi
+
 echo "kind=$kind_bin"
 echo "kubectl=$node_bins/kubectl"
 echo "node_image=$node_image"
 echo "python_base=$python_base"
 echo "k8s_version=$k8s_version"
+echo "kube_router_image=$kube_router_image"
+echo "kube_router_bin=$kube_router_bin"
