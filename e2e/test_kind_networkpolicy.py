@@ -6,7 +6,8 @@ not enforce NetworkPolicy it is words; here kube-router's firewall enforces it o
 cluster (e2e/kind_netpol.py), and a pod in another namespace tries every port:
 
 * before enforcement it reaches the webhook and the metrics ports (the probe works);
-* with enforcement it reaches none of them, nor kube-scheduler's port in the scheduler pod;
+* with enforcement it reaches none of them, nor kube-scheduler's port in the scheduler pod (the
+  extender's own port is on the pod's loopback: closed before and after);
 * a pod of the `monitoring` namespace still reaches the metrics ports, not the webhook;
 * the API server still reaches the webhook: a DCU pod created meanwhile is mutated and runs.
 
@@ -28,7 +29,7 @@ from hami_dcu.common import keys
 pytestmark = pytest.mark.kind
 
 INTRUDER_NS, MONITORING_NS = "hami-e2e-intruder", "monitoring"
-WEBHOOK_PORT, SCHEDULER_METRICS_PORT, KUBE_SCHEDULER_PORT = 9443, 9395, 10259
+WEBHOOK_PORT, SCHEDULER_METRICS_PORT, KUBE_SCHEDULER_PORT, EXTENDER_PORT = 9443, 9395, 10259, 8443
 
 
 def _pod_ip(b: KindBackend, component: str, node: str | None = None) -> str:
@@ -68,12 +69,16 @@ def test_the_chart_network_policy_holds_under_an_enforcing_network_plugin(probes
     # Without enforcement the intruder reaches both: the probe can tell open from closed.
     assert kind_netpol.reaches(b, INTRUDER_NS, "probe", scheduler, WEBHOOK_PORT)
     assert kind_netpol.reaches(b, INTRUDER_NS, "probe", scheduler, SCHEDULER_METRICS_PORT)
+    # The extender's /filter and /bind listen on the pod's loopback only: closed with or without
+    # a policy (kube-scheduler, its neighbour in the pod, is the one caller).
+    assert not kind_netpol.reaches(b, INTRUDER_NS, "probe", scheduler, EXTENDER_PORT)
 
     kind_netpol.install(b)
     kind_netpol.wait_reachability(b, INTRUDER_NS, "probe", scheduler, SCHEDULER_METRICS_PORT, expected=False)
     closed = {f"{address}:{port}": kind_netpol.reaches(b, INTRUDER_NS, "probe", address, port)
               for address, port in ((scheduler, WEBHOOK_PORT), (scheduler, SCHEDULER_METRICS_PORT),
-                                    (scheduler, KUBE_SCHEDULER_PORT), (plugin, METRICS_PORT))}
+                                    (scheduler, KUBE_SCHEDULER_PORT), (scheduler, EXTENDER_PORT),
+                                    (plugin, METRICS_PORT))}
     assert not any(closed.values()), f"reached from namespace {INTRUDER_NS}: {closed}"
 
     # Selective, not a wall: the monitoring namespace scrapes, and still cannot post reviews.
