@@ -63,7 +63,7 @@ from hami_dcu.scheduler.handshake import HANDSHAKE_TTL, allocates_dcu, fresh_unt
 from hami_dcu.scheduler.lockholders import LockHolders
 from hami_dcu.scheduler.nodetable import ChangeLog, NodeTable
 from hami_dcu.scheduler.placements import Placements
-from hami_dcu.scheduler.podtable import PodTable, WaitingPods
+from hami_dcu.scheduler.podtable import PodsView, PodTable, WaitingPods, WaitingView
 from hami_dcu.scheduler.seenreservations import SeenReservations
 
 log = logging.getLogger(__name__)
@@ -75,10 +75,14 @@ class ClusterCache:
         self.naming = naming  # the set whose registration, handshake and allocation keys are read
         self.handshake_ttl = handshake_ttl
         self._nodes = NodeTable()
-        self.pods = PodTable(self._nodes, naming.pod_devices_allocated)
+        self._pods = PodTable(self._nodes, naming.pod_devices_allocated)
         self.placements = Placements(self._nodes, assume_ttl, bound_ttl)
-        self._locks = LockHolders(self._nodes, self.pods, self.placements)
-        self.waiting = WaitingPods()  # DCU pods not bound yet (quotas.py, Volcano mode)
+        self._locks = LockHolders(self._nodes, self._pods, self.placements)
+        self._waiting = WaitingPods()
+        # Read only outside the cache: the pods holding (metrics, quotas.py) and the DCU pods
+        # not bound yet (quotas.py, Volcano mode).
+        self.pods: PodsView = self._pods
+        self.waiting: WaitingView = self._waiting
         self.reservations_seen = SeenReservations(keys.QUOTA_RESERVATION)
         self._drift: Counter[str] = Counter()  # repairs made by relists, by kind
         # A node's view, None when no watch showed it. The node table's own lookup, no Python
@@ -110,7 +114,7 @@ class ClusterCache:
     def bound_node(self, uid: str | None, namespace: str, name: str) -> str | None:
         """The node this pod is known to be bound to: from its own object (spec.nodeName) or
         from a bind this process completed. None when not known to be bound."""
-        record = (self.pods.get(uid) if uid else None) or self.pods.named((namespace, name))
+        record = (self._pods.get(uid) if uid else None) or self._pods.named((namespace, name))
         if record is not None and record.state.bound_to:
             return record.state.bound_to
         assumption = self.placements.find(uid, namespace, name)
@@ -208,7 +212,7 @@ class ClusterCache:
 
     def pods_listed_at(self, resource_version: str) -> None:
         """The pod watch is at `resource_version` (a list's, or a bookmark's)."""
-        self.pods.resource_version = resource_version
+        self._pods.resource_version = resource_version
 
     def apply_pod(self, pod: JSON) -> None:
         meta = pod.get("metadata") or {}
@@ -217,8 +221,8 @@ class ClusterCache:
             return
         key = pod_key(meta)
         rv = str(meta.get("resourceVersion", ""))
-        self.pods.saw_version(rv)
-        current = self.pods.get(uid)
+        self._pods.saw_version(rv)
+        current = self._pods.get(uid)
         if current is not None and not newer_or_equal(rv, current.resource_version):
             return
         state = purpose.HolderState.of(pod)
@@ -231,23 +235,23 @@ class ClusterCache:
         if state.phase in TERMINAL_PHASES:
             self._forget_pod(uid)
             return
-        self.waiting.put(uid, None if (pod.get("spec") or {}).get("nodeName") else
+        self._waiting.put(uid, None if (pod.get("spec") or {}).get("nodeName") else
                          waiting_pod(key[0], pod, self.naming))
         if not allocated or not node:
-            self.pods.drop(uid)  # not holding anything (yet)
+            self._pods.drop(uid)  # not holding anything (yet)
             return
         if current is not None and current.allocated == allocated and current.node == node:
             current.resource_version = rv
             current.state = state
             return
-        self.pods.drop(uid)
+        self._pods.drop(uid)
         self.placements.forget(uid)  # the real allocation replaces the assumption
-        self.pods.put(PodRecord(uid, key[0], key[1], node, allocated, start_order(pod), rv, state))
+        self._pods.put(PodRecord(uid, key[0], key[1], node, allocated, start_order(pod), rv, state))
         self._locks.counted(node, key)
 
     def _forget_pod(self, uid: str) -> None:
-        self.waiting.drop(uid)
-        self.pods.drop(uid)
+        self._waiting.drop(uid)
+        self._pods.drop(uid)
         self.placements.forget(uid)
 
     def delete_pod(self, pod: JSON) -> None:
@@ -286,7 +290,7 @@ class ClusterCache:
             if uid:
                 relist.seen.add(uid)
                 relist.names.add(pod_key(meta))
-                current = self.pods.get(uid)
+                current = self._pods.get(uid)
                 if current is not None:
                     current.resource_version = ""
                     if listed_differs(current, pod, self.naming.pod_devices_allocated):
@@ -294,21 +298,21 @@ class ClusterCache:
                 self.apply_pod(pod)
 
     def relist_pods_done(self, relist: PodRelist) -> None:
-        for record in self.pods.records():
+        for record in self._pods.records():
             if record.uid not in relist.seen:
                 self._drift["missed-delete"] += 1
                 self.delete_pod({"metadata": {"uid": record.uid, "namespace": record.namespace,
                                               "name": record.name}})
-        for uid in self.waiting.uids():
+        for uid in self._waiting.uids():
             if uid not in relist.seen:
-                self.waiting.drop(uid)
+                self._waiting.drop(uid)
         for key in self._locks.holders():
             if key not in relist.names:
                 self._locks.judge(key, None)
         # Every node's holdings must be exactly its pods' records plus its live assumptions.
         expected: dict[str, dict[str, Holding]] = {}
-        for record in self.pods.records():
-            expected.setdefault(record.node, {})[record.uid] = self.pods.expected_holding(record)
+        for record in self._pods.records():
+            expected.setdefault(record.node, {})[record.uid] = self._pods.expected_holding(record)
         for assumption in self.placements.all():
             expected.setdefault(assumption.node, {})[assumption.key] = assumed_holding(assumption)
         self._nodes.repair(expected, self._drift)

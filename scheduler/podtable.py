@@ -14,9 +14,29 @@ placement (scheduler/quotas.py).
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Protocol
 
 from hami_dcu.scheduler.cacherecords import Holding, PodKey, PodRecord, WaitingPod, pod_holding
 from hami_dcu.scheduler.nodetable import NodeTable
+
+
+class PodsView(Protocol):
+    """The pods holding, as the metrics and the quota book read them (the cache alone changes them)."""
+
+    @property
+    def resource_version(self) -> str: ...
+    def get(self, uid: str) -> PodRecord | None: ...
+    def named(self, key: PodKey) -> PodRecord | None: ...
+    def __contains__(self, uid: object) -> bool: ...
+    def records(self) -> list[PodRecord]: ...
+    def holding(self, record: PodRecord) -> Holding | None: ...
+
+
+class WaitingView(Protocol):
+    """The DCU pods not bound yet, as the quota book reads them."""
+
+    def in_namespace(self, namespace: str) -> list[WaitingPod]: ...
+    def __len__(self) -> int: ...
 
 
 class PodTable:
