@@ -77,7 +77,7 @@ from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.cacherecords import Assumption, still_fits, used_without
 from hami_dcu.scheduler.events import EventSink
 from hami_dcu.scheduler.extender import BindArgs
-from hami_dcu.scheduler.filtering import Filter, PodPlan, plan_pod
+from hami_dcu.scheduler.filtering import Filter, plan_pod
 from hami_dcu.scheduler.fit import PodFit, PodMiss
 from hami_dcu.scheduler.lockjanitor import LockJanitor
 from hami_dcu.scheduler.metrics import SchedulerMetrics
@@ -275,7 +275,7 @@ class Binder:
         assert entry is not None
         if still_fits(entry, assumption):
             return assumption.fit
-        plan: PodPlan | None = assumption.plan
+        plan = assumption.plan
         if plan is None:
             raise BindError(f"cards chosen on node {args.node} were taken meanwhile")
         result = plan.fit(entry.cards, used_without(entry, [assumption.key]))

@@ -27,7 +27,7 @@ from hami_dcu.common.counting import StartOrder, Usage, collapse, start_order
 from hami_dcu.common.keys import Naming
 from hami_dcu.common.requests import DcuRequest, RequestError, names_dcu, parse_pod_requests, pod_containers
 from hami_dcu.scheduler import policy as policies
-from hami_dcu.scheduler.fit import CardSpec, PodFit
+from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss
 from hami_dcu.scheduler.handshake import HandshakeSeen
 
 JSON = dict[str, Any]
@@ -43,6 +43,13 @@ class Holding:
     label: str  # namespace/name, for reasons
     held: dict[str, Usage] | None
     error: str | None = None
+
+
+class FitPlan(Protocol):
+    """How a pod is fitted (filtering.PodPlan): kept with its placement so that a bind finding
+    the chosen cards taken meanwhile can fit the pod on the node again."""
+
+    def fit(self, cards: Sequence[CardSpec], used: Sequence[Usage]) -> PodFit | PodMiss: ...
 
 
 class NodeView(Protocol):
@@ -182,7 +189,7 @@ class Assumption:
     fit: PodFit
     init_count: int
     expires: float  # monotonic seconds
-    plan: Any = None  # the filtering.PodPlan it was fitted for, to re-fit at bind time
+    plan: FitPlan | None = None  # what it was fitted for (filtering.PodPlan), to re-fit at bind time
     bound: bool = False
     created: datetime | None = None  # the pod's creationTimestamp: create-to-bound starts here
 

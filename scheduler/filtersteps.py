@@ -149,9 +149,11 @@ def already_bound(r: FilterRequest) -> FilterAnswer | None:
     return FilterAnswer("already-bound", filter_result(r.args, [], {n: message for n in r.names}))
 
 
+FilterStep = Callable[[FilterRequest], FilterAnswer | None]  # an answer, or None: ask the next step
+
 # The /filter rules, in the order they are asked; the first answer stands, and a pod no rule
 # settles is placed (`place`).
-STEPS: tuple[Callable[[FilterRequest], FilterAnswer | None], ...] = (
+STEPS: tuple[FilterStep, ...] = (
     left_to_volcano,
     refused_by_admission,
     request_invalid,

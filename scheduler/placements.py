@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
 
-from hami_dcu.scheduler.cacherecords import Assumption, PodKey, assumed_holding
+from hami_dcu.scheduler.cacherecords import Assumption, FitPlan, PodKey, assumed_holding
 from hami_dcu.scheduler.fit import PodFit
 from hami_dcu.scheduler.nodetable import NodeTable
 
@@ -35,7 +34,7 @@ class Placements:
         self._by_name: dict[PodKey, str] = {}
 
     def reserve(self, uid: str, namespace: str, name: str, node: str, fit: PodFit, init_count: int,
-                now: float, plan: Any = None, created: datetime | None = None) -> Assumption:
+                now: float, plan: FitPlan | None = None, created: datetime | None = None) -> Assumption:
         """Hold `fit` on `node` for the pod, replacing any earlier placement of it."""
         self.forget(uid)
         assumption = Assumption(uid, namespace, name, node, fit, init_count, now + self.assume_ttl, plan,
