@@ -78,8 +78,14 @@ class Reviewed:
 
     @property
     def namespace(self) -> str:
-        pod = self.request.get("object") or {}
-        return self.request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
+        """The request's namespace, else the object's. A claim's metadata is not shape-checked
+        (only a pod's is, in `load`): whatever is not a string there is no namespace."""
+        if namespace := self.request.get("namespace"):
+            return str(namespace)
+        obj = self.request.get("object")
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        found = meta.get("namespace") if isinstance(meta, dict) else None
+        return found if isinstance(found, str) else ""
 
 
 def load(body: bytes) -> Loaded:
