@@ -21,6 +21,7 @@ from hami_dcu.dra.core import DraPaths, DriverCore
 from hami_dcu.dra.ledger import QuotaLedger
 from hami_dcu.dra.server import KubeletPluginServer
 from hami_dcu.dra.service import CLAIM_RECHECK, DriverService
+from hami_dcu.dra.slices import NO_SCHEDULE, TAINT_EFFECTS
 from hami_dcu.dra.usageview import driver_view
 from hami_dcu.node import usagemetrics
 from hami_dcu.node.flags import add_node_arguments, make_backend, served_cards
@@ -49,6 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "claims deleted while the driver was away; a Prepare short of room checks at once)")
     parser.add_argument("--health-interval", type=positive_seconds, default=1.0,
                         help="seconds between card health checks")
+    parser.add_argument("--unhealthy-taint-effect", choices=TAINT_EFFECTS, default=NO_SCHEDULE,
+                        help="the effect of the device taint on an unhealthy card: NoSchedule (new claims avoid it, "
+                             "pods already on it keep running) or NoExecute (pods on it that do not tolerate the "
+                             "taint are evicted too)")
     parser.add_argument("--quota-ledger", type=ledger_name, default=None, metavar="NAMESPACE/NAME",
                         help="the ConfigMap where the drivers count what they prepared in namespaces with a DCU "
                              "quota, checked again at Prepare (the chart makes it); unset: the webhook's check only")
@@ -104,8 +109,9 @@ def build(args: argparse.Namespace, kube: Kube) -> tuple[DriverService, KubeletP
     if args.quota_ledger is not None:
         namespace, name = args.quota_ledger
         ledger = QuotaLedger(kube, namespace, name, node=args.node_name, resources=naming.resources)
-    service = DriverService(kube, core, args.slots_per_card, SmiHealth(backend, served, args.dev_root),
-                            naming=naming, claim_recheck=args.claim_recheck, ledger=ledger)
+    service = DriverService(kube, core, args.slots_per_card, SmiHealth(backend, served, args.dev_root).problems,
+                            naming=naming, claim_recheck=args.claim_recheck, ledger=ledger,
+                            taint_effect=args.unhealthy_taint_effect)
     server = KubeletPluginServer(service.prepare, service.unprepare, Path(args.registry_dir),
                                  Path(args.kubelet_plugins_dir), metrics_registry=service.metrics.registry)
     return service, server
@@ -131,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     loop = DriverLoop(service, args.register_interval, args.health_interval)
     # Installed before serving: a SIGTERM right after start must not kill us mid-way.
     signal.signal(signal.SIGTERM, lambda _sig, _frame: loop.stopping.set())
-    # Health first, so the first slice leaves out cards that are already unhealthy.
+    # Health first, so the first slice taints cards that are already unhealthy.
     service.refresh_health()
     server.start()
     try:

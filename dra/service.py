@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +25,7 @@ from hami_dcu.dra.ledger import QuotaLedger, QuotaRefused
 from hami_dcu.dra.metrics import DriverMetrics
 from hami_dcu.dra.records import PreparedClaim
 from hami_dcu.dra.server import ClaimRef
+from hami_dcu.node.health import Problem
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -42,6 +43,11 @@ CLAIM_RECHECK = 300.0
 RECHECK_ON_FAILURE = 5.0
 
 
+def _described(device: JSON) -> str:
+    taints = device.get("taints") or []
+    return device["name"] + "".join(f" (tainted {t['key']}={t.get('value', '')}:{t['effect']})" for t in taints)
+
+
 def claim_path(namespace: str, name: str) -> str:
     return f"{names.RESOURCE_API}/namespaces/{namespace}/resourceclaims/{name}"
 
@@ -51,11 +57,12 @@ def _now() -> str:
 
 
 class DriverService:
-    def __init__(self, kube: Kube, core: DriverCore, slots: int, health: Callable[[], dict[str, bool]],
+    def __init__(self, kube: Kube, core: DriverCore, slots: int, health: Callable[[], Mapping[str, Problem | None]],
                  count_resources: tuple[str, ...] | None = None, metrics: DriverMetrics | None = None,
                  latency: PodLatency | None = None, naming: Naming = DCU_NAMING,
                  claim_recheck: float = CLAIM_RECHECK, clock: Callable[[], float] = time.monotonic,
-                 ledger: QuotaLedger | None = None, now: Callable[[], str] = _now) -> None:
+                 ledger: QuotaLedger | None = None, now: Callable[[], str] = _now,
+                 taint_effect: str = slices.NO_SCHEDULE) -> None:
         self.kube = kube
         self.ledger = ledger  # None: no quota check at Prepare (the webhook's alone)
         self.now = now
@@ -64,9 +71,14 @@ class DriverService:
         self.core = core
         self.node = core.node
         self.slots = slots
-        self.health = health
+        self.health = health  # card id -> why it is unhealthy (None: healthy)
         self.count_resources = count_resources or (naming.resources.count,)
-        self.health_now: dict[str, bool] = {}
+        self.health_now: dict[str, Problem | None] = {}
+        self.unhealthy_since: dict[str, str] = {}  # card id -> when it turned unhealthy (RFC3339)
+        self.taint_effect = taint_effect
+        # Whether the API server keeps device taints: None until a slice with a taint was
+        # written, False where it dropped them (unhealthy cards are then left out of the slice).
+        self.taints_kept: bool | None = None
         self.conflict: str | None = None
         self.publish_lock = threading.Lock()
         self.claim_recheck = claim_recheck
@@ -225,49 +237,93 @@ class DriverService:
     def refresh_health(self) -> bool:
         """Re-read card health; True when it changed (then publish)."""
         try:
-            health = self.health()
+            health = dict(self.health())
         except Exception as exc:  # an SMI failure must not kill the driver: the last answer stands
             log.warning("node %s: health check failed: %s", self.node, exc)
             return False
         if health == self.health_now:
             return False
-        for card_id, healthy in sorted(health.items()):
-            if self.health_now.get(card_id, True) != healthy:
-                log.log(logging.INFO if healthy else logging.WARNING, "node %s: card %s is now %s", self.node,
-                        card_id, "healthy" if healthy else "unhealthy")
+        for card_id, problem in sorted(health.items()):
+            before = self.health_now.get(card_id)
+            if problem is None and before is not None:
+                log.info("node %s: card %s is now healthy", self.node, card_id)
+                self.unhealthy_since.pop(card_id, None)
+            elif problem is not None and problem != before:
+                log.warning("node %s: card %s is now unhealthy (%s): %s", self.node, card_id, problem.reason,
+                            problem.message)
+                self.unhealthy_since.setdefault(card_id, self.now())
+                if self.taints_kept is False:
+                    self.taints_kept = None  # ask again: the API server may have been upgraded since
         self.health_now = health
         return True
 
     def publish(self) -> bool:
-        """Make the node's slice say what its healthy cards are (none when a device plugin
-        serves the node). True when something was written."""
+        """Make the node's slice say what its cards are and which are unhealthy (none when a
+        device plugin serves the node). True when something was written."""
         with self.publish_lock:
-            node = self.kube.request("GET", f"/api/v1/nodes/{self.node}", query=FROM_CACHE)
-            conflict = device_plugin_serving(node, self.count_resources)
-            if conflict != self.conflict:
-                self.conflict = conflict
-                if conflict:
-                    log.error("%s", conflict)
-                    self._event({"kind": "Node", "metadata": {"name": self.node, "uid": node["metadata"].get("uid")}},
-                                "DCUModeConflict", conflict)
-            cards = [] if conflict else list(self.core.cards.values())
-            for query in (FROM_CACHE, None):  # the cache may lag our own last write: write on the stored one
-                published = self._read_slice(query)
-                generation = int(((published or {}).get("spec") or {}).get("pool", {}).get("generation") or 0)
-                spec = slices.slice_spec(self.node, cards, self.health_now, self.slots, generation)
+            written, dropped = self._publish_once()
+            if dropped:
+                # The write just made showed the API server drops device taints: write the slice
+                # again at once, the unhealthy cards left out as before taints.
+                self._publish_once()
+            return written
+
+    def _publish_once(self) -> tuple[bool, bool]:
+        """(written, the API server dropped the taints written)."""
+        node = self.kube.request("GET", f"/api/v1/nodes/{self.node}", query=FROM_CACHE)
+        conflict = device_plugin_serving(node, self.count_resources)
+        if conflict != self.conflict:
+            self.conflict = conflict
+            if conflict:
+                log.error("%s", conflict)
+                self._event({"kind": "Node", "metadata": {"name": self.node, "uid": node["metadata"].get("uid")}},
+                            "DCUModeConflict", conflict)
+        cards = [] if conflict else list(self.core.cards.values())
+        for query in (FROM_CACHE, None):  # the cache may lag our own last write: write on the stored one
+            published = self._read_slice(query)
+            generation = int(((published or {}).get("spec") or {}).get("pool", {}).get("generation") or 0)
+            taints = slices.unhealthy_taints(cards, self.health_now, self.taint_effect, self.unhealthy_since,
+                                             published, self.now())
+            spec = slices.slice_spec(self.node, cards, taints, self.slots, generation + 1,
+                                     tainting=self.taints_kept is not False)
+            if slices.same_devices(published, spec):
+                return False, False
+        body = slices.resource_slice(self.node, node["metadata"].get("uid"), spec)
+        if published is not None:
+            body["metadata"]["resourceVersion"] = published["metadata"]["resourceVersion"]
+        if slices.has_taints(spec) and self.taints_kept is None:
+            # Ask before the first tainted write: where the API server drops device taints
+            # (before 1.36, or DRADeviceTaints off), a tainted card written for real would look
+            # healthy to the scheduler until the next write. A dry run answers with the object
+            # as it would be stored, and stores nothing.
+            self.taints_kept = not slices.taints_dropped(self._write(published, body, dry_run=True), spec)
+            if not self.taints_kept:
+                self._taints_off()
+                body["spec"] = spec = slices.slice_spec(self.node, cards, taints, self.slots, generation + 1,
+                                                        tainting=False)
                 if slices.same_devices(published, spec):
-                    return False
-            spec["pool"]["generation"] = generation + 1
-            body = slices.resource_slice(self.node, node["metadata"].get("uid"), spec)
-            if published is None:
-                self.kube.request("POST", SLICES, body=body)
-            else:
-                body["metadata"]["resourceVersion"] = published["metadata"]["resourceVersion"]
-                self.kube.request("PUT", f"{SLICES}/{names.slice_name(self.node)}", body=body)
-            log.info("node %s: published ResourceSlice %s generation %d: %s", self.node,
-                     names.slice_name(self.node), generation + 1,
-                     ", ".join(d["name"] for d in spec["devices"]) or "no devices")
-            return True
+                    return False, False
+        stored = self._write(published, body)
+        dropped = slices.taints_dropped(stored, spec)
+        if dropped:  # the API server changed since the dry run
+            self.taints_kept = False
+            self._taints_off()
+        log.info("node %s: published ResourceSlice %s generation %d: %s", self.node, names.slice_name(self.node),
+                 generation + 1, ", ".join(_described(d) for d in spec["devices"]) or "no devices")
+        return True, dropped
+
+    def _write(self, published: JSON | None, body: JSON, dry_run: bool = False) -> JSON:
+        query = {"dryRun": "All"} if dry_run else None
+        if published is None:
+            stored: JSON = self.kube.request("POST", SLICES, body=body, query=query)
+        else:
+            stored = self.kube.request("PUT", f"{SLICES}/{names.slice_name(self.node)}", body=body, query=query)
+        return stored
+
+    def _taints_off(self) -> None:
+        log.warning("node %s: the API server drops device taints (Kubernetes before 1.36, or the DRADeviceTaints "
+                    "feature gate off): unhealthy cards are left out of the ResourceSlice instead of tainted",
+                    self.node)
 
     def _read_slice(self, query: dict[str, str] | None) -> JSON | None:
         try:

@@ -27,6 +27,8 @@ class FakeKube:
         self.nodes_gone: set[str] = set()
         self.after_ledger_read = None  # called once after the next authoritative read of a ConfigMap
         self.conflicts = 0  # the next configmap replaces that fail with 409, as after another driver's
+        self.drop_taints = False  # as an API server without DRADeviceTaints: device taints are not stored
+        self.dry_runs = 0
 
     def add_ledger(self, namespace: str, name: str) -> None:
         self._rv += 1
@@ -126,6 +128,12 @@ class FakeKube:
             if method == "PUT" and obj["metadata"].get("resourceVersion") != self.slices[name]["metadata"][
                     "resourceVersion"]:
                 raise ConflictError(409, "Conflict", "stale resourceVersion")
+            if self.drop_taints:
+                for device in obj["spec"].get("devices") or []:
+                    device.pop("taints", None)
+            if (query or {}).get("dryRun") == "All":
+                self.dry_runs += 1
+                return obj
             self._rv += 1
             obj["metadata"]["resourceVersion"] = str(self._rv)
             self.slices[name] = obj

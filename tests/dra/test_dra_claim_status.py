@@ -18,7 +18,7 @@ SHARE = "7d5b2c3e-0000-4000-8000-000000000001"
 def service_for(tmp_path, kube: FakeKube) -> DriverService:
     cards = node_cards(tmp_path)
     return DriverService(kube, DriverCore(NODE, cards, paths(tmp_path)), slots=4,
-                         health=lambda: {c.id: True for c in cards}, now=lambda: NOW)
+                         health=lambda: dict.fromkeys(c.id for c in cards), now=lambda: NOW)
 
 
 # --- pure -------------------------------------------------------------------------------------

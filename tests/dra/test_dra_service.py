@@ -9,6 +9,7 @@ from hami_dcu.dra import names
 from hami_dcu.dra.core import DriverCore, PrepareFailed
 from hami_dcu.dra.server import ClaimRef
 from hami_dcu.dra.service import DriverService
+from hami_dcu.node.health import SMI_UNHEALTHY, Problem
 
 SLICE = names.slice_name(NODE)
 
@@ -17,8 +18,9 @@ SLICE = names.slice_name(NODE)
 def setup(tmp_path):
     cards = node_cards(tmp_path)
     kube = FakeKube(NODE)
-    health = {c.id: True for c in cards}
-    service = DriverService(kube, DriverCore(NODE, cards, paths(tmp_path)), slots=4, health=lambda: dict(health))
+    health: dict[str, Problem | None] = dict.fromkeys(c.id for c in cards)
+    service = DriverService(kube, DriverCore(NODE, cards, paths(tmp_path)), slots=4, health=lambda: dict(health),
+                            now=lambda: "2026-11-27T17:00:00Z")
     service.refresh_health()
     return service, kube, cards, health
 
@@ -32,12 +34,75 @@ def test_the_slice_is_created_once_and_updated_on_health_changes(setup):
     assert published["metadata"]["ownerReferences"][0]["uid"] == "node-uid"
     assert service.publish() is False and kube.writes == ["POST"]
 
-    health[cards[0].id] = False
+    health[cards[0].id] = Problem(SMI_UNHEALTHY, "reported unhealthy by SMI")
     assert service.refresh_health() is True and service.refresh_health() is False
     assert service.publish() is True
-    assert kube.writes == ["POST", "PUT"]
+    assert kube.writes == ["POST", "PUT", "PUT"]  # a dry run first: does the API server keep taints?
+    assert kube.dry_runs == 1 and service.taints_kept is True
     assert kube.slices[SLICE]["spec"]["pool"]["generation"] == 2
+    devices = kube.slices[SLICE]["spec"]["devices"]
+    assert [d["name"] for d in devices] == [names.device_name(c.card.pci_bus_id) for c in cards]
+    assert devices[0]["taints"] == [{"key": "dra.hygon.com/unhealthy", "value": "SMIReportsUnhealthy",
+                                     "effect": "NoSchedule", "timeAdded": "2026-11-27T17:00:00Z"}]
+    assert "taints" not in devices[1]
+    assert service.publish() is False
+
+    health[cards[0].id] = None  # recovered: the taint goes
+    assert service.refresh_health() is True and service.publish() is True
+    assert not any(d.get("taints") for d in kube.slices[SLICE]["spec"]["devices"])
+    assert len(kube.slices[SLICE]["spec"]["devices"]) == 2 and kube.dry_runs == 1
+
+
+def test_the_taint_keeps_its_time_across_a_driver_restart_and_takes_a_new_one_with_a_new_effect(tmp_path):
+    cards = node_cards(tmp_path)
+    kube = FakeKube(NODE)
+    sick = {cards[1].id: Problem("KFDMissing", "/dev/kfd is missing")}
+
+    def driver(now: str, effect: str = "NoSchedule") -> DriverService:
+        service = DriverService(kube, DriverCore(NODE, cards, paths(tmp_path)), 4, health=lambda: sick,
+                                now=lambda: now, taint_effect=effect)
+        service.refresh_health()
+        service.publish()
+        return service
+
+    driver("2026-11-27T17:00:00Z")
+    driver("2026-11-27T18:00:00Z")  # restarted an hour later: the card was unhealthy all along
+    assert kube.slices[SLICE]["spec"]["devices"][1]["taints"][0]["timeAdded"] == "2026-11-27T17:00:00Z"
+    driver("2026-11-27T19:00:00Z", effect="NoExecute")
+    assert kube.slices[SLICE]["spec"]["devices"][1]["taints"] == [
+        {"key": "dra.hygon.com/unhealthy", "value": "KFDMissing", "effect": "NoExecute",
+         "timeAdded": "2026-11-27T19:00:00Z"}]
+
+
+def test_where_the_api_server_drops_taints_an_unhealthy_card_is_left_out_as_before(setup):
+    service, kube, cards, health = setup
+    kube.drop_taints = True
+    service.publish()
+    health[cards[0].id] = Problem(SMI_UNHEALTHY, "reported unhealthy by SMI")
+    service.refresh_health()
+    assert service.publish() is True
+    # The dry run showed the taint dropped: never written tainted, the card left out at once.
+    assert kube.writes == ["POST", "PUT", "PUT"] and kube.dry_runs == 1 and service.taints_kept is False
     assert [d["name"] for d in kube.slices[SLICE]["spec"]["devices"]] == [names.device_name(cards[1].card.pci_bus_id)]
+    assert service.publish() is False  # and it stays that way, with no write each cycle
+
+    health[cards[0].id] = None
+    service.refresh_health()
+    assert service.publish() is True and len(kube.slices[SLICE]["spec"]["devices"]) == 2
+
+
+def test_taints_dropped_by_the_real_write_are_written_again_without_the_card(setup):
+    """The API server downgraded between the dry run and a later write: the next slice leaves
+    the unhealthy card out within the same publish."""
+    service, kube, cards, health = setup
+    service.taints_kept = True  # a dry run said so, earlier
+    service.publish()
+    kube.drop_taints = True
+    health[cards[1].id] = Problem(SMI_UNHEALTHY, "reported unhealthy by SMI")
+    service.refresh_health()
+    assert service.publish() is True
+    assert service.taints_kept is False and kube.dry_runs == 0
+    assert [d["name"] for d in kube.slices[SLICE]["spec"]["devices"]] == [names.device_name(cards[0].card.pci_bus_id)]
 
 
 def test_a_slice_deleted_behind_the_drivers_back_comes_back(setup):
@@ -166,7 +231,7 @@ def test_publish_checks_from_the_cache_and_writes_on_an_authoritative_read(setup
     kube.reads.clear()
     assert service.publish() is False
     assert [q for _, q in kube.reads] == [{"resourceVersion": "0"}, {"resourceVersion": "0"}]  # node, slice
-    health[cards[0].id] = False
+    health[cards[0].id] = Problem(SMI_UNHEALTHY, "reported unhealthy by SMI")
     service.refresh_health()
     kube.reads.clear()
     assert service.publish() is True

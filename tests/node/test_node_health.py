@@ -7,7 +7,18 @@ import pytest
 from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.node.discovery import discover
 from hami_dcu.node.faketree import lay_out
-from hami_dcu.node.health import SmiHealth, card_health
+from hami_dcu.node.health import (
+    DEVICE_NODE_MISSING,
+    KFD_MISSING,
+    MOVED,
+    NOT_REPORTED,
+    SMI_FAILING,
+    SMI_UNHEALTHY,
+    Problem,
+    SmiHealth,
+    card_health,
+    card_problems,
+)
 from hami_dcu.node.smi import Card, SmiError
 
 CARDS = [
@@ -66,3 +77,29 @@ def test_smi_that_keeps_failing_marks_every_card_unhealthy(tmp_path):
         with pytest.raises(SmiError):
             health()
     assert health() == {"DCU-S1": False, "DCU-S2": False}
+
+
+def test_each_problem_says_why_with_a_reason_a_device_taint_can_carry(tmp_path):
+    cards = served(tmp_path)
+    reasons = {k: p and p.reason for k, p in card_problems(cards, CARDS[:1], tmp_path / "dev").items()}
+    assert reasons == {"DCU-S1": None, "DCU-S2": NOT_REPORTED}
+    now = [replace(CARDS[0], healthy=False), replace(CARDS[1], pci_bus_id="0000:AA:00.0")]
+    problems = card_problems(cards, now, tmp_path / "dev")
+    assert problems["DCU-S1"] == Problem(SMI_UNHEALTHY, "reported unhealthy by SMI")
+    assert problems["DCU-S2"] is not None and problems["DCU-S2"].reason == MOVED
+    assert "0000:AA:00.0" in problems["DCU-S2"].message
+    (tmp_path / "dev" / "dri" / "renderD129").unlink()
+    assert card_problems(cards, CARDS, tmp_path / "dev")["DCU-S2"].reason == DEVICE_NODE_MISSING
+    (tmp_path / "dev" / "kfd").unlink()
+    assert {p.reason for p in card_problems(cards, CARDS, tmp_path / "dev").values()} == {KFD_MISSING}
+
+
+def test_a_failing_smi_is_the_reason_and_the_same_each_time(tmp_path):
+    class Broken:
+        def cards(self):
+            raise SmiError("rsmi_init failed")
+
+    health = SmiHealth(Broken(), served(tmp_path), tmp_path / "dev", failures_before_unhealthy=1)
+    first, second = health.problems(), health.problems()
+    assert first == second  # an unchanged answer: nothing republished every second
+    assert {p.reason for p in first.values()} == {SMI_FAILING}
