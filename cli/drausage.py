@@ -6,8 +6,12 @@ one device per healthy card, with its `cores` (compute units), `memory` (bytes) 
 kube-scheduler wrote it consumes (`consumedCapacity`); a result without one took the whole
 card. Who uses the claim is its `status.reservedFor`.
 
-A result naming a device no slice publishes (the card turned unhealthy or its node's
-driver is gone) is a `problem`, never silently dropped.
+A card's taints are those its slice publishes (the driver taints an unhealthy card with
+`dra.hygon.com/unhealthy`, the reason as value) and those of the DeviceTaintRules that select
+it (an operator's maintenance): each says its key, value, effect and, for a rule, the rule.
+
+A result naming a device no slice publishes (the card turned unhealthy on a cluster without
+device taints, or its node's driver is gone) is a `problem`, never silently dropped.
 """
 
 from __future__ import annotations
@@ -37,6 +41,20 @@ class ClaimShare:
         return f"{self.namespace}/{self.claim}"
 
 
+@dataclass(frozen=True)
+class DraTaint:
+    key: str
+    value: str
+    effect: str
+    time_added: str  # RFC3339, "" when not given
+    rule: str | None = None  # the DeviceTaintRule that puts it there; None: the ResourceSlice (the driver)
+
+    @property
+    def text(self) -> str:
+        value = f"={self.value}" if self.value else ""
+        return f"{self.key}{value}:{self.effect}" + (f" (DeviceTaintRule {self.rule})" if self.rule else "")
+
+
 @dataclass
 class DraCard:
     node: str
@@ -50,6 +68,8 @@ class DraCard:
     memory_used_mib: int = 0
     slots_used: int = 0
     shares: list[ClaimShare] = field(default_factory=list)
+    pool: str = ""
+    taints: list[DraTaint] = field(default_factory=list)
 
 
 @dataclass
@@ -60,9 +80,10 @@ class DraUsage:
 
 
 def dra_usage(slices: Iterable[JSON], claims: Iterable[JSON], node_name: str | None = None,
-              namespace: str | None = None) -> DraUsage:
-    """Per card (sorted by node and device) the claims on it. `node_name` keeps one node;
-    `namespace` keeps that namespace's claims in the listing, the totals still count all."""
+              namespace: str | None = None, rules: Iterable[JSON] = ()) -> DraUsage:
+    """Per card (sorted by node and device) the claims on it and its taints. `node_name` keeps
+    one node; `namespace` keeps that namespace's claims in the listing, the totals still count
+    all. `rules`: the cluster's DeviceTaintRules."""
     cards: dict[tuple[str, str], DraCard] = {}
     problems: list[str] = []
     for piece in slices:
@@ -74,7 +95,14 @@ def dra_usage(slices: Iterable[JSON], claims: Iterable[JSON], node_name: str | N
         for device in spec.get("devices") or []:
             card = _card(node, device, problems)
             if card is not None:
+                card.pool = pool
+                card.taints = [_taint(t) for t in device.get("taints") or [] if isinstance(t, dict)]
                 cards[(pool, card.device)] = card
+    for rule in rules:
+        for card in cards.values():
+            if rule_selects(rule, names.DRIVER, card.pool, card.device):
+                taint = ((rule.get("spec") or {}).get("taint")) or {}
+                card.taints.append(_taint(taint, str((rule.get("metadata") or {}).get("name") or "?")))
     counted: set[tuple[str, str]] = set()
     for claim in claims:
         _add_claim(cards, claim, problems, counted)
@@ -102,6 +130,21 @@ def _card(node: str, device: JSON, problems: list[str]) -> DraCard | None:
     return DraCard(node=node, device=name, model=_attribute(attributes, names.ATTR_MODEL),
                    serial=_attribute(attributes, names.ATTR_SERIAL), cores_total=cores,
                    memory_total_mib=memory // names.MEMORY_STEP, slots_total=slots)
+
+
+def rule_selects(rule: JSON, driver: str, pool: str, device: str) -> bool:
+    """Whether a DeviceTaintRule's selector picks this device: every field it sets matches; no
+    selector picks nothing (the API's rule), an empty one everything."""
+    selector = (rule.get("spec") or {}).get("deviceSelector")
+    if not isinstance(selector, dict):
+        return False
+    wanted = {"driver": driver, "pool": pool, "device": device}
+    return all(selector.get(k) in (None, v) for k, v in wanted.items())
+
+
+def _taint(taint: JSON, rule: str | None = None) -> DraTaint:
+    return DraTaint(key=str(taint.get("key") or ""), value=str(taint.get("value") or ""),
+                    effect=str(taint.get("effect") or ""), time_added=str(taint.get("timeAdded") or ""), rule=rule)
 
 
 def _attribute(attributes: JSON, key: str) -> str:

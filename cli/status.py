@@ -38,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "holding each card and their share (in DRA mode: the claims on each card and their share); per node "
         "the device plugin's last report and the node lock; one summary line; then the DCU pods waiting for a "
         "node, what they ask for and the latest reason they were given. Reads Nodes, Pods, Events and, in "
-        "DRA mode, ResourceSlices and ResourceClaims through the API server.")
+        "DRA mode, ResourceSlices, ResourceClaims and DeviceTaintRules through the API server; in DRA mode a card's "
+        "TAINTS say why it is out of service (unhealthy, or an operator's DeviceTaintRule).")
     parser.add_argument("--context", help="kubeconfig context to use, as kubectl's --context (default: current)")
     parser.add_argument("--node", metavar="NAME", help="show this node only (default: every node with DCUs)")
     scope = parser.add_mutually_exclusive_group()
@@ -70,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         # names its node only in an annotation, which no field selector reaches.
         pods = kube.list_pods(field_selector=LIVE_PODS).items
         slices = _our_slices(kube)
+        rules = _taint_rules(kube) if slices else []
         waiting = [p for p in pods if _waits(p, namespace)]
         claims = _claims(kube) if slices or any((p.get("spec") or {}).get("resourceClaims") for p in waiting) else []
         events = _pod_warnings(kube, namespace) if waiting else []
@@ -79,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     naming = keys.naming_by_name(args.naming)
     usage = cluster_usage(nodes, pods, now, naming, node_name=args.node, namespace=namespace)
-    dra: DraUsage | None = dra_usage(slices, claims, node_name=args.node, namespace=namespace) if slices else None
+    dra: DraUsage | None = dra_usage(slices, claims, node_name=args.node, namespace=namespace,
+                                                rules=rules) if slices else None
     hint = None if dra else naming_hint(nodes, pods, naming)
     if hint:
         say(PROG, hint)
@@ -124,6 +127,21 @@ def _our_slices(kube: Kube) -> list[JSON]:
             return []
         raise
     return [s for s in listed.get("items") or [] if (s.get("spec") or {}).get("driver") == dra_names.DRIVER]
+
+
+def _taint_rules(kube: Kube) -> list[JSON]:
+    """The DeviceTaintRules (resource.k8s.io/v1 from Kubernetes 1.37; v1beta2 in 1.36 where
+    its API is turned on); none where neither is served or the caller may not list them."""
+    for version in ("v1", "v1beta2"):
+        try:
+            return list(kube.request("GET", f"/apis/resource.k8s.io/{version}/devicetaintrules").get("items") or [])
+        except NotFoundError:
+            continue
+        except KubeError as exc:
+            if exc.status == FORBIDDEN:
+                return []
+            raise
+    return []
 
 
 def _claims(kube: Kube) -> list[JSON]:

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from hami_dcu.cli.cardusage import ClusterUsage, LockInfo, NodeUsage, PluginReport, Share, Summary
-from hami_dcu.cli.drausage import ClaimShare, DraUsage
+from hami_dcu.cli.drausage import ClaimShare, DraTaint, DraUsage
 from hami_dcu.cli.pending import PendingPod
 from hami_dcu.cli.tables import count_of, grouped_rows, shares_cell, table, usage_cells, usage_text
 from hami_dcu.common import keys
@@ -98,11 +98,11 @@ def _card_rows(nodes: Sequence[NodeUsage], wide: bool) -> list[list[str]]:
 
 
 def _dra_rows(dra: DraUsage, wide: bool) -> list[list[str]]:
-    header = ["NODE", "DEVICE", "MODEL", "SLOTS", "MEMORY (MiB)", "CORES (CU)"]
+    header = ["NODE", "DEVICE", "MODEL", "TAINTS", "SLOTS", "MEMORY (MiB)", "CORES (CU)"]
     header += ["SERIAL", "CLAIM", "SHARE", "PODS"] if wide else ["CLAIMS"]
     rows = [header]
     for card in dra.cards:
-        cells = [card.node, card.device, card.model or "-",
+        cells = [card.node, card.device, card.model or "-", taints_text(card.taints, wide),
                  *usage_cells((card.slots_used, card.slots_total), (card.memory_used_mib, card.memory_total_mib),
                               (card.cores_used, card.cores_total))]
         if wide:
@@ -111,6 +111,13 @@ def _dra_rows(dra: DraUsage, wide: bool) -> list[list[str]]:
         else:
             rows.append([*cells, shares_cell(f"{s.owner} {_claim_share(s, card.cores_total)}" for s in card.shares)])
     return rows
+
+
+def taints_text(taints: Sequence[DraTaint], wide: bool = False) -> str:
+    """`key=value:effect` per taint (a rule's named), "-" for none; wide adds since when."""
+    if not taints:
+        return "-"
+    return "; ".join(t.text + (f" since {t.time_added}" if wide and t.time_added else "") for t in taints)
 
 
 def _claim_share(share: ClaimShare, cores_total: int) -> str:
@@ -130,7 +137,9 @@ def dra_summary_line(dra: DraUsage) -> str:
     slots = (sum(c.slots_used for c in cards), sum(c.slots_total for c in cards))
     memory = (sum(c.memory_used_mib for c in cards), sum(c.memory_total_mib for c in cards))
     cores = (sum(c.cores_used for c in cards), sum(c.cores_total for c in cards))
-    return (f"dra.hygon.com: {count_of(nodes, 'node')}, {len(cards)} cards, {usage_text(slots, memory, cores, ' CU')}, "
+    tainted = sum(1 for c in cards if c.taints)
+    counted = f"{len(cards)} cards" + (f" ({tainted} tainted)" if tainted else "")
+    return (f"dra.hygon.com: {count_of(nodes, 'node')}, {counted}, {usage_text(slots, memory, cores, ' CU')}, "
             f"{count_of(dra.claims, 'claim')}")
 
 

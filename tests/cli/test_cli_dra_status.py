@@ -5,12 +5,13 @@ pods waiting for their claims."""
 from datetime import UTC, datetime, timedelta
 
 from hami_dcu.cli.cardusage import cluster_usage
-from hami_dcu.cli.drausage import dra_usage
+from hami_dcu.cli.drausage import dra_usage, rule_selects
 from hami_dcu.cli.pending import NO_EVENT, pending_pods
 from hami_dcu.cli.statusview import as_document, render
 from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.dra import names, slices
 from hami_dcu.node.discovery import DcuCard, DrmNodes
+from hami_dcu.node.health import SMI_UNHEALTHY, Problem
 from hami_dcu.node.smi import Card
 
 DCU = DCU_NAMING  # the naming set these tests speak
@@ -102,3 +103,52 @@ def test_a_pod_waiting_for_its_claim_shows_what_the_claim_asks_for():
     assert before_claim.reason == NO_EVENT
     pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "someone-elses"
     assert pending_pods([pod], [], [], NOW, DCU.resources) == []  # not a DCU pod
+
+
+def test_tainted_cards_say_why_from_the_slice_and_from_device_taint_rules():
+    sick = {CARDS[1].id: Problem(SMI_UNHEALTHY, "reported unhealthy by SMI")}
+    taints = slices.unhealthy_taints(CARDS, sick, "NoSchedule", {}, None, "2026-05-01T11:00:00Z")
+    tainted = slices.resource_slice("node0", "uid", slices.slice_spec("node0", CARDS, taints, slots=4, generation=1))
+    rule = {"metadata": {"name": "maintain-s0"},
+            "spec": {"deviceSelector": {"driver": names.DRIVER, "pool": "node0", "device": DEV0},
+                     "taint": {"key": "example.com/maintenance", "value": "firmware", "effect": "NoExecute",
+                               "timeAdded": "2026-05-01T11:30:00Z"}}}
+    other_pool = {"metadata": {"name": "elsewhere"},
+                  "spec": {"deviceSelector": {"pool": "node9"}, "taint": {"key": "k", "effect": "NoSchedule"}}}
+    no_selector = {"metadata": {"name": "nothing"}, "spec": {"taint": {"key": "k", "effect": "NoSchedule"}}}
+    usage = dra_usage([tainted], [claim("on-sick", DEV1, {"cores": "12"})], rules=[rule, other_pool, no_selector])
+    first, second = usage.cards
+    assert [t.text for t in first.taints] == [
+        "example.com/maintenance=firmware:NoExecute (DeviceTaintRule maintain-s0)"]
+    assert [t.text for t in second.taints] == ["dra.hygon.com/unhealthy=SMIReportsUnhealthy:NoSchedule"]
+    # The tainted card is still listed with its claim: not a problem, as when it vanished.
+    assert second.cores_used == 12 and usage.problems == []
+    table = render(cluster_usage([], [], NOW, DCU), "table", dra=usage, naming=DCU)
+    assert "TAINTS" in table.splitlines()[0]
+    assert "dra.hygon.com/unhealthy=SMIReportsUnhealthy:NoSchedule" in table
+    assert "dra.hygon.com: 1 node, 2 cards (2 tainted)," in table
+    wide = render(cluster_usage([], [], NOW, DCU), "wide", dra=usage, naming=DCU)
+    assert "SMIReportsUnhealthy:NoSchedule since 2026-05-01T11:00:00Z" in wide
+    document = as_document(cluster_usage([], [], NOW, DCU), dra=usage)
+    assert document["dra"]["cards"][0]["taints"] == [{
+        "key": "example.com/maintenance", "value": "firmware", "effect": "NoExecute",
+        "time_added": "2026-05-01T11:30:00Z", "rule": "maintain-s0"}]
+
+
+def test_an_untainted_card_shows_a_dash_and_the_summary_no_count():
+    usage = dra_usage([node_slice()], [])
+    table = render(cluster_usage([], [], NOW, DCU), "table", dra=usage, naming=DCU)
+    assert "tainted" not in table
+    assert all(row.split()[3] == "-" for row in table.splitlines()[1:3])
+
+
+def test_rule_selectors_match_as_the_api_says():
+    def rule(selector):
+        return {"spec": {"deviceSelector": selector}} if selector is not None else {"spec": {}}
+
+    assert rule_selects(rule({}), names.DRIVER, "node0", DEV0)  # empty: every device
+    assert not rule_selects(rule(None), names.DRIVER, "node0", DEV0)  # none: no device
+    assert rule_selects(rule({"driver": names.DRIVER}), names.DRIVER, "node0", DEV0)
+    assert not rule_selects(rule({"driver": "gpu.example.com"}), names.DRIVER, "node0", DEV0)
+    assert rule_selects(rule({"pool": "node0", "device": DEV0}), names.DRIVER, "node0", DEV0)
+    assert not rule_selects(rule({"pool": "node0", "device": DEV1}), names.DRIVER, "node0", DEV0)
