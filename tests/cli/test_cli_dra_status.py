@@ -7,8 +7,10 @@ from datetime import UTC, datetime, timedelta
 from hami_dcu.cli.cardusage import cluster_usage
 from hami_dcu.cli.drausage import dra_usage, rule_selects
 from hami_dcu.cli.pending import NO_EVENT, pending_pods
+from hami_dcu.cli.status import _taint_rules
 from hami_dcu.cli.statusview import as_document, render
 from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.kube import KubeError, NotFoundError
 from hami_dcu.dra import names, slices
 from hami_dcu.node.discovery import DcuCard, DrmNodes
 from hami_dcu.node.health import SMI_UNHEALTHY, Problem
@@ -152,3 +154,23 @@ def test_rule_selectors_match_as_the_api_says():
     assert not rule_selects(rule({"driver": "gpu.example.com"}), names.DRIVER, "node0", DEV0)
     assert rule_selects(rule({"pool": "node0", "device": DEV0}), names.DRIVER, "node0", DEV0)
     assert not rule_selects(rule({"pool": "node0", "device": DEV1}), names.DRIVER, "node0", DEV0)
+
+
+def test_device_taint_rules_are_read_from_v1_then_v1beta2_and_skipped_when_forbidden():
+    class Api:
+        def __init__(self, answers):
+            self.answers, self.paths = answers, []
+
+        def request(self, method, path, **_):
+            self.paths.append(path)
+            answer = self.answers[path.split("/")[3]]
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    rule = {"metadata": {"name": "r"}}
+    old = Api({"v1": NotFoundError(404, "NotFound", "no"), "v1beta2": {"items": [rule]}})
+    assert _taint_rules(old) == [rule] and [p.split("/")[3] for p in old.paths] == ["v1", "v1beta2"]
+    assert _taint_rules(Api({"v1": KubeError(403, "Forbidden", "no")})) == []
+    assert _taint_rules(Api({"v1": NotFoundError(404, "NotFound", "no"),
+                             "v1beta2": NotFoundError(404, "NotFound", "no")})) == []
