@@ -197,6 +197,32 @@ def test_a_binding_carries_an_allocation_only_from_the_extender(cluster: RealClu
     assert bound["spec"]["nodeName"] == "node1" and bound["metadata"]["annotations"][keys.POD_BIND_PHASE] == "failed"
 
 
+def test_a_binding_posted_to_the_namespaces_bindings_carries_no_allocation(cluster: RealCluster) -> None:
+    """Security round 5. A Binding can also be posted to /api/v1/namespaces/<ns>/bindings (the
+    API's legacy `bindings` resource, not the pods/binding subresource); the API server copies
+    its annotations onto the pod just the same. Before: no policy matched that resource, and
+    the bundled kube-scheduler's account (system:kube-scheduler may create `bindings`) bound a
+    pod carrying a forged whole card. Now the policies match it as a Binding (the extender binds
+    through pods/binding only: RBAC gives it no `bindings`)."""
+    cluster.clear_pods()
+    for name in ("legacy-admin", "legacy-sched", "legacy-plain"):
+        cluster.kube.create_pod(cluster.namespace, _plain(name, scheduler="nobody"))
+
+    def binding(name: str, annotations: dict[str, str]) -> JSON:
+        return {"apiVersion": "v1", "kind": "Binding", "target": {"kind": "Node", "name": "node1"},
+                "metadata": {"name": name, "annotations": annotations}}
+
+    path = f"/api/v1/namespaces/{cluster.namespace}/bindings"
+    kube_scheduler = cluster.kube_as(KUBE_SCHEDULER_SA)
+    for client, name in ((cluster.kube, "legacy-admin"), (kube_scheduler, "legacy-sched")):
+        message = _refused(client.request, "POST", path, body=binding(name, _forged(cluster, "node1")))
+        assert "are written only by hami-dcu" in message
+        assert cluster.kube.get_pod(cluster.namespace, name)["spec"].get("nodeName") is None
+    # A Binding without our keys still binds (kube-scheduler's own, or another scheduler's).
+    kube_scheduler.request("POST", path, body=binding("legacy-plain", {}))
+    assert cluster.kube.get_pod(cluster.namespace, "legacy-plain")["spec"]["nodeName"] == "node1"
+
+
 # --- NodeRestriction for device plugins ----------------------------------------------------
 
 

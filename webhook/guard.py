@@ -26,8 +26,11 @@ _ALLOCATION_KEYS = keys.DCU_NAMING.pod_allocation_keys | keys.HCU_NAMING.pod_all
 
 def written_kind(request: dict[str, Any]) -> str | None:
     """writers.POD, BINDING or NODE; None for anything else. A Binding is the pods/binding
-    subresource: its annotations land on the pod without a pod UPDATE being admitted."""
+    subresource, or the same object posted to the namespace's legacy `bindings` resource: its
+    annotations land on the pod without a pod UPDATE being admitted."""
     resource = (request.get("resource") or {}).get("resource") or _RESOURCE_OF_KIND.get(request["kind"]["kind"])
+    if resource == "bindings":
+        return writers.BINDING
     if resource == "pods":
         binding = request.get("subResource") == "binding" or request["kind"]["kind"] == "Binding"
         return writers.BINDING if binding else writers.POD

@@ -117,8 +117,8 @@ def test_pod_updates_and_bindings_are_reviewed_where_no_policy_runs(render, kube
     assert writers["rules"] == [
         {"operations": ["UPDATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
          "scope": "Namespaced"},
-        {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/binding"],
-         "scope": "Namespaced"}]
+        {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/binding", "bindings"],
+         "scope": "Namespaced"}]  # a Binding posted to the legacy `bindings` resource too (security round 5)
     assert writers["failurePolicy"] == "Fail" and "objectSelector" not in writers
     assert "matchConditions" not in writers  # every DCU pod's update: the webhook tells DCU pods apart
     # Status writes too (issue 35, finding 6): the API server keeps the metadata a status write

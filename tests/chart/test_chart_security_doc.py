@@ -43,7 +43,8 @@ def webhook_rules(docs) -> set[tuple[str, str]]:
 
 def test_below_1_30_the_webhook_reviews_what_security_md_says(render):
     rules = webhook_rules(render(kube_version="1.29.0"))
-    assert {("CREATE", "pods"), ("UPDATE", "pods"), ("CREATE", "pods/binding"), ("UPDATE", "pods/status")} <= rules
+    assert {("CREATE", "pods"), ("UPDATE", "pods"), ("CREATE", "pods/binding"), ("CREATE", "bindings"),
+            ("UPDATE", "pods/status")} <= rules
     text = re.sub(r"\s+", " ", section("What is not defended"))
     assert "CREATEs, UPDATEs, Bindings and status writes" in text
     assert webhook_rules(render("--set", "webhook.reviewUpdates=false", kube_version="1.29.0")) == {("CREATE", "pods")}

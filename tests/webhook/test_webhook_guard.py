@@ -61,6 +61,18 @@ def test_binding_with_the_allocation_only_from_the_extender():
     assert refused["allowed"] is False
 
 
+
+def test_a_binding_posted_to_the_legacy_bindings_resource_is_a_binding():
+    """Security round 5: POST /api/v1/namespaces/<ns>/bindings (resource `bindings`, no
+    subresource) copies the Binding's annotations onto the pod as pods/binding does. Before, the
+    guard took it for no object of ours and let kube-scheduler's account forge a whole card."""
+    binding = {"metadata": {"name": "p", "annotations": ALLOCATED}, "target": {"kind": "Node", "name": "node0"}}
+    assert review("CREATE", binding, kind="Binding", resource="bindings", user=SCHEDULER)["allowed"] is True
+    refused = review("CREATE", binding, kind="Binding", resource="bindings", user="system:kube-scheduler")
+    assert refused["allowed"] is False and DCU.pod_devices_allocated in refused["status"]["message"]
+    plain = {"metadata": {"name": "p"}, "target": {"kind": "Node", "name": "node0"}}
+    assert review("CREATE", plain, kind="Binding", resource="bindings", user="system:kube-scheduler")["allowed"]
+
 @pytest.mark.parametrize(("node", "allowed"), [("node0", True), ("node1", False)])
 def test_device_plugin_writes_only_its_own_node(node, allowed):
     old = {"metadata": {"name": node, "annotations": {}}}
