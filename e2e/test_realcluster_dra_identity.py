@@ -191,3 +191,65 @@ def test_the_driver_still_writes_its_own_slice_and_prepares_claims(cluster: DraR
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nkubelet DRA errors: {cluster.kubelets[NODE].prepare_errors}\n"
                              f"{cluster.diagnose()}") from None
+
+
+def test_the_driver_changes_no_allocation_reservation_or_other_drivers_entry_of_a_claim(
+        cluster: DraRealCluster) -> None:
+    """Security round 5. On Kubernetes 1.34 and 1.35 RBAC alone authorizes claim status writes
+    (no DRAResourceClaimGranularStatusAuthorization): `patch` on resourceclaims/status let the
+    driver's token deallocate any claim of any namespace, reserve it for a pod, or write another
+    driver's status.devices entries. Played here by granting the driver's account what 1.37
+    checks besides (resourceclaims/binding, resourceclaims/driver of any driver on any node).
+    Before: each attack answered 200 (dry run). Now the policy `<release>-dra-driver-claims`
+    refuses them and lets the driver write its own driver's entries."""
+    claims = f"{names.RESOURCE_API}/namespaces/{cluster.namespace}/resourceclaims"
+    role = "round5-rbac-alone"
+    cluster.kube.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", body={
+        "metadata": {"name": role}, "rules": [{"apiGroups": ["resource.k8s.io"], "verbs": ["*"],
+                                               "resources": ["resourceclaims/binding", "resourceclaims/driver"]}]})
+    cluster.kube.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", body={
+        "metadata": {"name": role}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                                "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": DRIVER_SA, "namespace": SYSTEM_NAMESPACE}]})
+    device = {"driver": names.DRIVER, "pool": OTHER_NODE, "device": "dev1"}
+    gpu = {"driver": GPU_DRIVER, "pool": OTHER_NODE, "device": "gpu0"}
+    cluster.kube.request("POST", claims, body={
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "victim"},
+        "spec": {"devices": {"requests": [
+            {"name": "dcu", "exactly": {"deviceClassName": names.DEVICE_CLASS, "allocationMode": "ExactCount",
+                                        "count": 1}},
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com", "allocationMode": "ExactCount",
+                                        "count": 1}}]}}})
+    merge = "application/merge-patch+json"
+    try:
+        cluster.kube.request("PATCH", f"{claims}/victim/status", content_type=merge, body={"status": {"allocation": {
+            "devices": {"results": [{"request": "dcu", **device}, {"request": "gpu", **gpu}]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [OTHER_NODE]}]}]}}}})
+        driver = bound_driver(cluster)
+        status = f"{claims}/victim/status{DRY_RUN}"
+        # Its own driver's entry, on a claim of another node: what the grant lets through (once live).
+        def own_entry() -> JSON | None:
+            try:
+                return driver.request("PATCH", status, content_type=merge, body={"status": {"devices": [device]}})
+            except KubeError as exc:
+                if exc.status != 403 or "dra-driver-claims" in exc.message:
+                    raise
+                return None  # RBAC: the grant not live yet
+
+        wait_until("the grant live", own_entry, timeout=30)
+        for attack in ({"status": {"allocation": None}},  # deallocate someone's claim
+                       {"status": {"reservedFor": [{"resource": "pods", "name": "thief",
+                                                    "uid": "00000000-0000-4000-8000-000000000002"}]}},
+                       {"status": {"devices": [gpu]}},  # another driver's entry
+                       {"status": {"devices": [device, gpu]}}):
+            message = refused(driver.request, "PATCH", status, content_type=merge, body=attack)
+            assert f"the hami-dcu DRA driver may change in ResourceClaim {cluster.namespace}/victim only the " \
+                   f"status.devices entries of driver {names.DRIVER}" in message, message
+        stored = cluster.kube.request("GET", f"{claims}/victim")
+        assert stored["status"]["allocation"]["devices"]["results"][0]["device"] == "dev1"
+        assert not stored["status"].get("reservedFor") and not stored["status"].get("devices")
+    finally:
+        cluster.kube.request("DELETE", f"{claims}/victim")
+        cluster.kube.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{role}")
+        cluster.kube.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role}")

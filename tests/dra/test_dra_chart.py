@@ -251,3 +251,30 @@ def test_the_driver_policy_is_dra_modes_and_needs_admission_policies():
     assert scoped("mode=dra") == ["r-hami-dcu-dra-driver-scope", "r-hami-dcu-dra-driver-scope"]  # policy, binding
     assert scoped() == []
     assert scoped("mode=dra", "admissionPolicy.enabled=false") == []
+
+
+def test_the_driver_changes_in_a_claims_status_only_its_own_drivers_entries():
+    """Security round 5: on Kubernetes 1.34 and 1.35 RBAC alone authorizes claim status writes,
+    and `patch` on resourceclaims/status let the driver's token deallocate or reserve any claim,
+    or write another driver's entries (e2e/test_realcluster_dra_identity.py shows it refused)."""
+    docs = render("mode=dra")
+    policy = named(docs, "ValidatingAdmissionPolicy", "r-hami-dcu-dra-driver-claims")["spec"]
+    assert policy["failurePolicy"] == "Fail"
+    assert policy["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
+         "resources": ["resourceclaims", "resourceclaims/*"]}]
+    assert policy["matchConditions"] == [{"name": "is-a-dra-driver",
+                                          "expression": f"request.userInfo.username == '{DRIVER_SA}'"}]
+    (validation,) = policy["validations"]
+    expression = validation["expression"]
+    assert expression.startswith("request.operation == 'UPDATE' && has(request.subResource) && "
+                                 "request.subResource == 'status' && ")
+    for field in ("allocation", "reservedFor"):
+        assert f"object.status.{field} == oldObject.status.{field}" in expression
+    assert f"d.driver == '{names.DRIVER}'" in expression and f"e.driver == '{names.DRIVER}'" in expression
+    assert _balanced(expression) and _balanced(validation["messageExpression"])
+    binding = named(docs, "ValidatingAdmissionPolicyBinding", "r-hami-dcu-dra-driver-claims")
+    assert binding["spec"] == {"policyName": "r-hami-dcu-dra-driver-claims", "validationActions": ["Deny"]}
+    assert not [d for d in render() if d["metadata"]["name"].endswith("dra-driver-claims")]
+    assert not [d for d in render("mode=dra", "admissionPolicy.enabled=false")
+                if d["metadata"]["name"].endswith("dra-driver-claims")]
