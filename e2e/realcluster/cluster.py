@@ -54,8 +54,10 @@ class RealCluster:
     def __init__(self, nodes: dict[str, list[MockCard]] | None = None, namespace: str = "hami-e2e",
                  values: JSON | None = None, workdir: Path | None = None,
                  controller_manager_args: Sequence[str] = (), hami_peer: bool = False,
-                 hami_args: Sequence[str] = (), beside_hami: str | None = None) -> None:
+                 hami_args: Sequence[str] = (), beside_hami: str | None = None,
+                 apiserver_args: Sequence[str] = ()) -> None:
         self.controller_manager_args = controller_manager_args
+        self.apiserver_args = apiserver_args  # appended to kube-apiserver's (feature gates, say)
         # HAMi v2.10's own chart (its scheduler, webhook and node lock) installed first, and
         # hami-dcu's chart with the node side only (scheduler.enabled=false): HAMi places and
         # binds the DCU pods, hami-dcu's device plugin serves them (e2e/realcluster/hami.py).
@@ -107,7 +109,7 @@ class RealCluster:
         self.kube_version = upstream.kube_version(binaries)
         self.network = PodNetwork().start()
         self.control_plane = ControlPlane(binaries, self.workdir / "control-plane", self.network.gateway,
-                                          self.controller_manager_args).start()
+                                          self.controller_manager_args, self.apiserver_args).start()
         self.kubeconfig = self.control_plane.admin_kubeconfig
         self.kube = Kube.from_kubeconfig(str(self.kubeconfig))
         peers: tuple[tuple[str, tuple[str, ...]], ...] = ()
