@@ -3,8 +3,10 @@ and kube-scheduler v1.37.2 (DRADeviceTaints and DRADeviceTaintRules GA, on by de
 chart in DRA mode, one node with two cards behind the mock SMI. A card made unhealthy (the
 driver pod's mock SMI file rewritten, as a failing card would answer) stays in the slice with a
 taint saying why: the claim on it keeps running, new claims go to the other card, a claim that
-tolerates the taint still gets it, and recovery clears it. A DeviceTaintRule takes a card out
-for maintenance, and `hami-dcu status` says which cards are tainted and why.
+tolerates the taint still gets it, and recovery clears it. With
+draDriver.unhealthyTaintEffect=NoExecute (a `helm upgrade`), kube-controller-manager evicts the
+pods on the card that do not tolerate it. A DeviceTaintRule takes a card out for maintenance,
+and `hami-dcu status` says which cards are tainted and why.
 
 A module of its own: it needs a two-card node, where test_realcluster_dra.py's cases count
 on one card.
@@ -23,9 +25,10 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.realcluster.cluster import unavailable
+from e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, _merge, unavailable
 from e2e.realcluster.dra_cluster import DraRealCluster
 from e2e.scenarios import phase, wait_until
+from e2e.tools import ROOT
 from hami_dcu.cli.localcluster.pods import MockCard
 from hami_dcu.cli.main import main as cli_main
 from hami_dcu.common.kube import NotFoundError
@@ -81,19 +84,20 @@ def device(cluster: DraRealCluster, name: str) -> JSON:
     return next(d for d in published["spec"]["devices"] if d["name"] == name)
 
 
-def create_claim(cluster: DraRealCluster, name: str, on: str | None = None, tolerate: bool = False) -> None:
+def create_claim(cluster: DraRealCluster, name: str, on: str | None = None, tolerate: str | None = None) -> None:
+    """`tolerate`: the taint effect the claim's request tolerates dra.hygon.com/unhealthy with."""
     exactly: JSON = {"deviceClassName": names.DEVICE_CLASS, "allocationMode": "ExactCount", "count": 1,
                      "capacity": {"requests": {"cores": "10", "memory": "1Gi"}}}
     if on is not None:
         exactly["selectors"] = [{"cel": {"expression": f'device.attributes["{names.DRIVER}"].pciBusID == "{on}"'}}]
     if tolerate:
-        exactly["tolerations"] = [{"key": UNHEALTHY_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+        exactly["tolerations"] = [{"key": UNHEALTHY_TAINT, "operator": "Exists", "effect": tolerate}]
     cluster.kube.request("POST", CLAIMS, body={
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
         "spec": {"devices": {"requests": [{"name": "dcu", "exactly": exactly}]}}})
 
 
-def run_claim(cluster: DraRealCluster, name: str, on: str | None = None, tolerate: bool = False) -> None:
+def run_claim(cluster: DraRealCluster, name: str, on: str | None = None, tolerate: str | None = None) -> None:
     create_claim(cluster, name, on, tolerate)
     cluster.kube.create_pod(cluster.namespace, {
         "metadata": {"name": name},
@@ -132,6 +136,21 @@ def status_output(cluster: DraRealCluster, capsys: pytest.CaptureFixture[str], *
     capsys.readouterr()
     assert cli_main(["status", "--kubeconfig", str(cluster.kubeconfig), *flags]) == 0
     return capsys.readouterr().out
+
+
+def set_taint_effect(cluster: DraRealCluster, effect: str) -> None:
+    """`helm upgrade` with draDriver.unhealthyTaintEffect; returns once the new driver pod has
+    registered with the kubelet."""
+    cluster.extra_values = _merge(cluster.extra_values, {"draDriver": {"unhealthyTaintEffect": effect}})
+    values = cluster.workdir / "values-taint-effect.yaml"
+    values.write_text(yaml.safe_dump(cluster.values()))
+    kubelet = cluster.kubelets[NODE]
+    before = kubelet.dra_registrations
+    cluster.helm_run("upgrade", RELEASE, str(ROOT / "chart"), "--namespace", SYSTEM_NAMESPACE, "-f", str(values),
+                     "--wait", "--timeout", "5m")
+    wait_until(f"the DRA driver with {effect} registered", lambda: kubelet.dra_registrations > before, timeout=120)
+    [pod] = cluster._system_pods("dra-driver", NODE)
+    assert f"--unhealthy-taint-effect {effect}" in " ".join(pod["spec"]["containers"][0].get("args") or [])
 
 
 def show(capsys: pytest.CaptureFixture[str], *what: object) -> None:
@@ -188,7 +207,7 @@ def test_an_unhealthy_card_is_tainted_keeps_its_claim_is_avoided_tolerated_and_r
     message = unschedulable(dra, "wants-b")
     show(capsys, "a claim that asks for the tainted card:", message)
     # A diagnostics claim that tolerates the taint gets it.
-    run_claim(dra, "diagnose-b", on=bus_b, tolerate=True)
+    run_claim(dra, "diagnose-b", on=bus_b, tolerate="NoSchedule")
     wait_running(dra, "diagnose-b")
     assert allocated_device(dra, "diagnose-b") == DEV_B
     # The claim already on it kept running all along (NoSchedule evicts nothing).
@@ -230,3 +249,28 @@ def test_a_device_taint_rule_takes_a_card_out_and_status_says_so(dra: DraRealClu
     dra.kube.request("DELETE", f"{RULES}/maintain-card-a")
     wait_running(dra, "wants-a", timeout=90)
     assert allocated_device(dra, "wants-a") == DEV_A
+
+
+def test_with_no_execute_the_pods_on_an_unhealthy_card_are_evicted_unless_they_tolerate_it(
+        dra: DraRealCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """draDriver.unhealthyTaintEffect=NoExecute: kube-controller-manager's device taint eviction
+    deletes the pods whose claims do not tolerate the taint; one that tolerates it stays."""
+    bus_b = CARD_B.pci_bus_id.lower()
+    set_taint_effect(dra, "NoExecute")
+    try:
+        run_claim(dra, "victim", on=bus_b)
+        run_claim(dra, "tolerant", on=bus_b, tolerate="NoExecute")
+        run_claim(dra, "elsewhere", on=CARD_A.pci_bus_id.lower())
+        for name in ("victim", "tolerant", "elsewhere"):
+            wait_running(dra, name)
+        set_health(dra, healthy=False)
+        [taint] = wait_until("card B tainted NoExecute", lambda: device(dra, DEV_B).get("taints"), timeout=30)
+        show(capsys, "\ncard B's taints with NoExecute:", json.dumps([taint]))
+        assert (taint["key"], taint["value"], taint["effect"]) == (UNHEALTHY_TAINT, "SMIReportsUnhealthy", "NoExecute")
+        wait_until("the pod that does not tolerate it evicted",
+                   lambda: phase(dra.kube, dra.namespace, "victim") in ("Gone", "Failed"), timeout=60)
+        assert phase(dra.kube, dra.namespace, "tolerant") == "Running"
+        assert phase(dra.kube, dra.namespace, "elsewhere") == "Running"
+    finally:
+        set_health(dra, healthy=True)
+        set_taint_effect(dra, "NoSchedule")
