@@ -31,8 +31,8 @@ from e2e.scenarios import phase, wait_until
 from e2e.tools import ROOT
 from hami_dcu.cli.localcluster.pods import MockCard
 from hami_dcu.cli.main import main as cli_main
+from hami_dcu.common.dra import names
 from hami_dcu.common.kube import NotFoundError
-from hami_dcu.dra import names
 from hami_dcu.dra.slices import UNHEALTHY_TAINT
 
 JSON = dict[str, Any]
@@ -82,6 +82,12 @@ def device(cluster: DraRealCluster, name: str) -> JSON:
     published = cluster.resource_slice(NODE)
     assert published is not None
     return next(d for d in published["spec"]["devices"] if d["name"] == name)
+
+
+def generation_of(cluster: DraRealCluster) -> int:
+    published = cluster.resource_slice(NODE)
+    assert published is not None
+    return int(published["spec"]["pool"]["generation"])
 
 
 def create_claim(cluster: DraRealCluster, name: str, on: str | None = None, tolerate: str | None = None) -> None:
@@ -194,6 +200,7 @@ def test_an_unhealthy_card_is_tainted_keeps_its_claim_is_avoided_tolerated_and_r
     assert (taint["key"], taint["value"], taint["effect"]) == (UNHEALTHY_TAINT, "SMIReportsUnhealthy", "NoSchedule")
     assert taint.get("timeAdded")
     assert not device(dra, DEV_A).get("taints")
+    generation, tainted_at = generation_of(dra), time.monotonic()
     # The card is still published, whole: its claim still names a device the slice has.
     assert device(dra, DEV_B)["capacity"]["cores"]["value"] == "120"
 
@@ -217,6 +224,10 @@ def test_an_unhealthy_card_is_tainted_keeps_its_claim_is_avoided_tolerated_and_r
     out = status_output(dra, capsys)
     show(capsys, out)
     assert f"{UNHEALTHY_TAINT}=SMIReportsUnhealthy:NoSchedule" in out
+    # The tainted slice, as stored, is what the driver would write: no rewrite every cycle
+    # (registerIntervalSeconds is 5 here).
+    time.sleep(max(0.0, tainted_at + 6 - time.monotonic()))
+    assert generation_of(dra) == generation
     assert phase(dra.kube, dra.namespace, "wants-b") == "Pending"
 
     set_health(dra, healthy=True)
