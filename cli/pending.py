@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hami_dcu.common import keys
+from hami_dcu.common.dra import names as dra_names
 from hami_dcu.common.keys import ResourceNames
 from hami_dcu.common.requests import RequestError, names_dcu, parse_container_request
-from hami_dcu.dra import names as dra_names
 
 JSON = dict[str, Any]
 NO_EVENT = "no scheduling event yet"

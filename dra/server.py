@@ -22,8 +22,8 @@ from typing import Any
 import grpc
 from prometheus_client import CollectorRegistry
 
+from hami_dcu.common.dra import names
 from hami_dcu.common.failures import Component, FailureReporter
-from hami_dcu.dra import names
 from hami_dcu.dra.api.pluginregistration import api_pb2 as reg_pb2
 from hami_dcu.dra.api.pluginregistration import api_pb2_grpc as reg_grpc
 from hami_dcu.dra.api.v1 import api_pb2 as v1_pb2

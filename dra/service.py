@@ -14,9 +14,10 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from hami_dcu.common.dra import names
 from hami_dcu.common.keys import DCU_NAMING, Naming
 from hami_dcu.common.kube import Kube, KubeError, NotFoundError
-from hami_dcu.dra import claimstatus, names, quotagate, slices
+from hami_dcu.dra import claimstatus, quotagate, slices
 from hami_dcu.dra.claims import ClaimRefused, plan_claim
 from hami_dcu.dra.conflict import device_plugin_serving
 from hami_dcu.dra.core import DriverCore, PrepareFailed

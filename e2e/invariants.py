@@ -16,7 +16,7 @@ from typing import Any
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import decode_node_devices, decode_pod_devices
-from hami_dcu.dra.quantity import to_int
+from hami_dcu.common.dra.quantity import to_int
 
 JSON = dict[str, Any]
 FINISHED = ("Succeeded", "Failed")

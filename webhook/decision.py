@@ -4,7 +4,7 @@ A pod *uses DCU* when any container or init container asks for a DCU, or names a
 in a way that cannot be honoured (common/podchecks.py, `DcuPod.asks`; a lone `dcunum: 0` asks
 for nothing). Such a pod is routed to hami-scheduler, or denied with a message that says what
 to change. Pods that do not use DCU pass untouched. In DRA mode the pod is instead rewritten
-to ask through ResourceClaims (dra/translate.py); the templates it names are returned in the
+to ask through ResourceClaims (common/dra/translate.py); the templates it names are returned in the
 decision, for the shell to create: this module does no I/O.
 """
 
@@ -17,12 +17,12 @@ from typing import Any
 import jsonpatch
 
 from hami_dcu.common import keys
+from hami_dcu.common.dra.translate import TranslateError, translate
 from hami_dcu.common.podchecks import CheckSettings, DcuPod, Stage, dcu_pod, first_refusal
 from hami_dcu.common.preferences import selection_problem
 from hami_dcu.common.quota import Amount, Reservations
 from hami_dcu.common.requests import RequestError
 from hami_dcu.common.writers import Identities
-from hami_dcu.dra.translate import TranslateError, translate
 from hami_dcu.webhook.advice import scheduling_warnings
 from hami_dcu.webhook.draquota import ClaimShapeError, claim_shape_problem
 from hami_dcu.webhook.quotacheck import QuotaLookup, quota_verdict

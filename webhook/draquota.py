@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from hami_dcu.common.dra import names
+from hami_dcu.common.dra.quantity import QuantityError, to_int
+from hami_dcu.common.dra.translate import pinned_units
 from hami_dcu.common.errors import WebhookError
 from hami_dcu.common.keys import ResourceNames
 from hami_dcu.common.quota import Amount, QuotaLimits, exceeded
-from hami_dcu.dra import names
-from hami_dcu.dra.quantity import QuantityError, to_int
-from hami_dcu.dra.translate import pinned_units
 
 JSON = dict[str, Any]
 WHOLE = Fraction(100)

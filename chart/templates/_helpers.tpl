@@ -61,7 +61,7 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "hami-dcu.fullname" . 
 {{- define "hami-dcu.draDriverIdentity" -}}
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "hami-dcu.fullname" . }}-dra-driver
 {{- end -}}
-{{/* The DRA driver's name (hami_dcu.dra.names.DRIVER), which its ResourceSlices carry. */}}
+{{/* The DRA driver's name (hami_dcu.common.dra.names.DRIVER), which its ResourceSlices carry. */}}
 {{- define "hami-dcu.draDriverName" -}}dra.hygon.com{{- end -}}
 {{- define "hami-dcu.kubeSchedulerIdentity" -}}
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "hami-dcu.fullname" . }}-kube-scheduler
@@ -152,7 +152,7 @@ requests (the webhook renames the other set's names to the configured set's). */
 {{- end -}}
 
 {{/* CEL: a ResourceClaim (object.spec) or ResourceClaimTemplate (object.spec.spec) with a
-device request of the DeviceClass dra.hygon.com (hami_dcu.dra.names), exactly or among its
+device request of the DeviceClass dra.hygon.com (hami_dcu.common.dra.names), exactly or among its
 firstAvailable alternatives. */}}
 {{- define "hami-dcu.claimAsksDcuCel" -}}
 {{- $ours := "(has(r.exactly) && r.exactly.deviceClassName == 'dra.hygon.com') || (has(r.firstAvailable) && r.firstAvailable.exists(s, s.deviceClassName == 'dra.hygon.com'))" -}}

@@ -32,10 +32,10 @@ from typing import Any
 import jsonpatch
 
 from hami_dcu.common import keys
+from hami_dcu.common.dra import names
 from hami_dcu.common.errors import DraError
 from hami_dcu.common.keys import ResourceNames
 from hami_dcu.common.requests import DcuRequest, RequestError, names_dcu, parse_container_request
-from hami_dcu.dra import names
 
 JSON = dict[str, Any]
 MAX_SUBREQUESTS = 8  # the API's limit on firstAvailable

@@ -6,8 +6,8 @@ import re
 
 from chart_paths import ROOT
 
+from hami_dcu.common.dra import names
 from hami_dcu.deviceplugin.server import socket_name
-from hami_dcu.dra import names
 
 SECURITY = (ROOT / "SECURITY.md").read_text()
 

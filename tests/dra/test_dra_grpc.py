@@ -13,7 +13,7 @@ from fake_kube import FakeKube
 
 from e2e.realcluster.dra_client import CdiError, DraEndpoint, register, resolve_cdi
 from hami_dcu.cli.localcluster.kubelet import short_socket_dir
-from hami_dcu.dra import names
+from hami_dcu.common.dra import names
 from hami_dcu.dra.core import DriverCore
 from hami_dcu.dra.server import KubeletPluginServer
 from hami_dcu.dra.service import DriverService
