@@ -26,8 +26,9 @@ def add_identity_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def identities_from(args: argparse.Namespace) -> Identities:
+    """The identities of flags parsed by a parser add_identity_arguments filled."""
     return Identities(scheduler=frozenset(args.scheduler_identity or ()),
                       device_plugin=frozenset(args.device_plugin_identity or ()),
-                      volcano=frozenset(getattr(args, "volcano_identity", None) or ()),
-                      node_lock_users=frozenset(getattr(args, "node_lock_user", None) or ()),
-                      node_lock_groups=frozenset(getattr(args, "node_lock_group", None) or ()))
+                      volcano=frozenset(args.volcano_identity or ()),
+                      node_lock_users=frozenset(args.node_lock_user or ()),
+                      node_lock_groups=frozenset(args.node_lock_group or ()))

@@ -44,7 +44,7 @@ from hami_dcu.common.guardedsite import serve_guarded
 from hami_dcu.common.kube import AsyncKube, Kube, KubeConfigError, user_agent
 from hami_dcu.common.preferences import CARD_WORDS
 from hami_dcu.common.tls import ReloadingTLS, add_client_auth_arguments
-from hami_dcu.common.writer_flags import add_identity_arguments
+from hami_dcu.common.writer_flags import add_identity_arguments, identities_from
 from hami_dcu.scheduler import policy
 from hami_dcu.scheduler.app import build_app, build_side_app
 from hami_dcu.scheduler.bind import BindSettings
@@ -116,10 +116,10 @@ def settings_from(args: argparse.Namespace) -> ServiceSettings:
     return ServiceSettings(
         filter=FilterSettings(node_policy=args.node_policy, card_policy=args.device_policy,
                               naming=keys.naming_by_name(args.naming),
-                              volcano_scheduler=getattr(args, "volcano_scheduler_name", "")),
+                              volcano_scheduler=args.volcano_scheduler_name),
         bind=BindSettings(lock_timeout=timedelta(seconds=args.lock_timeout), lock_wait=args.lock_wait),
         resync=args.resync,
-        mode=getattr(args, "mode", "devicePlugin"),
+        mode=args.mode,
     )
 
 
@@ -131,7 +131,7 @@ def _tls(args: argparse.Namespace) -> ReloadingTLS | None:
         raise ValueError("--tls-cert and --tls-key go together")
     # With --client-ca every TLS listener asks for a client certificate, optionally: /webhook
     # refuses a caller without one, /filter and the probes never ask.
-    return ReloadingTLS(args.tls_cert, args.tls_key, getattr(args, "client_ca", None))
+    return ReloadingTLS(args.tls_cert, args.tls_key, args.client_ca)
 
 
 def _mount_webhook(app: web.Application, args: argparse.Namespace, service: SchedulerService,
@@ -139,28 +139,21 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
     """Serve the webhook's POST /webhook on `app`. Imported only here, so the scheduler runs
     even in a build without the webhook."""
     try:
-        from hami_dcu.webhook.command import client_auth_from
-        from hami_dcu.webhook.command import settings_from as webhook_settings
+        from hami_dcu.webhook.command import client_auth_from, webhook_settings
         from hami_dcu.webhook.server import add_webhook_routes
     except ImportError as exc:
         raise ValueError(f"--serve-webhook: the webhook is not available in this build ({exc})") from exc
-    defaults = argparse.Namespace(
-        # The webhook speaks the extender's naming set, its resource names included.
-        scheduler_name=args.scheduler_name, overwrite_scheduler=None, naming=service.settings.filter.naming.name,
-        resource_count=None, resource_memory=None, resource_cores=None,
-        scheduler_identity=getattr(args, "scheduler_identity", None),
-        device_plugin_identity=getattr(args, "device_plugin_identity", None),
-        volcano_identity=getattr(args, "volcano_identity", None),
-        volcano_scheduler_name=getattr(args, "volcano_scheduler_name", ""),
-        node_lock_user=getattr(args, "node_lock_user", None), node_lock_group=getattr(args, "node_lock_group", None))
+    # The webhook speaks the extender's naming set, its resource names included; its other flags
+    # keep their defaults.
+    settings = webhook_settings(naming=service.settings.filter.naming, scheduler_name=args.scheduler_name,
+                                identities=identities_from(args), volcano_scheduler=args.volcano_scheduler_name)
     # In this process the webhook sees the extender's quota book and cache: it checks quotas at
     # admission. In Volcano mode, where Volcano's pods meet no /filter, admitted pods count from
     # their admission (scheduler/quotas.py).
-    settings = webhook_settings(defaults)
     view = admission_view(service.quotas, service.cache, waiting=bool(settings.volcano_scheduler))
     settings = replace(settings, quota=view, reservations=view.reservations)
     dra = None
-    if getattr(args, "mode", "devicePlugin") == "dra":
+    if args.mode == "dra":
         from hami_dcu.webhook.draclaims import DraClaims
 
         if service.kube is None:  # the webhook lists the published card sizes through it
@@ -218,7 +211,7 @@ def _check_listeners(args: argparse.Namespace, tls: ReloadingTLS | None) -> None
     """Listener flags that cannot work together, and bad addresses, fail before anything starts."""
     if args.webhook_bind and tls is None:
         raise ValueError("--webhook-bind needs --tls-cert and --tls-key (the API server calls webhooks over TLS)")
-    if getattr(args, "client_ca", None) and (tls is None or not (args.webhook_bind or args.serve_webhook)):
+    if args.client_ca and (tls is None or not (args.webhook_bind or args.serve_webhook)):
         raise ValueError("--client-ca is the webhook's: it needs --webhook-bind (or --serve-webhook) and "
                          "--tls-cert/--tls-key")
     for flag, value in (("--bind", args.bind), ("--webhook-bind", args.webhook_bind),

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import signal
+from collections.abc import Sequence
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -17,6 +18,7 @@ from hami_dcu.common.connlimits import ConnectionLimits, add_connection_argument
 from hami_dcu.common.guardedsite import serve_guarded
 from hami_dcu.common.tls import ReloadingTLS, add_client_auth_arguments
 from hami_dcu.common.writer_flags import add_identity_arguments, identities_from
+from hami_dcu.common.writers import Identities
 from hami_dcu.webhook.callers import ClientAuth
 from hami_dcu.webhook.decision import Settings
 from hami_dcu.webhook.server import build_app
@@ -35,8 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def client_auth_from(args: argparse.Namespace) -> ClientAuth | None:
     """The webhook's client authentication, None without --client-ca. Raises ValueError."""
-    names = frozenset(getattr(args, "client_name", None) or ())
-    if getattr(args, "client_ca", None) is None:
+    names = frozenset(args.client_name or ())
+    if args.client_ca is None:
         if names:
             raise ValueError("--client-name needs --client-ca")
         return None
@@ -59,16 +61,28 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    naming = keys.naming_by_name(args.naming)
+    """`hami-dcu webhook`'s flags as the webhook's settings."""
+    return webhook_settings(
+        naming=keys.naming_by_name(args.naming), scheduler_name=args.scheduler_name,
+        identities=identities_from(args), volcano_scheduler=args.volcano_scheduler_name,
+        overwrite_scheduler=args.overwrite_scheduler, resource_count=args.resource_count,
+        resource_memory=args.resource_memory, resource_cores=args.resource_cores)
+
+
+def webhook_settings(*, naming: keys.Naming, scheduler_name: str, identities: Identities, volcano_scheduler: str,
+                     overwrite_scheduler: Sequence[str] | None = None, resource_count: str | None = None,
+                     resource_memory: str | None = None, resource_cores: str | None = None) -> Settings:
+    """The webhook's settings from the values its flags give (None: the flag's default), for
+    `hami-dcu webhook` and for the extender's process serving the webhook with its own values."""
     return Settings(
-        scheduler_name=args.scheduler_name,
-        overwritable_schedulers=tuple(args.overwrite_scheduler or [keys.KUBE_DEFAULT_SCHEDULER]),
+        scheduler_name=scheduler_name,
+        overwritable_schedulers=tuple(overwrite_scheduler or [keys.KUBE_DEFAULT_SCHEDULER]),
         naming=naming,
-        resource_names=keys.ResourceNames(args.resource_count or naming.resources.count,
-                                          args.resource_memory or naming.resources.memory,
-                                          args.resource_cores or naming.resources.cores),
-        identities=identities_from(args),
-        volcano_scheduler=args.volcano_scheduler_name,
+        resource_names=keys.ResourceNames(resource_count or naming.resources.count,
+                                          resource_memory or naming.resources.memory,
+                                          resource_cores or naming.resources.cores),
+        identities=identities,
+        volcano_scheduler=volcano_scheduler,
     )
 
 

@@ -1,7 +1,6 @@
 """The local-cluster scheduler loop drives /filter and /bind over real HTTP; the server's
 own endpoints (readyz, metrics, --serve-webhook) behave."""
 
-import argparse
 import asyncio
 
 import pytest
@@ -51,8 +50,8 @@ async def test_loop_binds_our_pods_and_reports_unschedulable_ones(kube_factory, 
 
 async def test_readyz_metrics_and_webhook_mount(service, aiohttp_client):
     app = build_app(service, manage_lifecycle=False)
-    args = argparse.Namespace(scheduler_name="hami-scheduler")
-    command._mount_webhook(app, args, service)
+    parser, _ = build_parser()
+    command._mount_webhook(app, parser.parse_args(["scheduler", "--scheduler-name", "hami-scheduler"]), service)
     client = await aiohttp_client(app)
     assert (await client.get("/readyz")).status == 200
     metrics = await (await client.get("/metrics")).text()
@@ -69,7 +68,8 @@ def test_dra_webhook_mount_needs_the_api():
     from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
 
     app = web.Application()
-    args = argparse.Namespace(scheduler_name="hami-scheduler", mode="dra")
+    parser, _ = build_parser()
+    args = parser.parse_args(["scheduler", "--scheduler-name", "hami-scheduler", "--mode", "dra"])
     with pytest.raises(ValueError, match="needs the API server"):
         command._mount_webhook(app, args, SchedulerService(None, ServiceSettings(mode="dra")))
     assert not any(route.resource and route.resource.canonical == "/webhook" for route in app.router.routes())
