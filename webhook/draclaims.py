@@ -117,19 +117,31 @@ class DraClaims:
         the previous one admitted, listed once stored, reserved (`in_flight`) until then."""
         return self._namespace_locks.setdefault(namespace, asyncio.Lock())
 
-    def in_flight(self, namespace: str, claims: list[JSON]) -> ClaimAmount:
+    def seen_by_watch(self, namespace: str) -> set[str]:
+        """The reservations held in `namespace` whose claims the extender's watch has shown by
+        now. Call it under the namespace's lock, before reading the list `in_flight` weighs:
+        only a claim the watch showed before the list began is in that list unless deleted."""
+        watched = self.reservation_seen
+        held = self._reserved.get(namespace)
+        if watched is None or not held:
+            return set()
+        return {r for r in held if watched(r)}
+
+    def in_flight(self, namespace: str, claims: list[JSON], seen_before_list: set[str]) -> ClaimAmount:
         """What the claims admitted here in `namespace` hold that `claims`, a list read after
         they were admitted, does not show yet; reservations it shows, or the extender's watch
-        has shown (a claim stored and deleted before this list), or past their deadline, are
-        dropped. Call it under the namespace's lock."""
+        had shown before the list was read (`seen_by_watch`: a claim stored and deleted before
+        this list), or past their deadline, are dropped. A claim the watch showed only while
+        the list was on the wire may be stored after the list's read: it stays reserved (two of
+        eight 8 GiB claims passed a 10 GiB quota when it did not). Call it under the
+        namespace's lock."""
         held = self._reserved.get(namespace)
         if not held:
             return ClaimAmount()
         listed = {_reservation_of(claim) for claim in claims}
-        watched = self.reservation_seen or (lambda _reservation: False)
         now = self.clock()
         for reservation in [r for r, (_amount, deadline) in held.items()
-                            if deadline <= now or r in listed or watched(r)]:
+                            if deadline <= now or r in listed or r in seen_before_list]:
             del held[reservation]
         if not held:
             del self._reserved[namespace]

@@ -145,6 +145,7 @@ async def _check_claim_quota(reviewed: Reviewed, settings: Settings, dra: DraCla
         problem = refusal(what, decision.quota_claims, None, limits, pods, cards, settings.resources)
         return reviewed if problem is None else _refused(reviewed, "quota-exceeded", problem)
     async with dra.namespace_lock(reviewed.namespace):
+        seen = dra.seen_by_watch(reviewed.namespace)  # before the list: see DraClaims.in_flight
         try:
             claims = await dra.claims_in(reviewed.namespace)
         except KubeError as exc:
@@ -152,7 +153,7 @@ async def _check_claim_quota(reviewed: Reviewed, settings: Settings, dra: DraCla
             return _refused(reviewed, "quota-unchecked",
                             f"DRA mode: cannot read the ResourceClaims of namespace {reviewed.namespace} to "
                             f"check its DCU quota: {exc}; retry")
-        in_flight = dra.in_flight(reviewed.namespace, claims)
+        in_flight = dra.in_flight(reviewed.namespace, claims, seen)
         problem = refusal(what, decision.quota_claims, claims, limits, pods, cards, settings.resources, in_flight)
         if problem is not None:
             return _refused(reviewed, "quota-exceeded", problem)
