@@ -39,7 +39,7 @@ from datetime import datetime, timedelta
 from hami_dcu.common import keys
 from hami_dcu.common import lockpurpose as purpose
 from hami_dcu.common.counting import start_order
-from hami_dcu.common.keys import DCU_NAMING, Naming
+from hami_dcu.common.keys import Naming
 from hami_dcu.scheduler.cacherecords import (
     JSON,
     NOT_SEEN_YET,
@@ -71,7 +71,7 @@ log = logging.getLogger(__name__)
 
 class ClusterCache:
     def __init__(self, assume_ttl: float = 120.0, bound_ttl: float = 300.0,
-                 handshake_ttl: timedelta = HANDSHAKE_TTL, naming: Naming = DCU_NAMING) -> None:
+                 handshake_ttl: timedelta = HANDSHAKE_TTL, *, naming: Naming) -> None:
         self.naming = naming  # the set whose registration, handshake and allocation keys are read
         self.handshake_ttl = handshake_ttl
         self._nodes = NodeTable()

@@ -8,6 +8,7 @@ import pytest
 from chart_paths import CHART
 from prometheus_client import CollectorRegistry
 
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.dra.metrics import DriverMetrics
 from hami_dcu.node.usage import NodeView
@@ -31,7 +32,7 @@ def exposed(tmp_path_factory) -> set[str]:
     """Every series name our processes can expose, from the registries they really build."""
     cert = tmp_path_factory.mktemp("tls") / "tls.crt"
     cert.write_bytes(certs.issue(["svc"]).cert)
-    scheduler = SchedulerMetrics(ClusterCache())
+    scheduler = SchedulerMetrics(ClusterCache(naming=DCU_NAMING))
     scheduler.watch_certificate(str(cert))
     WebhookMetrics(scheduler.registry)  # the extender serves the webhook, into its own registry
     names = set()

@@ -15,6 +15,7 @@ from scheduler_helpers import node_object
 from hami_dcu.common import keys
 from hami_dcu.common.codec import encode_pod_devices
 from hami_dcu.common.counting import StartOrder, Usage
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.common.requests import DcuRequest
 from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock
 from hami_dcu.scheduler.fit import PodFit, Selection, fit_pod
@@ -44,7 +45,7 @@ class CacheMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.cache = ClusterCache()
+        self.cache = ClusterCache(naming=DCU_NAMING)
         for name in NODES:
             self.cache.apply_node(node_object(name, count=2, memory=8000), NOW)
         self.holding: dict[str, tuple[str, dict[str, Usage]]] = {}  # the model: uid -> (node, held)
@@ -157,7 +158,7 @@ def allocated_pod(uid: str, node: str, value: str, phase: str = "Running") -> di
 def test_an_unknown_card_degrades_that_pods_claim_not_the_node():
     """Issue 11, finding 3: a pod naming a card that does not exist made the whole node
     unusable. The card it names counts nowhere; what it holds of real cards still counts."""
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     cache.apply_node(node_object("n1"), NOW)
     cache.apply_pod(allocated_pod("u1", "n1", "DCU-GONE,DCU,1000,10:DCU-n1-S0,DCU,2000,20:;"))
     entry = cache.node("n1")
@@ -173,7 +174,7 @@ def test_an_unknown_card_degrades_that_pods_claim_not_the_node():
 def test_an_allocation_counts_only_on_the_node_the_pod_is_bound_to(bound_to, claimed):
     """Issue 11, finding 3: a pod never scheduled, carrying -allocated and vgpu-node, reserved
     cards. A holding counts only where spec.nodeName and vgpu-node agree."""
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     for name in ("n1", "n2"):
         cache.apply_node(node_object(name), NOW)
     pod = allocated_pod("u1", bound_to or "", "DCU-n1-S0,DCU,65520,100:;")
@@ -189,14 +190,14 @@ def test_an_allocation_counts_only_on_the_node_the_pod_is_bound_to(bound_to, cla
 
 
 def test_unreadable_allocation_degrades_the_node():
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     cache.apply_node(node_object("n1"), NOW)
     cache.apply_pod(allocated_pod("u1", "n1", "DCU-n1-S0,DCU,lots,10:;"))
     assert "unreadable hami.io/dcu-devices-allocated" in cache.node("n1").degraded[0]
 
 
 def test_relist_drops_pods_whose_delete_was_missed_and_reports_orphaned_locks():
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     node = node_object("n1", extra={keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,gone"})
     cache.apply_node(node, NOW)
     cache.apply_pod(allocated_pod("u1", "n1", "DCU-n1-S0,DCU,1000,10:;"))
@@ -209,7 +210,7 @@ def test_relist_drops_pods_whose_delete_was_missed_and_reports_orphaned_locks():
 
 
 def test_older_watch_event_after_a_list_does_not_undo_it():
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     cache.apply_node(node_object("n1"), NOW)
     newer = allocated_pod("u1", "n1", "DCU-n1-S0,DCU,1000,10:;")
     newer["metadata"]["resourceVersion"] = "9"
@@ -221,7 +222,7 @@ def test_older_watch_event_after_a_list_does_not_undo_it():
 
 
 def test_lock_holders_of_another_replica_settle_by_allocation_or_by_watch_progress():
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     locked = node_object("n1", extra={keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,other"})
     locked["metadata"]["resourceVersion"] = "10"
     cache.apply_node(locked, NOW)

@@ -10,6 +10,7 @@ from scheduler_helpers import dcu_pod, filter_args, node_object
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
 from hami_dcu.common.counting import Usage
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.scheduler import filtersteps, nodetable
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.extender import parse_filter_args
@@ -22,7 +23,7 @@ NOW = datetime.now(UTC)
 
 
 def cache_with(*names: str) -> ClusterCache:
-    cache = ClusterCache(assume_ttl=10.0, bound_ttl=100.0)
+    cache = ClusterCache(assume_ttl=10.0, bound_ttl=100.0, naming=DCU_NAMING)
     for name in names:
         cache.apply_node(node_object(name), NOW)
     return cache
@@ -107,7 +108,7 @@ def test_the_node_view_is_read_through_methods_and_unknown_nodes_are_none():
 def test_a_node_read_from_the_api_settles_its_earlier_lock_holders():
     """What a bind does when the watches lag: it lists the node's pods and takes them in;
     an earlier holder (another replica's pod) that holds nothing there is settled then."""
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     locked = node_object("n1", extra={keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,other"})
     cache.apply_node(locked, NOW)
     assert not cache.settled("n1")

@@ -10,6 +10,7 @@ from scheduler_helpers import dcu_pod
 from hami_dcu.common import keys
 from hami_dcu.common.codec import NodeDevice, encode_node_devices, encode_pod_devices, encode_reported
 from hami_dcu.common.counting import StartOrder, Usage
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.common.requests import DcuRequest
 from hami_dcu.scheduler import policy
 from hami_dcu.scheduler.cache import ClusterCache
@@ -43,7 +44,7 @@ def test_reference_worked_example_lands_on_the_second_card_with_the_same_annotat
     ])
     assert register == ("DCU-S1,4,65520,100,DCU-K100_AI,0,true,0,hami:"
                         "DCU-S2,4,65520,100,DCU-K100_AI,0,true,1,hami:")
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     cache.apply_node({"metadata": {"name": "n1", "resourceVersion": "1", "annotations": {
         DCU.node_register: register, DCU.node_handshake: encode_reported(NOW)}}}, NOW)
     flt = Filter(cache, FilterSettings())

@@ -7,6 +7,7 @@ from scheduler_helpers import dcu_pod, node_object
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import encode_requesting
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.events import EventLimiter
 from hami_dcu.scheduler.filtering import Filter, FilterSettings, plan_pod
@@ -20,7 +21,7 @@ T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 
 def judge(node: dict, at: datetime):
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     cache.apply_node(node, T0)
     flt = Filter(cache, FilterSettings())
     return flt.run(plan_pod(dcu_pod("p"), flt.settings), ["n1"], at)
@@ -77,7 +78,7 @@ def test_an_expired_request_keeps_the_node_while_it_still_allocates_dcus():
 
 
 def test_an_allocatable_change_alone_refreshes_the_verdict():
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     node = with_allocatable(node_object("n1", extra={DCU.node_handshake: encode_requesting(T0)}), "0")
     cache.apply_node(node, T0)
     assert cache.node("n1").handshake_fresh_until == (T0 + timedelta(seconds=60)).timestamp()
@@ -130,7 +131,7 @@ def test_event_limiter_allows_changes_but_not_floods():
 
 
 def test_per_card_metrics_are_labelled_node_card_model():
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     cache.apply_node(node_object("n1"), T0)
     cache.apply_pod({"metadata": {"uid": "u", "name": "x", "namespace": "default", "resourceVersion": "3",
                                   "annotations": {DCU.pod_devices_allocated: "DCU-n1-S1,DCU,2000,60:;"}},

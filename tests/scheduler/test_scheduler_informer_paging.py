@@ -9,6 +9,7 @@ from scheduler_helpers import dcu_pod, node_object
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.common.kube import AsyncKube
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.informer import Informer
@@ -48,7 +49,7 @@ async def test_paged_slim_lists_build_the_cache_a_whole_list_builds(kube):
         for p in range(3):
             kube.create_pod("default", bound_pod(f"p{n}{p}", f"n{n}", f"DCU-n{n}-S{p % 2}"))
     kube.create_pod("default", dcu_pod("pending"))
-    paged, whole = ClusterCache(), ClusterCache()
+    paged, whole = ClusterCache(naming=DCU_NAMING), ClusterCache(naming=DCU_NAMING)
     akube = AsyncKube(kube)
     informer = Informer(akube, paged, page_size=2)
     try:

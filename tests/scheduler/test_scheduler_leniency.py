@@ -8,6 +8,7 @@ from scheduler_helpers import dcu_pod, node_object
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import encode_reported
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.filtering import Filter, FilterSettings, plan_pod
 from hami_dcu.scheduler.reasons import Code
@@ -28,7 +29,7 @@ def test_a_pod_asking_for_zero_cards_is_passed_through():
 
 
 def test_a_negative_share_degrades_the_node_instead_of_freeing_capacity():
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     cache.apply_node(node_object("n1"), NOW)
     cache.apply_pod(running("u1", "n1", "DCU-n1-S0,DCU,-60000,-100:;"))
     entry = cache.node("n1")
@@ -45,7 +46,7 @@ def test_a_card_registering_a_negative_capacity_never_fits():
     node["metadata"]["annotations"][DCU.node_register] = (
         "DCU-A,4,-1,100,DCU-K100_AI,-1,true,0,hami:DCU-B,+4,65520,100,DCU-K100_AI,-1,true,1,hami:")
     node["metadata"]["annotations"][DCU.node_handshake] = encode_reported(NOW)
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     cache.apply_node(node, NOW)
     assert [(c.id, c.memory, c.numa) for c in cache.node("n1").cards] == [("DCU-A", 0, -1), ("DCU-B", 65520, -1)]
     flt = Filter(cache, FilterSettings())

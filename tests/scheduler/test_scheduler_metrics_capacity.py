@@ -7,6 +7,7 @@ from scheduler_helpers import node_object
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, LockValue, encode_lock, encode_pod_devices
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.metrics import SchedulerMetrics
 from hami_dcu.webhook import certs
@@ -24,7 +25,7 @@ def bound_pod(name, card, memory, cores, phase):
 
 
 def test_capacity_allocation_lock_and_bind_phases_per_scrape():
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     locked = encode_lock(LockValue(NOW - timedelta(seconds=40), "default", "b"))
     cache.apply_node(node_object("n1", extra={keys.NODE_LOCK: locked}), NOW)
     cache.apply_node(node_object("n2"), NOW)
@@ -53,7 +54,7 @@ def test_capacity_allocation_lock_and_bind_phases_per_scrape():
 
 
 def test_certificate_expiry_follows_the_file(tmp_path):
-    metrics = SchedulerMetrics(ClusterCache())
+    metrics = SchedulerMetrics(ClusterCache(naming=DCU_NAMING))
     path = tmp_path / "tls.crt"
     first = certs.issue(["svc"], now=NOW)
     path.write_bytes(first.cert)
@@ -72,7 +73,7 @@ def test_nodes_whose_plugin_stopped_reporting_are_counted():
     """A node whose device plugin has not reported within the handshake limit takes no DCU
     pod (`device plugin not reporting` in /filter); the gauge shows how many there are, so a
     dashboard can tell that apart from a full cluster."""
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     cache.apply_node(node_object("fresh", handshake=NOW - timedelta(seconds=10)), NOW)
     cache.apply_node(node_object("silent", handshake=NOW - timedelta(minutes=5)), NOW)
     cache.apply_node(node_object("late", handshake=NOW - timedelta(seconds=50)), NOW)

@@ -8,6 +8,7 @@ import asyncio
 from scheduler_helpers import dcu_pod
 from test_scheduler_informer_paging import bound_pod
 
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.common.kube import AsyncKube
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.informer import Informer
@@ -22,7 +23,7 @@ async def test_listed_and_watched_pods_reach_the_hook_whole(kube):
         kube.create_pod("default", pod)
     seen: list[dict] = []
     akube = AsyncKube(kube)
-    informer = Informer(akube, ClusterCache(), page_size=2)
+    informer = Informer(akube, ClusterCache(naming=DCU_NAMING), page_size=2)
     informer.on_pod = seen.append
     try:
         task = asyncio.ensure_future(informer.run())
@@ -41,7 +42,7 @@ async def test_listed_and_watched_pods_reach_the_hook_whole(kube):
 
 
 def test_a_failing_hook_does_not_stop_the_cache(kube):
-    informer = Informer(AsyncKube(kube), ClusterCache())
+    informer = Informer(AsyncKube(kube), ClusterCache(naming=DCU_NAMING))
 
     def broken(_pod: dict) -> None:
         raise RuntimeError("bug")

@@ -6,6 +6,7 @@ import pytest
 from scheduler_helpers import dcu_pod, node_object
 
 from hami_dcu.common import keys
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.scheduler import policy
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.filtering import Filter, FilterSettings, plan_pod
@@ -18,7 +19,7 @@ NOW = datetime.now(UTC)
 
 def loaded_cache() -> ClusterCache:
     """busy: one card half used; idle: nothing used; tie-a / tie-b: identical and idle."""
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     for name in ("busy", "idle"):
         cache.apply_node(node_object(name), NOW)
     cache.apply_pod({
@@ -55,7 +56,7 @@ def test_pod_annotations_override_the_flags():
 
 
 def test_equal_nodes_break_ties_by_name_under_both_policies():
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     for name in ("tie-b", "tie-a"):
         cache.apply_node(node_object(name), NOW)
     for node_policy in policy.POLICIES:

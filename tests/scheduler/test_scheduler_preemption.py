@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from scheduler_helpers import dcu_pod, node_object, until
 
 from hami_dcu.common import keys
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.extender import NodeVictims, PreemptionArgs, parse_preemption_args
 from hami_dcu.scheduler.filtering import FilterSettings, plan_pod
@@ -28,7 +29,7 @@ def holder(uid: str, cores: int, priority: int = 0, node: str = "n1") -> dict:
 
 
 def full_card() -> ClusterCache:
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     cache.apply_node(node_object("n1", count=1), NOW)
     for uid, cores in SHARES.items():
         cache.apply_pod(holder(uid, cores))

@@ -89,7 +89,7 @@ def test_the_cache_counts_a_running_sidecar_beside_the_app_container_from_the_sl
     from hami_dcu.scheduler.cache import ClusterCache
     from hami_dcu.scheduler.slim import slim_pod
 
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     cache.apply_node(node_object("a", count=1, memory=8000), datetime.now(UTC))
     card_id = cache.node("a").cards[0].id
     pod = {"metadata": {"uid": "u1", "name": "p", "namespace": "default", "resourceVersion": "5",

@@ -6,6 +6,7 @@ one of them woke every waiting bind, which re-judged its node's lock for nothing
 
 import asyncio
 
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.informer import Informer
 from hami_dcu.scheduler.signal import CacheSignal
@@ -65,7 +66,7 @@ class _Recorder(CacheSignal):
 
 def test_the_informer_names_the_node_an_event_concerns():
     signal = _Recorder()
-    informer = Informer(None, ClusterCache(), changed=signal)  # type: ignore[arg-type]
+    informer = Informer(None, ClusterCache(naming=DCU_NAMING), changed=signal)  # type: ignore[arg-type]
     informer._notify("nodes", {"type": "MODIFIED", "object": {"metadata": {"name": "n1"}}})
     informer._notify("pods", {"type": "MODIFIED", "object": {"metadata": {"name": "p"}, "spec": {"nodeName": "n2"}}})
     informer._notify("pods", {"type": "ADDED", "object": {"metadata": {"name": "q"}, "spec": {}}})

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, NodeDevice, encode_node_devices, encode_pod_devices, encode_reported
 from hami_dcu.common.counting import StartOrder
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.common.requests import DcuRequest
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.cache import ClusterCache
@@ -58,7 +59,7 @@ pod_strategy = st.fixed_dictionaries({
 
 
 def build_cache(nodes: list[list[dict]], stale: frozenset[int] = frozenset()) -> ClusterCache:
-    cache = ClusterCache()
+    cache = ClusterCache(naming=DCU_NAMING)
     for n, cards in enumerate(nodes):
         name = f"n{n}"
         devices = [NodeDevice(id=f"DCU-{name}-{i}", count=c["slots"], devmem=c["memory"], devcore=c["cores"],
