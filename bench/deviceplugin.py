@@ -132,7 +132,7 @@ def main() -> int:
         kube.create_node({"metadata": {"name": "n1"}})
         core = PluginService(kube, "n1", discover(smi, work / "sys", work / "dev", DCU),
                              Paths(vdev_dir=work / "vgpu", etc_vdev=work / "etc", state_dir=work / "state",
-                                   dev_root=work / "dev"))
+                                   dev_root=work / "dev"), naming=DCU)
         server = grpc.server(futures.ThreadPoolExecutor(4))
         api_pb2_grpc.add_DevicePluginServicer_to_server(
             Servicer(core, dict, threading.Condition(), threading.Event()), server)

@@ -25,7 +25,7 @@ from hami_dcu.common import lockpurpose as purpose
 from hami_dcu.common.codec import LockValue
 from hami_dcu.common.errors import Failure, judge
 from hami_dcu.common.failures import Component
-from hami_dcu.common.keys import DCU_NAMING, Naming
+from hami_dcu.common.keys import Naming
 from hami_dcu.common.kube import Kube, KubeError, NotFoundError
 from hami_dcu.common.podlatency import DEVICE_PLUGIN
 from hami_dcu.common.podtimes import bound_at, seconds_between
@@ -90,7 +90,8 @@ class PluginService:
         slots_per_card: int = keys.DEFAULT_SLOTS_PER_CARD,
         lock_timeout_seconds: int = 300,
         metrics: PluginMetrics | None = None,
-        naming: Naming = DCU_NAMING,  # the set whose keys and resources this plugin speaks (cli --naming)
+        *,
+        naming: Naming,  # the set whose keys and resources this plugin speaks (cli --naming)
         resource: str | None = None,  # the naming set's count resource when not given
         volcano_scheduler: str = "",  # Volcano mode (deviceplugin/lockless.py): its schedulerName
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),

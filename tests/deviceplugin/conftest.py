@@ -36,7 +36,7 @@ class Node:
     def core(self, **kwargs) -> PluginService:
         """The device plugin as its command builds it, minus gRPC: its service over its pure core."""
         cards = discover(MockBackend(self.mock_file).cards(), self.root / "sys", self.root / "dev", DCU)
-        core = PluginService(self.kube, NODE, cards, self.paths, **kwargs)
+        core = PluginService(self.kube, NODE, cards, self.paths, **{"naming": DCU, **kwargs})
         self.cores.append(core)
         return core
 
