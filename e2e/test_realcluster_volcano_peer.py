@@ -285,3 +285,30 @@ def test_the_wire_format_volcanos_extender_plugin_speaks(world: VolcanoWorld) ->
     # queueOverused: {"queue": QueueInfo}, the v1beta1 Queue inside.
     queue = rec.of("queueOverused")[-1]["queue"]
     assert {"UID", "Name", "Weight", "Queue"} <= set(queue) and queue["Queue"]["metadata"]["name"] == queue["Name"]
+
+
+def test_a_dcu_share_is_stopped_by_volcanos_own_fit_while_nodes_report_only_the_count(world: VolcanoWorld) -> None:
+    """Ground for issue 34, item 2: our device plugin puts only the card slots (dcunum) in node
+    status, so Volcano, which counts every requested scalar against the node's allocatable,
+    finds no node for a pod asking dcumem and dcucores, and never asks the extender about it
+    (no predicate, no allocateFunc). The nodes must report memory and cores
+    too for Volcano to get as far as our extender."""
+    volcano.create_podgroup(world.kube, world.namespace, "share", 1)
+    pod = volcano.gang_member(pod_manifest("share-0", [Ctr("main", 1, 1000, 10)]), "share")
+    world.kube.create_pod(world.namespace, pod)
+    sessions = len(world.recorder.of("onSessionClose"))
+    wait_for("Volcano to have tried the share over 5 sessions",
+             lambda: len(world.recorder.of("onSessionClose")) >= sessions + 5, 60, world.scheduler.processes)
+    assert world.nodes_of(["share-0"]) == {"share-0": None}, world.story()
+    assert not world.recorder.of("allocateFunc", "share-"), world.story()
+    names = world.cluster.naming.resources
+    # Not even the extender's predicate: Volcano's own fit turned every node down first.
+    assert not world.recorder.of("predicate", "share-"), world.story()
+    # How Volcano counts the share (onSessionOpen's Jobs, keyed by JobID, Tasks by pod UID):
+    # extended resources in thousandths, "pods" as it is.
+    job = world.recorder.of("onSessionOpen")[-1]["Jobs"][f"{world.namespace}/share"]
+    task = next(iter(job["Tasks"].values()))
+    assert task["Resreq"]["ScalarResources"] == {names.count: 1000, names.memory: 1000 * 1000,
+                                                 names.cores: 10 * 1000, "pods": 1}, task["Resreq"]
+    world.kube.delete_pod(world.namespace, "share-0")
+    volcano.delete_podgroup(world.kube, world.namespace, "share")
