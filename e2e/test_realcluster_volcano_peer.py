@@ -12,6 +12,8 @@ this test, which answers every verb with "no objection" and keeps what Volcano s
    calls and the field names of each request, asserted here so that our answers to those verbs
    (hami-dcu as Volcano's DCU extender, the next step of issue 34) are built on what is sent,
    not on our reading of Volcano's Go structs.
+4. A DCU share stops at Volcano's own resource fit while the nodes report only the card slots:
+   the extender is never asked about it.
 
 Skips with one line only where the real cluster cannot run, or Go or Volcano's tarball is missing.
 """
