@@ -40,7 +40,7 @@ from e2e.scenarios import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "e2e" / "upstream" / "build-prometheus.sh"
-DOCS = [ROOT / "README.md", ROOT / "docs" / "operations.md"]
+DOCS = [ROOT / "README.md", ROOT / "docs/operations.md"]
 DASHBOARD = ROOT / "chart" / "dashboards" / "hami-dcu.json"
 SCHEDULER_METRICS_PORT = 9395  # the chart's scheduler.metricsPort default
 SCRAPE_SECONDS = 2
