@@ -17,22 +17,9 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${HAMI_DCU_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hami-dcu}
-src=${HAMI_SRC:-$here/../../../shared/peers}
-[ -d "$src" ] && src="$src/hami-v2.10.0-src.tar.gz"
-
 say() { echo "hami build: $*" >&2; }
-if ! command -v go >/dev/null; then
-    say "no Go toolchain on PATH: HAMi's scheduler cannot be built"
-    exit 3
-fi
-if [ ! -f "$src" ]; then
-    say "no HAMi source tarball at $src (set HAMI_SRC to it)"
-    exit 3
-fi
-
-sum=$(sha256sum "$src" | cut -c1-16)
-gover=$(go env GOVERSION)
-out="$cache/hami/$sum-$gover"
+. "$here/peer.sh"
+peer_source HAMi hami-v2.10.0-src.tar.gz HAMI_SRC
 binary="$out/hami-scheduler"
 tree="$out/src"
 if [ -x "$binary" ] && [ -d "$tree" ]; then

@@ -18,22 +18,9 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${HAMI_DCU_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hami-dcu}
-src=${VOLCANO_SRC:-$here/../../../shared/peers}
-[ -d "$src" ] && src="$src/volcano-v1.15.1-src.tar.gz"
-
 say() { echo "volcano build: $*" >&2; }
-if ! command -v go >/dev/null; then
-    say "no Go toolchain on PATH: Volcano's scheduler cannot be built"
-    exit 3
-fi
-if [ ! -f "$src" ]; then
-    say "no Volcano source tarball at $src (set VOLCANO_SRC to it)"
-    exit 3
-fi
-
-sum=$(sha256sum "$src" | cut -c1-16)
-gover=$(go env GOVERSION)
-out="$cache/volcano/$sum-$gover"
+. "$here/peer.sh"
+peer_source Volcano volcano-v1.15.1-src.tar.gz VOLCANO_SRC
 binary="$out/vc-scheduler"
 if [ -x "$binary" ] && [ -d "$out/crd" ]; then
     echo "$binary"
