@@ -124,18 +124,8 @@ def cu_mask(conf: str) -> int:
 
 
 def _clean(cluster: DraRealCluster) -> None:
-    kube, namespace = cluster.kube, cluster.namespace
-    pods = [p["metadata"]["name"] for p in kube.list_pods(namespace=namespace).items]
-    for name in pods:
-        kube.delete_pod(namespace, name)
-    wait_until("the previous test's pods gone", lambda: all(phase(kube, namespace, n) == "Gone" for n in pods),
-               timeout=60)
-    for claim in kube.request("GET", CLAIMS).get("items") or []:
-        try:
-            kube.request("DELETE", f"{CLAIMS}/{claim['metadata']['name']}")
-        except NotFoundError:
-            pass
-    wait_until("the previous test's claims gone", lambda: not kube.request("GET", CLAIMS).get("items"), timeout=60)
+    cluster.clear_pods()
+    cluster.clear_claims()
     wait_until("no vDCU or CDI spec left on the node",
                lambda: not cluster.vdev_files(NODE) and not cluster.cdi_specs(NODE), timeout=30)
 

@@ -32,7 +32,6 @@ from e2e.tools import ROOT
 from hami_dcu.cli.localcluster.pods import MockCard
 from hami_dcu.cli.main import main as cli_main
 from hami_dcu.common.dra import names
-from hami_dcu.common.kube import NotFoundError
 from hami_dcu.dra.slices import UNHEALTHY_TAINT
 
 JSON = dict[str, Any]
@@ -166,18 +165,8 @@ def show(capsys: pytest.CaptureFixture[str], *what: object) -> None:
 
 
 def _clean(cluster: DraRealCluster) -> None:
-    kube, namespace = cluster.kube, cluster.namespace
-    pods = [p["metadata"]["name"] for p in kube.list_pods(namespace=namespace).items]
-    for name in pods:
-        kube.delete_pod(namespace, name)
-    wait_until("the previous test's pods gone", lambda: all(phase(kube, namespace, n) == "Gone" for n in pods),
-               timeout=60)
-    for claim in kube.request("GET", CLAIMS).get("items") or []:
-        try:
-            kube.request("DELETE", f"{CLAIMS}/{claim['metadata']['name']}")
-        except NotFoundError:
-            pass
-    wait_until("the previous test's claims gone", lambda: not kube.request("GET", CLAIMS).get("items"), timeout=60)
+    cluster.clear_pods()
+    cluster.clear_claims()
     wait_until("both cards untainted", lambda: not any(device(cluster, d).get("taints") for d in (DEV_A, DEV_B)),
                timeout=30)
 

@@ -31,6 +31,17 @@ DRIVER_DIR, HYHAL_DIR = "opt/dtk", "opt/hyhal"  # the chart's devicePlugin.drive
 class DraRealCluster(RealCluster):
     kubelets: dict[str, DraKubelet]  # type: ignore[assignment]
 
+    def clear_claims(self) -> None:
+        """Delete every ResourceClaim of the test namespace and wait until they are gone (between
+        tests, after clear_pods: a claim in use is not deleted before its pod is)."""
+        path = f"{names.RESOURCE_API}/namespaces/{self.namespace}/resourceclaims"
+        for claim in self.kube.request("GET", path).get("items") or []:
+            try:
+                self.kube.request("DELETE", f"{path}/{claim['metadata']['name']}")
+            except NotFoundError:
+                pass
+        wait_for("the previous test's claims gone", lambda: not self.kube.request("GET", path).get("items"), 60)
+
     def values(self) -> JSON:
         # The caller's values last: they may set the interval too (bench/realcluster.py does).
         dra = {"mode": "dra", "draDriver": {"registerIntervalSeconds": 5}}
