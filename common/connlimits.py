@@ -19,7 +19,11 @@ few thousand of them grew the extender by 585 MiB (issue 21). Now:
   burst of the API server's own waits parked for a moment instead of being refused. A
   parked socket waits at most `header_timeout`; at most `PARKED_PER_SLOT` per slot are
   parked, beyond that the oldest of the client parking the most is closed. A client at its
-  own cap only pushes out its own kept-alive connections: it waits for itself.
+  own cap pushes out nothing: it waits for one of its own connections to end. Its kept-alive
+  connections are not idle to it: its HTTP client may write its next request on one at any
+  moment, and a request written on a connection we have just closed fails ("connection reset
+  by peer", "broken pipe") where Go's client does not retry it (a POST: every review, every
+  /filter and /bind). Pushing them out made kube-apiserver refuse pods with a 500 in bursts.
 """
 
 from __future__ import annotations
@@ -199,14 +203,10 @@ class ConnectionBook(Generic[H]):
             client = min((c for c in self._parked if c not in blocked),
                          key=lambda c: (self.per_client[c], self._parked[c][0][1]))
             if self.per_client[client] >= self.limits.max_per_client:
-                victim = self._stale(now, client)
-                if victim is None:
-                    blocked.add(client)
-                    continue
-                self._drop(victim)
-                moves.evict.append(victim)
+                blocked.add(client)  # it waits for its own connections (module docstring)
+                continue
             if self.open >= self.limits.max_connections:
-                victim = self._stale(now, None, holding=self.per_client[client])
+                victim = self._stale(now, holding=self.per_client[client])
                 if victim is None:
                     break  # nothing to push out: the next release or tick tries again
                 self._drop(victim)
@@ -233,19 +233,13 @@ class ConnectionBook(Generic[H]):
         self.parked -= 1
         return entry
 
-    def _stale(self, now: float, client: str | None, holding: int = 0) -> Slot | None:
-        """The connection to push out, one waiting for a request for EVICTION_GRACE or longer.
-        For `client` at its own cap: one of its kept-alive ones (its new ones are left to
-        finish: that client only waits for itself). Else, for a client `holding` so many: of
-        the client holding the most connections among those waiting, those that never sent a
-        request first, oldest first; and only when that client holds at least two more (a
-        swap between equals would only make the flood's connections push out each other,
-        each new one a TLS handshake for this process to compute)."""
-        if client is not None:
-            for slot in self._idle:
-                if slot.client == client and now - slot.since >= EVICTION_GRACE:
-                    return slot
-            return None
+    def _stale(self, now: float, holding: int) -> Slot | None:
+        """The connection to push out for a client `holding` so many, when every place is
+        taken: one waiting for a request for EVICTION_GRACE or longer, of the client holding
+        the most connections among those waiting, those that never sent a request first,
+        oldest first; and only when that client holds at least two more (a swap between
+        equals would only make the flood's connections push out each other, each new one a
+        TLS handshake for this process to compute)."""
         # Never a client holding fewer connections than another that waits: a burst of young
         # connections from a flood must not make a real client's slow handshake the victim.
         greediest = max((slot.client for waiting in (self._fresh, self._idle) for slot in waiting),

@@ -3,7 +3,7 @@ counted from the moment it is accepted, its TLS handshake included, which asynci
 hides from the protocol), a deadline per phase of a connection, and a middleware that tells
 the book when a request is being served.
 
-    runner = web.AppRunner(app)          # after guard_app(app)
+    runner = web.AppRunner(app, **runner_options(limits))   # after guard_app(app)
     await runner.setup()
     await GuardedSite(runner, host, port, limits, ssl_context=ctx).start()
 """
@@ -309,11 +309,19 @@ class GuardedSite(BaseSite):
             log.warning("%s (further such lines are held back for %g s)", message, WARN_EVERY)
 
 
+def runner_options(limits: ConnectionLimits) -> dict[str, Any]:
+    """aiohttp's own settings under a GuardedSite. Its keep-alive timeout must outlast our
+    idle deadline (connlimits.IDLE_TIMEOUT, above the 90 s after which Go's clients close
+    theirs, so that the client ends an idle connection and no request races a close of
+    ours): aiohttp's default has changed across releases (75 s in older ones), so it is set."""
+    return {"access_log": None, "keepalive_timeout": limits.idle_timeout + 30.0}
+
+
 async def serve_guarded(app: web.Application, host: str, port: int, limits: ConnectionLimits = DEFAULT_LIMITS,
                         ssl_context: ssl.SSLContext | None = None) -> tuple[web.AppRunner, GuardedSite]:
     """Start serving `app` on host:port under `limits`; cleaning up the runner stops it."""
     guard_app(app)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, **runner_options(limits))
     await runner.setup()
     site = GuardedSite(runner, host, port, limits, ssl_context=ssl_context)
     try:
