@@ -292,9 +292,9 @@ class GuardedSite(BaseSite):
         self.dropped += 1
         self._warn(f"{self.name}: closed a connection from {client}: {why}")
         # Only TLS connections leave garbage worth a full collection (their 256 KiB buffers in
-        # reference cycles). A plain listener (the extender's loopback, where kube-scheduler's
-        # idle keep-alive connections are pushed out all through a burst) would pay a full
-        # collection a second for nothing: 5 % of the extender's CPU in a 1,000-node burst.
+        # reference cycles). A plain listener (the extender's loopback, whose connections
+        # kube-scheduler opens and drops all through a burst) would pay a full collection a
+        # second for nothing: 5 % of the extender's CPU in a 1,000-node burst.
         if self._collection is None and self._ssl_context is not None:
             self._collection = asyncio.get_running_loop().call_later(COLLECT_EVERY, self._collect)
 

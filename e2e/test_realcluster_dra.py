@@ -87,7 +87,13 @@ def get_claim(cluster: DraRealCluster, name: str) -> JSON:
     return cluster.kube.request("GET", f"{CLAIMS}/{name}")
 
 
-def wait_running(cluster: DraRealCluster, name: str, timeout: float = 60) -> JSON:
+# Long enough for a pod kube-scheduler 1.37 refused while a claim's capacity was counted twice:
+# it is retried after the chart's 20 s in DRA mode, on kube-scheduler's 30 s flush period
+# (chart/values.yaml, scheduler.kubeScheduler.retryUnschedulableSeconds).
+RETRIED_WITHIN = 90
+
+
+def wait_running(cluster: DraRealCluster, name: str, timeout: float = RETRIED_WITHIN) -> JSON:
     def running() -> JSON | None:
         pod = cluster.kube.get_pod(cluster.namespace, name)
         return pod if (pod.get("status") or {}).get("phase") == "Running" else None
@@ -193,21 +199,31 @@ def test_two_pods_share_one_card_with_disjoint_compute_units(dra: DraRealCluster
 
 
 def test_four_shares_fill_the_slots_the_fifth_waits_and_a_deletion_frees_one(dra: DraRealCluster) -> None:
-    for i in range(5):
-        run_share(dra, f"share-{i}", cores="10", memory="1Gi")
-    for i in range(4):
-        wait_running(dra, f"share-{i}")
-    time.sleep(3)  # time for kube-scheduler to try the fifth
-    waiting = dra.kube.get_pod(dra.namespace, "share-4")
+    names_ = [f"share-{i}" for i in range(5)]
+    for name in names_:
+        run_share(dra, name, cores="10", memory="1Gi")
+
+    # Which four get the slots is kube-scheduler's to decide: created together, one may be
+    # refused for a moment (chart/values.yaml, retryUnschedulableSeconds) and a later one take
+    # its slot.
+    def four_running() -> list[str] | None:
+        running = [n for n in names_ if phase(dra.kube, dra.namespace, n) == "Running"]
+        return running if len(running) == 4 else None
+
+    running = wait_until("four of the five shares Running", four_running, timeout=RETRIED_WITHIN, interval=0.5)
+    [fifth] = [n for n in names_ if n not in running]
+    time.sleep(3)  # time for kube-scheduler to try the fifth again
+    waiting = dra.kube.get_pod(dra.namespace, fifth)
     assert waiting["status"].get("phase") == "Pending" and not waiting["spec"].get("nodeName")
     scheduled = next(c for c in waiting["status"]["conditions"] if c["type"] == "PodScheduled")
     assert scheduled["status"] == "False" and "claim" in scheduled.get("message", "")
     assert len(vdevs(dra)) == 4
 
-    dra.kube.delete_pod(dra.namespace, "share-0")
-    wait_until("share-0 gone", lambda: phase(dra.kube, dra.namespace, "share-0") == "Gone", timeout=60)
-    dra.kube.request("DELETE", f"{CLAIMS}/share-0")
-    wait_running(dra, "share-4", timeout=90)
+    freed = running[0]
+    dra.kube.delete_pod(dra.namespace, freed)
+    wait_until(f"{freed} gone", lambda: phase(dra.kube, dra.namespace, freed) == "Gone", timeout=60)
+    dra.kube.request("DELETE", f"{CLAIMS}/{freed}")
+    wait_running(dra, fifth)
     masks = [cu_mask(c) for c in vdevs(dra).values()]
     assert len(masks) == 4 and all(a & b == 0 for i, a in enumerate(masks) for b in masks[i + 1:])
 
@@ -359,7 +375,7 @@ def test_a_template_planted_under_the_webhooks_name_is_not_used(dra: DraRealClus
     """A tenant computes the name the webhook gives a share's template and creates it first,
     asking a whole card: the pod is refused, never handed the planted template."""
     pod = hami_style("planted", "3000", "10")
-    [ours] = review(pod, Settings(mode=DRA, card_units=(CARD_UNITS,))).templates
+    [ours] = review(pod, Settings(mode=DRA, card_units=(CARD_UNITS,), naming=dra.naming)).templates
     path = f"{templates_path(dra)}/{ours['metadata']['name']}"
     delete_quietly(dra, path)
     whole = {"spec": {"devices": {"requests": [{"name": "dcu", "exactly": {"deviceClassName": names.DEVICE_CLASS,
@@ -414,10 +430,11 @@ def test_reviews_posted_straight_to_the_webhook_create_nothing(dra: DraRealClust
     (scheduler,) = dra.kube.list_pods(namespace="kube-system",
                                       label_selector="app.kubernetes.io/component=scheduler").items
     url = f"https://{scheduler['status']['podIP']}:9443/webhook"
+    settings = Settings(mode=DRA, card_units=(CARD_UNITS,), naming=dra.naming)
     shapes = {}
     for i in range(40):
         forged_pod = hami_style(f"forged-{i}", str(1000 + i), "25")
-        shapes[review(forged_pod, Settings(mode=DRA, card_units=(CARD_UNITS,))).templates[0]["metadata"]["name"]] = i
+        shapes[review(forged_pod, settings).templates[0]["metadata"]["name"]] = i
         answer = _post_review(url, _forged("kube-public", forged_pod, f"forged-{i}"))
         assert answer["allowed"] is True  # rewritten as any pod would be: nothing more
     time.sleep(3)  # what the extender would do with them, it has done by now

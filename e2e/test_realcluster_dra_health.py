@@ -110,7 +110,7 @@ def run_claim(cluster: DraRealCluster, name: str, on: str | None = None, tolerat
                  "containers": [{"name": "main", "image": "busybox", "resources": {"claims": [{"name": "dcu"}]}}]}})
 
 
-def wait_running(cluster: DraRealCluster, name: str, timeout: float = 60) -> None:
+def wait_running(cluster: DraRealCluster, name: str, timeout: float = 90) -> None:
     try:
         wait_until(f"pod {name} Running", lambda: phase(cluster.kube, cluster.namespace, name) == "Running",
                    timeout=timeout, interval=0.2)

@@ -15,6 +15,7 @@ token. The apiserver calls the webhook through its Service (aggregator routing t
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 import tempfile
@@ -46,6 +47,8 @@ SYSTEM_NAMESPACE = "kube-system"
 IMAGE_REPOSITORY = "hami-dcu"
 IMAGE_TAG = "e2e"
 KUBE_SCHEDULER_IMAGE = "registry.k8s.io/kube-scheduler"
+# Set (to anything) to keep a finished cluster's workdir, its logs included, for a post-mortem.
+KEEP_WORKDIR = "HAMI_E2E_KEEP_WORKDIR"
 BESIDE_HAMI_SCHEDULER = "hami-dcu-scheduler"  # our profile's name beside HAMi's hami-scheduler
 PLUGIN_SOCKET_DIR = "/var/lib/kubelet/device-plugins"
 
@@ -274,8 +277,12 @@ class RealCluster:
             events = self.kube.request("GET", f"/api/v1/namespaces/{self.namespace}/events").get("items") or []
             for event in events[-30:]:
                 involved = event.get("involvedObject") or {}
+                # kube-scheduler's events (events.k8s.io) count repeats in `series`, not `count`.
+                series = event.get("series") or {}
+                count = series.get("count") or event.get("count") or 1
+                last = series.get("lastObservedTime") or event.get("lastTimestamp") or event.get("eventTime")
                 lines.append(f"event {involved.get('kind')}/{involved.get('name')}: {event.get('reason')} "
-                             f"x{event.get('count', 1)} {event.get('message', '')}")
+                             f"x{count} (last {last}) {event.get('message', '')}")
         except KubeError as exc:
             lines.append(f"(test namespace unavailable: {exc})")
         return lines
@@ -317,8 +324,10 @@ class RealCluster:
             self.network.stop()
         for kubelet in self.kubelets.values():
             shutil.rmtree(kubelet.plugin_dir, ignore_errors=True)
-        if self._own_workdir:
+        if self._own_workdir and not os.environ.get(KEEP_WORKDIR):
             shutil.rmtree(self.workdir, ignore_errors=True)
+        elif self._own_workdir:
+            print(f"{KEEP_WORKDIR}: the cluster's logs and state are kept in {self.workdir}")
 
     # --- ClusterBackend ------------------------------------------------------------------
 

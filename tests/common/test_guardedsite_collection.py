@@ -1,6 +1,6 @@
 """A dropped connection schedules a full garbage collection only where it pays: on a TLS
 listener (each connection's 256 KiB of buffers sit in reference cycles), not on a plain one
-(the extender's loopback, whose idle keep-alive connections are pushed out all through a burst)."""
+(the extender's loopback, whose connections kube-scheduler opens and drops all through a burst)."""
 
 from __future__ import annotations
 

@@ -278,3 +278,22 @@ def test_the_driver_changes_in_a_claims_status_only_its_own_drivers_entries():
     assert not [d for d in render() if d["metadata"]["name"].endswith("dra-driver-claims")]
     assert not [d for d in render("mode=dra", "admissionPolicy.enabled=false")
                 if d["metadata"]["name"].endswith("dra-driver-claims")]
+
+
+def kube_scheduler_args(docs: list[dict]) -> list[str]:
+    [deployment] = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "r-hami-dcu-scheduler"]
+    [container] = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "kube-scheduler"]
+    return [a for a in container["command"] if a.startswith("--pod-max-in-unschedulable-pods-duration")]
+
+
+@pytest.mark.parametrize(("sets", "expected"), [
+    # DRA mode: a pod refused while a claim's capacity was counted twice is retried within
+    # 20 s (+ kube-scheduler's 30 s flush period), not 5 min (values.yaml says why).
+    (("mode=dra",), ["--pod-max-in-unschedulable-pods-duration=20s"]),
+    (("mode=dra", "scheduler.kubeScheduler.retryUnschedulableSeconds=45"),
+     ["--pod-max-in-unschedulable-pods-duration=45s"]),
+    ((), []),  # device-plugin mode keeps kube-scheduler's own
+    (("scheduler.kubeScheduler.retryUnschedulableSeconds=60",), ["--pod-max-in-unschedulable-pods-duration=60s"]),
+])
+def test_the_unschedulable_retry_of_the_bundled_kube_scheduler(sets: tuple[str, ...], expected: list[str]) -> None:
+    assert kube_scheduler_args(render(*sets)) == expected
