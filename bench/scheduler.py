@@ -200,7 +200,8 @@ def bench_job(pods: int, sequential: int) -> None:
                     values[suffix] = float(line.split()[1])
         return values.get("_sum", 0.0), values.get("_count", 0.0)
 
-    with LocalCluster({"node0": default_cards("node0", 10)}, register_interval=1.0) as cluster:
+    with LocalCluster({"node0": default_cards("node0", 10)}, register_interval=1.0,
+                      naming=keys.DCU_NAMING) as cluster:
         baseline = burst(cluster, "plain", pods, dcu=False)  # they stay: they hold no DCU
         before = bind_calls(cluster)
         job = burst(cluster, "job", pods, dcu=True)

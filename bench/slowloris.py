@@ -58,12 +58,13 @@ if (os.cpu_count() or 1) > 1:
     os.sched_setaffinity(0, {0})
 from aiohttp import web
 from prometheus_client import CollectorRegistry
+from hami_dcu.common import keys
 from hami_dcu.common.tls import ReloadingTLS
 from hami_dcu.webhook.decision import Settings
 from hami_dcu.webhook.server import build_app
 tls = ReloadingTLS(sys.argv[2], sys.argv[3])
-web.run_app(build_app(Settings(), CollectorRegistry()), host="0.0.0.0", port=int(sys.argv[1]),
-            ssl_context=tls.context, access_log=None, print=None)
+web.run_app(build_app(Settings(naming=keys.DCU_NAMING), CollectorRegistry()), host="0.0.0.0",
+            port=int(sys.argv[1]), ssl_context=tls.context, access_log=None, print=None)
 """
 
 

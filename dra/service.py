@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hami_dcu.common.dra import names
-from hami_dcu.common.keys import DCU_NAMING, Naming
+from hami_dcu.common.keys import Naming
 from hami_dcu.common.kube import Kube, KubeError, NotFoundError
 from hami_dcu.dra import claimstatus, quotagate, slices
 from hami_dcu.dra.claims import ClaimRefused, plan_claim
@@ -60,7 +60,7 @@ def _now() -> str:
 class DriverService:
     def __init__(self, kube: Kube, core: DriverCore, slots: int, health: Callable[[], Mapping[str, Problem | None]],
                  count_resources: tuple[str, ...] | None = None, metrics: DriverMetrics | None = None,
-                 latency: PodLatency | None = None, naming: Naming = DCU_NAMING,
+                 latency: PodLatency | None = None, *, naming: Naming,
                  claim_recheck: float = CLAIM_RECHECK, clock: Callable[[], float] = time.monotonic,
                  ledger: QuotaLedger | None = None, now: Callable[[], str] = _now,
                  taint_effect: str = slices.NO_SCHEDULE) -> None:

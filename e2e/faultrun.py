@@ -106,7 +106,7 @@ def run(workload: Workload, plan: FaultPlan, timeout: float = 120.0, quiet_wait:
     last node lock to go, then check every invariant."""
     specs = {f"node{i}": default_cards(f"node{i}", workload.cards_per_node) for i in range(workload.nodes)}
     result = RunResult()
-    with LocalCluster(specs, namespace="faults") as cluster:
+    with LocalCluster(specs, namespace="faults", naming=invariants.DCU) as cluster:
         assert cluster.api is not None
         faults = cluster.api.faults
         if plan.active:

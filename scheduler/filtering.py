@@ -26,7 +26,7 @@ from typing import Any
 
 from hami_dcu.common import keys
 from hami_dcu.common.counting import StartOrder, Usage, start_order
-from hami_dcu.common.keys import DCU_NAMING, Naming, ResourceNames
+from hami_dcu.common.keys import Naming, ResourceNames
 from hami_dcu.common.podchecks import Refusal
 from hami_dcu.common.preferences import SelectionError, WeightsError, parse_weights
 from hami_dcu.common.requests import DcuRequest, RequestError, parse_pod_requests, pod_containers
@@ -51,7 +51,9 @@ _NODE_SETS_KEPT = 32
 class FilterSettings:
     node_policy: str = policies.DEFAULT_NODE_POLICY
     card_policy: str = policies.DEFAULT_CARD_POLICY
-    naming: Naming = DCU_NAMING  # the set this extender speaks (cli --naming)
+    # The set this extender speaks (cli --naming). Required and keyword-only: a default would let
+    # a forgotten argument speak the dcu set.
+    naming: Naming = field(kw_only=True)
     handshake_ttl_seconds: float = HANDSHAKE_TTL.total_seconds()
     # Volcano mode: pods with this schedulerName are Volcano's to place (scheduler/volcano.py).
     volcano_scheduler: str = ""

@@ -49,7 +49,7 @@ JSON = dict[str, Any]
 
 @dataclass(frozen=True)
 class ServiceSettings:
-    filter: FilterSettings = field(default_factory=FilterSettings)
+    filter: FilterSettings  # required: it names the naming set (no default set, see FilterSettings)
     bind: BindSettings = field(default_factory=BindSettings)
     resync: float = 300.0
     assume_ttl: float = 120.0
@@ -61,11 +61,11 @@ class SchedulerService:
     def __init__(
         self,
         kube: AsyncKube | None,
-        settings: ServiceSettings | None = None,
+        settings: ServiceSettings,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.settings = settings or ServiceSettings()
+        self.settings = settings
         self.kube = kube
         self.wall_clock = wall_clock
         self.monotonic = monotonic

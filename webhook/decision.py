@@ -40,7 +40,8 @@ class Settings:
     # schedulerName values we may replace; anything else is the user's explicit choice.
     overwritable_schedulers: tuple[str, ...] = (keys.KUBE_DEFAULT_SCHEDULER,)
     # The naming set this process speaks (cli --naming); the other set's names are renamed.
-    naming: keys.Naming = keys.DCU_NAMING
+    # Required and keyword-only: a default would let a forgotten argument speak the dcu set.
+    naming: keys.Naming = field(kw_only=True)
     # Resource names other than the naming set's (--resource-count and the like); None: the set's.
     resource_names: keys.ResourceNames | None = None
     # Who may write allocation state (common/writers.py); nobody when not configured.
@@ -85,9 +86,6 @@ class Decision:
 
 def _deny(reason: str, message: str) -> Decision:
     return Decision(allowed=False, reason=reason, message=message)
-
-
-DEFAULT_SETTINGS = Settings()
 
 
 @dataclass(frozen=True)
@@ -221,7 +219,7 @@ STEPS: tuple[Step, ...] = (
 )
 
 
-def review(pod: JSON, settings: Settings = DEFAULT_SETTINGS) -> Decision:
+def review(pod: JSON, settings: Settings) -> Decision:
     # A pod written for the other naming set is judged (and patched) as this set names it.
     adopted = adopt_names(pod, settings.naming)
     if adopted.conflict:

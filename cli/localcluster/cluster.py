@@ -1,6 +1,6 @@
 """`LocalCluster`: the whole system on one machine, speaking the real protocols.
 
-    with LocalCluster({"node0": default_cards("node0")}) as cluster:
+    with LocalCluster({"node0": default_cards("node0")}, naming=keys.DCU_NAMING) as cluster:
         cluster.kube.create_pod(cluster.namespace, manifest)
 
 Started, in order: the local API server; the webhook over HTTPS with a certificate from
@@ -100,7 +100,8 @@ class LocalCluster:
         device_policy: str = "spread",
         register_interval: float = 1.0,
         workdir: str | Path | None = None,
-        naming: keys.Naming = keys.DCU_NAMING,
+        *,
+        naming: keys.Naming,  # required: a default would let a forgotten argument speak the dcu set
     ) -> None:
         self.node_specs = nodes if nodes is not None else {n: default_cards(n) for n in ("node0", "node1")}
         self.naming = naming  # what every component of this cluster speaks

@@ -20,7 +20,8 @@ from hami_dcu.node.usage import CardFacts, NodeView, VdevFacts
 from hami_dcu.node.usagecollector import UsageCollector
 from hami_dcu.node.usagesmi import MockUsage
 from hami_dcu.scheduler.app import build_app
-from hami_dcu.scheduler.service import SchedulerService
+from hami_dcu.scheduler.filtering import FilterSettings
+from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
 from hami_dcu.webhook import certs
 from hami_dcu.webhook.server import WebhookMetrics
 
@@ -67,7 +68,7 @@ def dcu_pod(name: str) -> dict:
 
 
 async def test_every_dashboard_query_names_a_series_a_scrape_returns(kube, aiohttp_client, tmp_path):
-    service = SchedulerService(AsyncKube(kube))
+    service = SchedulerService(AsyncKube(kube), ServiceSettings(filter=FilterSettings(naming=keys.DCU_NAMING)))
     # As the command runs it: serving TLS (its expiry watched), the webhook in the same registry.
     cert = tmp_path / "tls.crt"
     cert.write_bytes(certs.issue(["svc"]).cert)

@@ -6,6 +6,7 @@ from dra_helpers import CARDS, DEV0, DEV1, NODE, claim, node_cards, paths, resul
 from fake_kube import FakeKube
 
 from hami_dcu.common.dra import names
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.dra import claimstatus
 from hami_dcu.dra.core import DriverCore, PrepareFailed
 from hami_dcu.dra.records import PreparedClaim, PreparedDevice, VdevGrant
@@ -19,7 +20,7 @@ SHARE = "7d5b2c3e-0000-4000-8000-000000000001"
 def service_for(tmp_path, kube: FakeKube) -> DriverService:
     cards = node_cards(tmp_path)
     return DriverService(kube, DriverCore(NODE, cards, paths(tmp_path)), slots=4,
-                         health=lambda: dict.fromkeys(c.id for c in cards), now=lambda: NOW)
+                         health=lambda: dict.fromkeys(c.id for c in cards), now=lambda: NOW, naming=DCU_NAMING)
 
 
 # --- pure -------------------------------------------------------------------------------------

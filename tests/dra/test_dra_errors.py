@@ -16,6 +16,7 @@ from dra_helpers import NODE, claim, node_cards, paths, result
 from fake_kube import FakeKube
 
 from hami_dcu.cli.localcluster.kubelet import short_socket_dir
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.common.kube import UnreachableError
 from hami_dcu.dra import core as core_module
 from hami_dcu.dra.api.v1 import api_pb2 as v1_pb2
@@ -51,7 +52,8 @@ class Driver:
 def driver(tmp_path) -> Iterator[Driver]:
     sockets = short_socket_dir("dra-e-")
     kube = FakeKube(NODE)
-    service = DriverService(kube, DriverCore(NODE, node_cards(tmp_path), paths(tmp_path)), 4, lambda: {})
+    service = DriverService(kube, DriverCore(NODE, node_cards(tmp_path), paths(tmp_path)), 4, lambda: {},
+                            naming=DCU_NAMING)
     server = KubeletPluginServer(service.prepare, service.unprepare, sockets / "registry", sockets / "plugins",
                                  metrics_registry=service.metrics.registry).start()
     try:

@@ -14,6 +14,7 @@ from fake_kube import FakeKube
 from e2e.realcluster.dra_client import CdiError, DraEndpoint, register, resolve_cdi
 from hami_dcu.cli.localcluster.kubelet import short_socket_dir
 from hami_dcu.common.dra import names
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.dra.core import DriverCore
 from hami_dcu.dra.server import KubeletPluginServer
 from hami_dcu.dra.service import DriverService
@@ -24,7 +25,7 @@ def driver(tmp_path):
     sockets = short_socket_dir("dra-t-")
     kube = FakeKube(NODE)
     core = DriverCore(NODE, node_cards(tmp_path), paths(tmp_path))
-    service = DriverService(kube, core, 4, lambda: {})
+    service = DriverService(kube, core, 4, lambda: {}, naming=DCU_NAMING)
     server = KubeletPluginServer(service.prepare, service.unprepare, sockets / "registry", sockets / "plugins",
                                  poll_interval=0.1).start()
     yield server, kube, core

@@ -9,6 +9,7 @@ import pytest
 from dra_helpers import NODE, claim, node_cards, paths, result
 from fake_kube import FakeKube
 
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.dra.core import DriverCore, PrepareFailed
 from hami_dcu.dra.latency import PODS_PER_CLAIM, PodLatency, reserved_pods
 from hami_dcu.dra.metrics import DriverMetrics
@@ -46,7 +47,7 @@ def setup(tmp_path):
     metrics = DriverMetrics()
     latency = PodLatency(kube, NODE, metrics, wall_clock=lambda: ANSWERED, submit=run_now)
     service = DriverService(kube, DriverCore(NODE, node_cards(tmp_path), paths(tmp_path)), 4, dict,
-                            metrics=metrics, latency=latency)
+                            metrics=metrics, latency=latency, naming=DCU_NAMING)
     return service, kube, metrics
 
 

@@ -34,7 +34,7 @@ def driver(tmp_path, kube: FakeKube, node: str = NODE, wall: Wall | None = None)
     ledger = QuotaLedger(kube, *LEDGER, node=node, resources=RESOURCES, wall=wall or Wall())
     return DriverService(kube, DriverCore(node, cards, paths(tmp_path / node)), slots=4,
                          health=lambda: dict.fromkeys(c.id for c in cards), ledger=ledger,
-                         now=lambda: "2026-11-27T17:00:00Z")
+                         now=lambda: "2026-11-27T17:00:00Z", naming=DCU_NAMING)
 
 
 def share(uid: str, memory: str = "8Gi", node: str = NODE, name: str | None = None) -> dict:

@@ -6,6 +6,7 @@ from dra_helpers import NODE, claim, node_cards, paths, result
 from fake_kube import FakeKube
 
 from hami_dcu.common.dra import names
+from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.dra.core import DriverCore, PrepareFailed
 from hami_dcu.dra.server import ClaimRef
 from hami_dcu.dra.service import DriverService
@@ -20,7 +21,7 @@ def setup(tmp_path):
     kube = FakeKube(NODE)
     health: dict[str, Problem | None] = dict.fromkeys(c.id for c in cards)
     service = DriverService(kube, DriverCore(NODE, cards, paths(tmp_path)), slots=4, health=lambda: dict(health),
-                            now=lambda: "2026-11-27T17:00:00Z")
+                            now=lambda: "2026-11-27T17:00:00Z", naming=DCU_NAMING)
     service.refresh_health()
     return service, kube, cards, health
 
@@ -60,7 +61,7 @@ def test_the_taint_keeps_its_time_across_a_driver_restart_and_takes_a_new_one_wi
 
     def driver(now: str, effect: str = "NoSchedule") -> DriverService:
         service = DriverService(kube, DriverCore(NODE, cards, paths(tmp_path)), 4, health=lambda: sick,
-                                now=lambda: now, taint_effect=effect)
+                                now=lambda: now, taint_effect=effect, naming=DCU_NAMING)
         service.refresh_health()
         service.publish()
         return service
@@ -116,7 +117,8 @@ def test_a_failing_health_check_keeps_the_last_answer(tmp_path):
     def broken() -> dict:
         raise RuntimeError("SMI gone")
 
-    service = DriverService(FakeKube(NODE), DriverCore(NODE, node_cards(tmp_path), paths(tmp_path)), 4, broken)
+    service = DriverService(FakeKube(NODE), DriverCore(NODE, node_cards(tmp_path), paths(tmp_path)), 4, broken,
+                            naming=DCU_NAMING)
     assert service.refresh_health() is False and service.health_now == {}
 
 
@@ -190,7 +192,7 @@ def claim_reads(kube: FakeKube) -> list[tuple[str, dict | None]]:
 def test_reconcile_reads_each_claim_once_per_recheck_period_from_the_cache(tmp_path):
     kube, clock = FakeKube(NODE), Clock()
     service = DriverService(kube, DriverCore(NODE, node_cards(tmp_path), paths(tmp_path)), 4, dict,
-                            claim_recheck=300.0, clock=clock)
+                            claim_recheck=300.0, clock=clock, naming=DCU_NAMING)
     for uid, name in (("u-a", "a"), ("u-b", "b")):
         kube.add_claim(claim(uid, result(cores="10", memory="1Gi"), name=name))
         service.prepare(ClaimRef("ns", name, uid))
@@ -211,7 +213,7 @@ def test_reconcile_reads_each_claim_once_per_recheck_period_from_the_cache(tmp_p
 def test_a_prepare_short_of_room_frees_claims_deleted_unseen_and_succeeds(tmp_path):
     kube, clock = FakeKube(NODE), Clock()
     service = DriverService(kube, DriverCore(NODE, node_cards(tmp_path), paths(tmp_path)), 4, dict,
-                            claim_recheck=300.0, clock=clock)
+                            claim_recheck=300.0, clock=clock, naming=DCU_NAMING)
     kube.add_claim(claim("u-old", result(cores="100", memory="1Gi"), name="old"))
     service.prepare(ClaimRef("ns", "old", "u-old"))
     del kube.claims[("ns", "old")]  # deleted while the driver could not hear it: still prepared here
@@ -236,3 +238,10 @@ def test_publish_checks_from_the_cache_and_writes_on_an_authoritative_read(setup
     kube.reads.clear()
     assert service.publish() is True
     assert [q for _, q in kube.reads] == [{"resourceVersion": "0"}, {"resourceVersion": "0"}, None]
+
+
+def test_the_driver_names_its_naming_set_explicitly(tmp_path):
+    """No default set: a forgotten argument must fail, never silently speak the dcu set."""
+    core = DriverCore(NODE, node_cards(tmp_path), paths(tmp_path))
+    with pytest.raises(TypeError, match="'naming'"):
+        DriverService(FakeKube(NODE), core, 4, dict)  # type: ignore[call-arg]

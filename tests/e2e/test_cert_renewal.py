@@ -31,6 +31,7 @@ from hami_dcu.cli.localcluster.cluster import (
 )
 from hami_dcu.cli.localcluster.servers import AppThread, free_port
 from hami_dcu.cli.main import main
+from hami_dcu.common import keys
 from hami_dcu.common.kube import Kube, KubeError
 from hami_dcu.common.tls import ReloadingTLS
 from hami_dcu.webhook import certs
@@ -136,7 +137,7 @@ def webhook_with_expiring_certificate(tmp_path, ca_expiring: bool = False) -> It
         port = free_port()
 
         def make_app():
-            app = build_webhook_app(WebhookSettings())
+            app = build_webhook_app(WebhookSettings(naming=keys.DCU_NAMING))
 
             async def reload_files(_app):  # what `hami-dcu webhook` runs, on a short interval
                 _app[RELOADER] = asyncio.create_task(tls.watch(interval=0.1))

@@ -6,10 +6,11 @@ import socket
 from e2e.scenarios import wait_running
 from hami_dcu.cli.localcluster.cluster import LocalCluster
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
+from hami_dcu.common import keys
 
 
 def test_restart_moves_the_extender_when_its_port_was_taken():
-    with LocalCluster({"node0": default_cards("node0", 1)}) as cluster:
+    with LocalCluster({"node0": default_cards("node0", 1)}, naming=keys.DCU_NAMING) as cluster:
         old_port = cluster.scheduler_port
         cluster.scheduler.stop()
         cluster.scheduler = None

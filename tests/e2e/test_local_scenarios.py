@@ -9,6 +9,7 @@ from e2e.scenarios import SCENARIOS, Scenario
 from e2e.usage_agreement import disagreement
 from hami_dcu.cli.localcluster.cluster import LocalCluster
 from hami_dcu.cli.localcluster.pods import default_cards
+from hami_dcu.common import keys
 
 
 def assert_status_agrees_with_the_extender(cluster: LocalCluster, timeout: float = 15.0) -> None:
@@ -26,6 +27,6 @@ def assert_status_agrees_with_the_extender(cluster: LocalCluster, timeout: float
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_scenario_on_the_local_cluster(scenario: Scenario):
     nodes = {f"node{i}": default_cards(f"node{i}", scenario.cards_per_node) for i in range(scenario.nodes)}
-    with LocalCluster(nodes) as cluster:
+    with LocalCluster(nodes, naming=keys.DCU_NAMING) as cluster:
         scenario.run(cluster)
         assert_status_agrees_with_the_extender(cluster)

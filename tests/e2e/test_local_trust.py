@@ -49,7 +49,7 @@ def init_share(name: str = "initshare") -> dict:
 
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster({"node0": default_cards("node0")}, namespace="trust") as local:
+    with LocalCluster({"node0": default_cards("node0")}, namespace="trust", naming=DCU) as local:
         yield local
 
 

@@ -3,11 +3,12 @@
 from collections.abc import AsyncIterator
 
 import pytest
+from scheduler_helpers import dcu_settings
 
 from hami_dcu.common.kube import AsyncKube
 from hami_dcu.scheduler.app import build_app
 from hami_dcu.scheduler.bind import BindSettings
-from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
+from hami_dcu.scheduler.service import SchedulerService
 
 FAST_BIND = BindSettings(lock_wait=1.5, settle_wait=1.0)
 
@@ -15,7 +16,7 @@ FAST_BIND = BindSettings(lock_wait=1.5, settle_wait=1.0)
 @pytest.fixture
 async def service(kube) -> AsyncIterator[SchedulerService]:
     akube = AsyncKube(kube)
-    svc = SchedulerService(akube, ServiceSettings(bind=FAST_BIND))
+    svc = SchedulerService(akube, dcu_settings(bind=FAST_BIND))
     svc.start()
     assert await svc.wait_synced(10)
     yield svc

@@ -18,8 +18,16 @@ from hami_dcu.common.codec import (
 )
 from hami_dcu.common.kube import AsyncKube, Kube, KubeError
 from hami_dcu.common.nodelock import LockError, NodeLock
+from hami_dcu.scheduler.filtering import FilterSettings
+from hami_dcu.scheduler.service import ServiceSettings
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
+
+
+def dcu_settings(**service: Any) -> ServiceSettings:
+    """The extender's settings speaking the dcu set; `service` as ServiceSettings takes it. The
+    settings have no naming set of their own: a test names it, here or in its own FilterSettings."""
+    return ServiceSettings(filter=FilterSettings(naming=DCU), **service)
 
 JSON = dict[str, Any]
 

@@ -9,14 +9,14 @@ import asyncio
 import logging
 
 import pytest
-from scheduler_helpers import bind_args, create_nodes, dcu_pod, filter_args, lock_of, until
+from scheduler_helpers import bind_args, create_nodes, dcu_pod, dcu_settings, filter_args, lock_of, until
 
 from hami_dcu.common import keys
 from hami_dcu.common.kube import AsyncKube, Kube
 from hami_dcu.common.nodelock import LockStale, NodeLock
 from hami_dcu.scheduler.app import build_app
 from hami_dcu.scheduler.bind import BindSettings
-from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
+from hami_dcu.scheduler.service import SchedulerService
 from hami_dcu.scheduler.signal import CacheSignal
 
 
@@ -58,7 +58,7 @@ async def test_a_bind_behind_a_live_lock_waits_on_the_cache_and_costs_two_round_
     pod = kube.create_pod("default", dcu_pod("next", memory=1000, cores=10))
     own = CountingKube(kube_factory())
     akube = AsyncKube(own)
-    service = SchedulerService(akube, ServiceSettings(bind=BindSettings(lock_wait=10.0)))
+    service = SchedulerService(akube, dcu_settings(bind=BindSettings(lock_wait=10.0)))
     service.start()
     try:
         client = await aiohttp_client(build_app(service, manage_lifecycle=False))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from scheduler_helpers import dcu_pod, filter_args, node_object
+from scheduler_helpers import dcu_pod, dcu_settings, filter_args, node_object
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
@@ -155,7 +155,7 @@ def filter_once(service: SchedulerService, pod: dict, names: list[str]) -> tuple
 async def test_the_first_step_that_answers_stands():
     """A Volcano pod whose request cannot be honoured (weights HAMi refuses) is Volcano's (the
     first step), never judged as an invalid request, and nothing is placed for it."""
-    service = SchedulerService(None, ServiceSettings(filter=FilterSettings(volcano_scheduler="volcano")))
+    service = SchedulerService(None, ServiceSettings(filter=FilterSettings(naming=DCU, volcano_scheduler="volcano")))
     service.cache.apply_node(node_object("n1"), NOW)
     pod = dcu_pod("v", uid="u1", scheduler="volcano", annotations={keys.DEVICE_SCORING_WEIGHTS: "slot=1,core=1"})
     outcome, result = filter_once(service, pod, ["n1"])
@@ -168,7 +168,7 @@ async def test_the_first_step_that_answers_stands():
 
 
 async def test_a_placed_pod_is_reserved_and_a_bound_one_is_answered_before_placing():
-    service = SchedulerService(None)
+    service = SchedulerService(None, dcu_settings())
     service.cache.apply_node(node_object("n1"), NOW)
     pod = dcu_pod("p", uid="u1")
     outcome, result = filter_once(service, pod, ["n1"])
@@ -182,7 +182,7 @@ async def test_a_placed_pod_is_reserved_and_a_bound_one_is_answered_before_placi
 
 
 async def test_a_pod_asking_no_dcu_passes_everywhere_unplaced():
-    service = SchedulerService(None)
+    service = SchedulerService(None, dcu_settings())
     pod = {"metadata": {"name": "cpu", "namespace": "default", "uid": "u9"}, "spec": {"containers": [{"name": "c"}]}}
     outcome, result = filter_once(service, pod, ["n1", "n2"])
     assert outcome == "passthrough" and result["NodeNames"] == ["n1", "n2"]

@@ -47,7 +47,7 @@ def test_reference_worked_example_lands_on_the_second_card_with_the_same_annotat
     cache = ClusterCache(naming=DCU_NAMING)
     cache.apply_node({"metadata": {"name": "n1", "resourceVersion": "1", "annotations": {
         DCU.node_register: register, DCU.node_handshake: encode_reported(NOW)}}}, NOW)
-    flt = Filter(cache, FilterSettings())
+    flt = Filter(cache, FilterSettings(naming=DCU))
     plan = plan_pod(dcu_pod("p", memory=2000, cores=60), flt.settings)
     assert plan is not None
     outcome = flt.run(plan, ["n1"], NOW)

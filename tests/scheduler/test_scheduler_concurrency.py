@@ -7,6 +7,7 @@ from scheduler_helpers import (
     cache_view,
     create_nodes,
     dcu_pod,
+    dcu_settings,
     fake_device_plugin,
     held_per_card,
     lock_of,
@@ -18,14 +19,14 @@ from hami_dcu.cli.localcluster.scheduler_loop import SchedulerLoop
 from hami_dcu.common.kube import AsyncKube
 from hami_dcu.scheduler.app import build_app
 from hami_dcu.scheduler.bind import BindSettings
-from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
+from hami_dcu.scheduler.service import SchedulerService
 
 
 async def test_two_instances_bind_200_pods_onto_10_nodes(kube_factory, aiohttp_server):
     kube = kube_factory()
     names = [f"n{i}" for i in range(10)]
     create_nodes(kube, names, count=4)  # 10 nodes x 4 cards x 4 slots = 160 slots
-    settings = ServiceSettings(bind=BindSettings(lock_wait=10.0, settle_wait=0.5))
+    settings = dcu_settings(bind=BindSettings(lock_wait=10.0, settle_wait=0.5))
     services, loops, kubes = [], [], []
     for _ in range(2):
         akube = AsyncKube(kube_factory())

@@ -7,6 +7,7 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from scheduler_helpers import dcu_settings
 
 from hami_dcu.common.dra import names
 from hami_dcu.common.kube import GoneError, ObjectList
@@ -15,7 +16,7 @@ from hami_dcu.scheduler.drainformer import DraInformer, slim_claim
 from hami_dcu.scheduler.drausage import DraUsage, claim_consumption, slice_devices
 from hami_dcu.scheduler.extender import FilterArgs
 from hami_dcu.scheduler.packing import pack
-from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
+from hami_dcu.scheduler.service import SchedulerService
 
 GIB = 1024**3
 
@@ -234,7 +235,7 @@ def claim_pod(name: str = "p") -> dict:
 
 async def test_prioritize_over_http_packs_and_never_fails(aiohttp_client):
     api = FakeApi([rslice("a"), rslice("b"), rslice("c")], [rclaim("1", "b")])
-    service = SchedulerService(None, ServiceSettings(mode="dra"))
+    service = SchedulerService(None, dcu_settings(mode="dra"))
     service.dra_informer = DraInformer(api, service.dra_usage)  # type: ignore[arg-type]
     task = asyncio.ensure_future(service.dra_informer.run())
     try:
@@ -259,7 +260,7 @@ async def test_prioritize_over_http_packs_and_never_fails(aiohttp_client):
 
 
 async def test_device_plugin_mode_watches_no_dra_objects():
-    service = SchedulerService(None)
+    service = SchedulerService(None, dcu_settings())
     assert service.dra_informer is None and not service.dra_synced
     answer = service.prioritize_pod(FilterArgs(claim_pod(), ["a", "b"], None))
     assert answer == [{"Host": "a", "Score": 0}, {"Host": "b", "Score": 0}]

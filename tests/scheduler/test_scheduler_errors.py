@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from scheduler_helpers import bind_args, dcu_pod, filter_args
+from scheduler_helpers import bind_args, dcu_pod, dcu_settings, filter_args
 
 from hami_dcu.common.codec import CodecError
 from hami_dcu.common.kube import UnreachableError
@@ -26,7 +26,7 @@ def divide_by_zero(*_args: object) -> object:
 
 @pytest.fixture
 def alone() -> SchedulerService:
-    return SchedulerService(None)  # no API server: every verb answers from the (empty) cache
+    return SchedulerService(None, dcu_settings())  # no API server: every verb answers from the (empty) cache
 
 
 @pytest.fixture

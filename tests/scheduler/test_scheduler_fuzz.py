@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 from fuzz_bodies import bodies, framings
 from hypothesis import HealthCheck, given, settings
-from scheduler_helpers import bind_args, create_nodes, dcu_pod, filter_args
+from scheduler_helpers import bind_args, create_nodes, dcu_pod, dcu_settings, filter_args
 from split_http import send_split
 
 from hami_dcu.cli.localcluster.servers import AppThread
@@ -48,7 +48,8 @@ def extender(kube, api_server) -> Iterator[Extender]:
     kube.create_pod("default", dcu_pod("p"))
 
     async def make_app():
-        return build_app(SchedulerService(AsyncKube(Kube.from_kubeconfig(str(api_server.kubeconfig_path)))))
+        akube = AsyncKube(Kube.from_kubeconfig(str(api_server.kubeconfig_path)))
+        return build_app(SchedulerService(akube, dcu_settings()))
 
     server = AppThread("extender-fuzz", make_app).start()
     deadline = time.monotonic() + 10

@@ -23,7 +23,7 @@ T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 def judge(node: dict, at: datetime):
     cache = ClusterCache(naming=DCU_NAMING)
     cache.apply_node(node, T0)
-    flt = Filter(cache, FilterSettings())
+    flt = Filter(cache, FilterSettings(naming=DCU))
     return flt.run(plan_pod(dcu_pod("p"), flt.settings), ["n1"], at)
 
 

@@ -12,18 +12,18 @@ from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from scheduler_helpers import cache_view, dcu_pod, held_per_card, node_object, over_capacity
+from scheduler_helpers import cache_view, dcu_pod, dcu_settings, held_per_card, node_object, over_capacity
 
 from hami_dcu.common import keys
 from hami_dcu.common.kube import AsyncKube, Kube, NotFoundError
 from hami_dcu.common.nodelock import NodeLock
 from hami_dcu.scheduler.bind import BindSettings
 from hami_dcu.scheduler.extender import BindArgs, FilterArgs
-from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
+from hami_dcu.scheduler.service import SchedulerService
 
 PODS = 4
 NODES = 2
-SETTINGS = ServiceSettings(bind=BindSettings(lock_wait=1.5, settle_wait=0.3, sweep_interval=0.5))
+SETTINGS = dcu_settings(bind=BindSettings(lock_wait=1.5, settle_wait=0.3, sweep_interval=0.5))
 EXAMPLES = itertools.count()
 
 replica = st.integers(0, 1)

@@ -25,7 +25,7 @@ def running(uid: str, node: str, allocated: str) -> dict:
 
 
 def test_a_pod_asking_for_zero_cards_is_passed_through():
-    assert plan_pod(dcu_pod("p", memory=None, cores=None, count=0), FilterSettings()) is None
+    assert plan_pod(dcu_pod("p", memory=None, cores=None, count=0), FilterSettings(naming=DCU)) is None
 
 
 def test_a_negative_share_degrades_the_node_instead_of_freeing_capacity():
@@ -35,7 +35,7 @@ def test_a_negative_share_degrades_the_node_instead_of_freeing_capacity():
     entry = cache.node("n1")
     assert entry.used[0].memory == 0
     assert entry.degraded == ["pod default/u1: negative share in hami.io/dcu-devices-allocated on card DCU-n1-S0"]
-    flt = Filter(cache, FilterSettings())
+    flt = Filter(cache, FilterSettings(naming=DCU))
     plan = plan_pod(dcu_pod("p"), flt.settings)
     assert plan is not None
     assert flt.run(plan, ["n1"], NOW).failed["n1"].code == Code.NODE_DEGRADED
@@ -49,7 +49,7 @@ def test_a_card_registering_a_negative_capacity_never_fits():
     cache = ClusterCache(naming=DCU_NAMING)
     cache.apply_node(node, NOW)
     assert [(c.id, c.memory, c.numa) for c in cache.node("n1").cards] == [("DCU-A", 0, -1), ("DCU-B", 65520, -1)]
-    flt = Filter(cache, FilterSettings())
+    flt = Filter(cache, FilterSettings(naming=DCU))
     whole = plan_pod(dcu_pod("p", memory=None, cores=None, count=2), flt.settings)
     assert whole is not None
     assert flt.run(whole, ["n1"], NOW).chosen is None

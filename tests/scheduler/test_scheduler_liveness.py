@@ -11,6 +11,7 @@ from scheduler_helpers import (
     cache_view,
     create_nodes,
     dcu_pod,
+    dcu_settings,
     filter_args,
     held_per_card,
     lock_of,
@@ -24,7 +25,7 @@ from hami_dcu.scheduler.app import build_app
 from hami_dcu.scheduler.bind import BindSettings
 from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
 
-PATIENT = ServiceSettings(bind=BindSettings(lock_wait=10.0, settle_wait=1.0))
+PATIENT = dcu_settings(bind=BindSettings(lock_wait=10.0, settle_wait=1.0))
 
 
 class RecordingKube(Kube):
@@ -299,7 +300,7 @@ async def test_the_sweep_frees_a_lock_left_by_a_bind_that_died_and_keeps_a_young
     create_nodes(kube, ["n1", "n2"])
     for name in ("crashed", "binding"):
         kube.create_pod("default", dcu_pod(name))
-    settings = ServiceSettings(bind=BindSettings(bind_window=timedelta(seconds=30), sweep_interval=3600))
+    settings = dcu_settings(bind=BindSettings(bind_window=timedelta(seconds=30), sweep_interval=3600))
     async with replica(kube_factory, aiohttp_client, settings) as (service, _client, _own):
         old = NodeLock(kube, clock=lambda: datetime.now(UTC) - timedelta(seconds=31)).take("n1", "default", "crashed")
         young = NodeLock(kube).take("n2", "default", "binding")

@@ -4,7 +4,7 @@ own endpoints (readyz, metrics, --serve-webhook) behave."""
 import asyncio
 
 import pytest
-from scheduler_helpers import create_nodes, dcu_pod, until
+from scheduler_helpers import create_nodes, dcu_pod, dcu_settings, until
 
 from hami_dcu.cli.localcluster.scheduler_loop import SchedulerLoop
 from hami_dcu.cli.main import build_parser
@@ -65,13 +65,13 @@ def test_dra_webhook_mount_needs_the_api():
     # DRA mode's webhook lists the published card sizes: an extender without a client cannot serve it.
     from aiohttp import web
 
-    from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
+    from hami_dcu.scheduler.service import SchedulerService
 
     app = web.Application()
     parser, _ = build_parser()
     args = parser.parse_args(["scheduler", "--scheduler-name", "hami-scheduler", "--mode", "dra"])
     with pytest.raises(ValueError, match="needs the API server"):
-        command._mount_webhook(app, args, SchedulerService(None, ServiceSettings(mode="dra")))
+        command._mount_webhook(app, args, SchedulerService(None, dcu_settings(mode="dra")))
     assert not any(route.resource and route.resource.canonical == "/webhook" for route in app.router.routes())
 
 

@@ -4,6 +4,8 @@ as a Warning event and a log line (not silent Pending)."""
 import logging
 from datetime import UTC, datetime
 
+import pytest
+
 from hami_dcu.common import keys
 from hami_dcu.common.codec import encode_reported
 from hami_dcu.common.kube import AsyncKube
@@ -100,3 +102,11 @@ def pod_asking(naming: keys.Naming) -> dict:
     names = naming.resources
     return {"metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": [
         {"name": "main", "resources": {"limits": {names.count: "1", names.memory: "1000", names.cores: "10"}}}]}}
+
+
+def test_the_extender_settings_name_the_naming_set_explicitly():
+    """No default set: a forgotten argument must fail, never silently speak the dcu set."""
+    with pytest.raises(TypeError, match="'naming'"):
+        FilterSettings()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="'filter'"):
+        ServiceSettings()  # type: ignore[call-arg]

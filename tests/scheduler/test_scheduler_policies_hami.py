@@ -71,9 +71,9 @@ def test_weights_change_which_card_is_least_used():
 def test_an_invalid_weights_annotation_makes_the_pod_unschedulable_with_the_reason():
     pod = dcu_pod("p", annotations={keys.DEVICE_SCORING_WEIGHTS: "slot=1,core=1"})
     with pytest.raises(RequestError, match=re.escape("hami.io/device-scoring-weights: memory missing")):
-        plan_pod(pod, FilterSettings())
+        plan_pod(pod, FilterSettings(naming=keys.DCU_NAMING))
     plan = plan_pod(dcu_pod("q", annotations={keys.DEVICE_SCORING_WEIGHTS: "slot=0,core=2,memory=1"}),
-                    FilterSettings())
+                    FilterSettings(naming=keys.DCU_NAMING))
     assert plan is not None and plan.weights == Weights(0, 2, 1)
 
 

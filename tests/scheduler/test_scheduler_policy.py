@@ -30,7 +30,7 @@ def loaded_cache() -> ClusterCache:
 
 
 def choose(cache: ClusterCache, pod: dict, nodes: list[str], **settings) -> tuple[str | None, str | None]:
-    flt = Filter(cache, FilterSettings(**settings))
+    flt = Filter(cache, FilterSettings(naming=DCU, **settings))
     outcome = flt.run(plan_pod(pod, flt.settings), nodes, NOW)
     card = outcome.fit.devices[0][0].uuid if outcome.fit else None
     return outcome.chosen, card
@@ -97,7 +97,7 @@ def test_node_score_formula_is_utilisation_over_all_cards():
 
 def test_memo_is_invalidated_when_the_node_changes():
     cache = loaded_cache()
-    flt = Filter(cache, FilterSettings())
+    flt = Filter(cache, FilterSettings(naming=DCU))
     plan = plan_pod(dcu_pod("p", memory=40000, cores=10), flt.settings)
     first = flt.run(plan, ["busy"], NOW)
     assert first.fit.devices[0][0].uuid == "DCU-busy-S0"

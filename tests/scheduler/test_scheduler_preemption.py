@@ -4,7 +4,7 @@ further lower-priority holders are added, or the node is dropped."""
 
 from datetime import UTC, datetime
 
-from scheduler_helpers import dcu_pod, node_object, until
+from scheduler_helpers import dcu_pod, dcu_settings, node_object, until
 
 from hami_dcu.common import keys
 from hami_dcu.common.keys import DCU_NAMING
@@ -37,7 +37,7 @@ def full_card() -> ClusterCache:
 
 
 def plan(cores: int, count: int = 1, memory: int = 1000):
-    found = plan_pod(dcu_pod("urgent", memory=memory, cores=cores, count=count), FilterSettings())
+    found = plan_pod(dcu_pod("urgent", memory=memory, cores=cores, count=count), FilterSettings(naming=DCU))
     assert found is not None
     return found
 
@@ -69,7 +69,7 @@ def test_the_preempt_reply_speaks_uids_whatever_the_mode():
 
 
 async def test_the_verb_keeps_only_nodes_where_a_card_is_freed():
-    service = SchedulerService(None)
+    service = SchedulerService(None, dcu_settings())
     cache = service.cache
     cache.apply_node(node_object("n1", count=1), NOW)
     cache.apply_node(node_object("n2", count=1), NOW)

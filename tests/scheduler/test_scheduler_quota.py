@@ -5,8 +5,9 @@ extender's process denies at admission, limits and use are on /metrics."""
 from datetime import UTC, datetime
 
 from prometheus_client import generate_latest
-from scheduler_helpers import dcu_pod, filter_args, node_object, until
+from scheduler_helpers import dcu_pod, dcu_settings, filter_args, node_object, until
 
+from hami_dcu.common import keys
 from hami_dcu.scheduler.extender import parse_filter_args
 from hami_dcu.scheduler.quotas import admission_view
 from hami_dcu.scheduler.service import SchedulerService
@@ -25,7 +26,7 @@ def quota(name: str, memory: str | None = None, cores: str | None = None, namesp
 
 
 def offline() -> SchedulerService:
-    service = SchedulerService(None)
+    service = SchedulerService(None, dcu_settings())
     for name in ("n1", "n2"):
         service.cache.apply_node(node_object(name), NOW)
     return service
@@ -63,7 +64,7 @@ async def test_a_whole_card_counts_its_real_memory_at_filter_time():
 async def test_the_webhook_in_the_extenders_process_denies_at_admission():
     service = offline()
     service.quotas.apply(quota("dcu", memory="5000", cores="100"))
-    settings = Settings(quota=admission_view(service.quotas, service.cache))
+    settings = Settings(naming=keys.DCU_NAMING, quota=admission_view(service.quotas, service.cache))
     assert filtered(service, dcu_pod("a", memory=3000, cores=60, uid="ua"))["NodeNames"] == ["n1"]
     denied = review(dcu_pod("b", memory=1000, cores=50, scheduler="default-scheduler"), settings)
     assert not denied.allowed and denied.reason == "quota-exceeded"

@@ -62,7 +62,7 @@ def test_the_other_sets_type_keys_are_not_read_by_the_parser():
 def test_plan_pod_fails_the_pod_with_the_annotation_named():
     pod = dcu_pod("p", annotations={DCU.use_type: ",".join(["DCU-K100_AI"] * 20_000)})  # 240 KiB
     with pytest.raises(RequestError, match=f"annotation {DCU.use_type} lists 20000 entries"):
-        plan_pod(pod, FilterSettings())
+        plan_pod(pod, FilterSettings(naming=DCU))
 
 
 async def test_an_oversized_type_list_fails_every_node_with_the_annotation_named(kube, service, client):

@@ -95,7 +95,7 @@ def plan_of(pod: dict) -> PodPlan | None:
        st.frozensets(st.integers(0, 5), max_size=2))
 def test_the_filter_rejects_and_chooses_as_fit_does(nodes, pods, stale):
     cache = build_cache(nodes, stale)
-    filter_ = Filter(cache, FilterSettings())
+    filter_ = Filter(cache, FilterSettings(naming=DCU))
     for p, pod in enumerate(pods + pods):  # shapes seen again after the cache changed: kept sets follow it
         plan = plan_of(pod)
         if plan is None:
@@ -140,7 +140,7 @@ def test_a_shape_first_seen_and_new_card_states_are_judged():
     """A verdict table made before a card state existed judges it when the state appears."""
     cache = build_cache([[{"model": MODELS[0], "slots": 4, "memory": 65520, "cores": 100, "health": True, "numa": 0,
                            "shares": []}]])
-    filter_ = Filter(cache, FilterSettings())
+    filter_ = Filter(cache, FilterSettings(naming=DCU))
     plan = plan_of({"init": [], "app": [DcuRequest(1, 60000, 10)], "use_type": "", "nouse_type": "",
                     "card_policy": "spread", "node_policy": "binpack"})
     assert plan is not None
@@ -158,7 +158,7 @@ def test_a_shape_first_seen_and_new_card_states_are_judged():
 def test_a_node_turns_stale_as_time_passes_and_fresh_with_its_next_report():
     cards = [{"model": MODELS[0], "slots": 4, "memory": 65520, "cores": 100, "health": True, "numa": 0, "shares": []}]
     cache = build_cache([cards, cards])
-    filter_ = Filter(cache, FilterSettings())
+    filter_ = Filter(cache, FilterSettings(naming=DCU))
     plan = plan_of({"init": [], "app": [DcuRequest(1, 1000, 10)], "use_type": "", "nouse_type": "",
                     "card_policy": "spread", "node_policy": "binpack"})
     assert plan is not None
@@ -177,7 +177,7 @@ def test_a_node_turns_stale_as_time_passes_and_fresh_with_its_next_report():
 def test_a_routine_report_moves_the_deadline_without_a_change_logged():
     cards = [{"model": MODELS[0], "slots": 4, "memory": 65520, "cores": 100, "health": True, "numa": 0, "shares": []}]
     cache = build_cache([cards])
-    filter_ = Filter(cache, FilterSettings())
+    filter_ = Filter(cache, FilterSettings(naming=DCU))
     plan = plan_of({"init": [], "app": [DcuRequest(1, 1000, 10)], "use_type": "", "nouse_type": "",
                     "card_policy": "spread", "node_policy": "binpack"})
     assert plan is not None

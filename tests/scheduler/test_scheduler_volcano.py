@@ -23,7 +23,7 @@ VOLCANO = "volcano"
 @pytest.fixture
 async def volcano_client(kube, aiohttp_client) -> AsyncIterator[tuple[SchedulerService, object]]:
     akube = AsyncKube(kube)
-    service = SchedulerService(akube, ServiceSettings(filter=FilterSettings(volcano_scheduler=VOLCANO),
+    service = SchedulerService(akube, ServiceSettings(filter=FilterSettings(naming=DCU, volcano_scheduler=VOLCANO),
                                                       bind=BindSettings(lock_wait=1.5, settle_wait=1.0)))
     service.start()
     assert await service.wait_synced(10)

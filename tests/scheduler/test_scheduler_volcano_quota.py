@@ -17,7 +17,7 @@ from typing import Any
 
 import jsonpatch
 from prometheus_client import CollectorRegistry
-from scheduler_helpers import DCU, dcu_pod, node_object
+from scheduler_helpers import DCU, dcu_pod, dcu_settings, node_object
 
 from hami_dcu.common import keys
 from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
@@ -42,7 +42,7 @@ class Clock:
 
 
 def cluster(nodes: int = 1) -> SchedulerService:
-    service = SchedulerService(None)
+    service = SchedulerService(None, dcu_settings())
     for i in range(nodes):
         service.cache.apply_node(node_object(f"n{i + 1}"), NOW)
     service.quotas.apply(QUOTA)
@@ -51,7 +51,7 @@ def cluster(nodes: int = 1) -> SchedulerService:
 
 def volcano_settings(view: AdmissionView) -> Settings:
     """As the extender's command mounts the webhook in Volcano mode (scheduler/command.py)."""
-    return Settings(volcano_scheduler="volcano", quota=view, reservations=view.reservations)
+    return Settings(naming=DCU, volcano_scheduler="volcano", quota=view, reservations=view.reservations)
 
 
 def volcano_pod(name: str, memory: int | None = 4000, cores: int | None = 10, count: int = 1) -> JSON:
@@ -180,7 +180,7 @@ def test_hami_scheduler_pods_count_the_waiting_volcano_pods_too():
 
 
 def test_a_whole_card_with_no_card_registered_anywhere_is_refused_with_what_to_do():
-    service = SchedulerService(None)
+    service = SchedulerService(None, dcu_settings())
     service.quotas.apply(QUOTA)
     view = admission_view(service.quotas, service.cache, waiting=True)
     decision = review(volcano_pod("w", memory=None, cores=None), volcano_settings(view))
@@ -208,7 +208,7 @@ def test_outside_volcano_mode_admission_counts_as_before():
     view = admission_view(service.quotas, service.cache)
     pending = dcu_pod("a", memory=3000, cores=10, uid="ua")
     service.cache.apply_pod(pending)
-    settings = Settings(quota=view, reservations=view.reservations)
+    settings = Settings(naming=DCU, quota=view, reservations=view.reservations)
     assert view.reservations is None
     assert review(dcu_pod("b", memory=3000, cores=10), settings).allowed
     assert review(dcu_pod("w", memory=None, cores=None), settings).allowed

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from hami_dcu.common import keys
 from hami_dcu.common.tls import ReloadingTLS
 from hami_dcu.webhook.certs import CertBundle, issue
 from hami_dcu.webhook.decision import Settings
@@ -40,7 +41,7 @@ def served_webhook(tmp_path) -> Iterator[ServedWebhook]:
     tls = ReloadingTLS(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
     port = free_port()
     loop = asyncio.new_event_loop()
-    runner = web.AppRunner(build_app(Settings()), access_log=None)
+    runner = web.AppRunner(build_app(Settings(naming=keys.DCU_NAMING)), access_log=None)
     started = threading.Event()
 
     def serve() -> None:

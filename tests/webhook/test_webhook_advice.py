@@ -4,9 +4,10 @@ import pytest
 
 from hami_dcu.common import keys
 from hami_dcu.webhook.advice import scheduling_warnings
-from hami_dcu.webhook.decision import review
+from hami_dcu.webhook.decision import Settings, review
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
+SETTINGS = Settings(naming=DCU)
 
 
 def dcu_pod(annotations: dict[str, str], scheduler: str = "default-scheduler") -> dict:
@@ -26,9 +27,9 @@ def dcu_pod(annotations: dict[str, str], scheduler: str = "default-scheduler") -
 def test_a_value_the_scheduler_would_ignore_or_refuse_is_warned_about(annotations, fragment):
     warnings = scheduling_warnings(annotations)
     assert len(warnings) == 1 and fragment in warnings[0]
-    decision = review(dcu_pod(annotations))
+    decision = review(dcu_pod(annotations), SETTINGS)
     assert decision.allowed and decision.reason == "routed" and decision.warnings == warnings
-    assert review(dcu_pod(annotations, scheduler="hami-scheduler")).warnings == warnings
+    assert review(dcu_pod(annotations, scheduler="hami-scheduler"), SETTINGS).warnings == warnings
 
 
 @pytest.mark.parametrize("value", [",,", ",", " , "])
@@ -38,7 +39,7 @@ def test_hami_use_type_of_only_empty_entries_is_warned_about_as_matching_no_card
         assert len(warnings) == 1, warnings
         assert warnings[0].startswith(f"{key}: {value!r} names no card type, so no card matches")
         # Admitted (HAMi's meaning, not an error), with the warning under this cluster's key.
-        decision = review(dcu_pod({key: value}))
+        decision = review(dcu_pod({key: value}), SETTINGS)
         assert decision.allowed
         assert [w for w in decision.warnings if "names no card type" in w] == [
             f"{DCU.use_type}: {value!r} names no card type, so no card matches and the pod stays Pending "
@@ -67,4 +68,4 @@ def test_every_warning_fits_kubectls_line():
 def test_a_pod_without_dcu_gets_no_scheduling_warning():
     pod = dcu_pod({keys.DEVICE_SCHEDULER_POLICY: "best-fit"})
     pod["spec"]["containers"][0]["resources"] = {}
-    assert review(pod).warnings == []
+    assert review(pod, SETTINGS).warnings == []

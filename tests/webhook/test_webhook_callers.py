@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry
 from test_webhook_dra import DRA_SETTINGS, TEAM_QUOTA, FakeKube, Proven, claim_object, claim_review, container, pod
 
 from e2e.realcluster.pki import Pki
+from hami_dcu.common import keys
 from hami_dcu.common.dra import names
 from hami_dcu.common.kube import AsyncKube, ConflictError, KubeError
 from hami_dcu.common.quota import Amount
@@ -43,7 +44,8 @@ from hami_dcu.webhook.server import build_app
 
 JSON = dict[str, Any]
 ANONYMOUS = {"username": "system:anonymous", "groups": ["system:unauthenticated"]}
-QUOTA_EVERYWHERE = Settings(mode=DRA, quota=lambda ns: (TEAM_QUOTA, Amount(memory=4000, cores=40)))
+QUOTA_EVERYWHERE = Settings(naming=keys.DCU_NAMING, mode=DRA,
+                            quota=lambda ns: (TEAM_QUOTA, Amount(memory=4000, cores=40)))
 
 
 def forged(namespace: str, pod_: JSON, uid: str = "forged") -> JSON:
@@ -157,7 +159,7 @@ def whole_card(count: int = 1) -> JSON:
     ({"hygon.com/dcunum": "1", "hygon.com/dcumem": "1000", "hygon.com/dcucores": "10"}, (60, 120)),
 ])
 def test_every_shape_the_webhook_writes_round_trips(limits, units):
-    made = review(pod(container(**limits)), Settings(mode=DRA, card_units=units)).templates
+    made = review(pod(container(**limits)), Settings(naming=keys.DCU_NAMING, mode=DRA, card_units=units)).templates
     assert made and all(shape_problem(t["spec"]) is None for t in made)
     decoded, problems = decode(encode(made), {t["metadata"]["name"] for t in made})
     assert decoded == made and not problems

@@ -12,6 +12,7 @@ import pytest
 from test_webhook_dra import FakeKube
 from test_webhook_dra_quota_race import claim, claim_review, webhook
 
+from hami_dcu.common import keys
 from hami_dcu.webhook.decision import DRA, Settings
 
 QUOTAS: dict[str, Any] = {}
@@ -21,7 +22,7 @@ def lookup(namespace: str) -> Any:
     return QUOTAS.get(namespace)  # a dict, as the extender's QuotaBook: an unhashable key raises
 
 
-STRICT = Settings(mode=DRA, quota=lookup)
+STRICT = Settings(naming=keys.DCU_NAMING, mode=DRA, quota=lookup)
 
 
 @pytest.mark.parametrize("meta", ["x", 5, [], None, {"namespace": ["a"]}, {"namespace": 7},

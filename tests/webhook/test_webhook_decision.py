@@ -7,6 +7,7 @@ from hami_dcu.common import keys
 from hami_dcu.webhook.decision import Settings, review
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
+SETTINGS = Settings(naming=DCU)
 
 
 def ctr(name="c", **limits):
@@ -28,19 +29,19 @@ def pod(containers, init=None, scheduler="default-scheduler", annotations=None, 
 
 
 def routed(p, settings=None):
-    decision = review(p, settings or Settings())
+    decision = review(p, settings or SETTINGS)
     assert decision.allowed, decision.message
     return jsonpatch.apply_patch(p, decision.patch)["spec"].get("schedulerName"), decision
 
 
 def test_pod_without_dcu_passes_untouched():
-    decision = review(pod([ctr(cpu=1)]))
+    decision = review(pod([ctr(cpu=1)]), SETTINGS)
     assert decision.allowed and decision.patch == [] and decision.reason == "no-dcu"
 
 
 def test_a_zero_card_count_asks_for_no_dcu_and_is_left_alone():
     # HAMi reads dcunum: 0 as no request; so do we, even with a nodeName (it needs no cards).
-    decision = review(pod([ctr(num=0), ctr("side", cpu=1)], node="n1"))
+    decision = review(pod([ctr(num=0), ctr("side", cpu=1)], node="n1"), SETTINGS)
     assert decision.allowed and decision.patch == [] and decision.reason == "no-dcu"
     name, _ = routed(pod([ctr(num=0), ctr("main", num=1)]))
     assert name == "hami-scheduler"
@@ -61,18 +62,18 @@ def test_request_only_in_requests_or_init_or_sidecar_counts():
 
 
 def test_already_routed_needs_no_patch():
-    decision = review(pod([ctr(num=1)], scheduler="hami-scheduler"))
+    decision = review(pod([ctr(num=1)], scheduler="hami-scheduler"), SETTINGS)
     assert decision.allowed and decision.patch == [] and decision.reason == "already-routed"
 
 
 def test_other_scheduler_is_kept_with_a_warning():
-    decision = review(pod([ctr(num=1)], scheduler="volcano"))
+    decision = review(pod([ctr(num=1)], scheduler="volcano"), SETTINGS)
     assert decision.allowed and decision.patch == []
     assert "volcano" in decision.warnings[0] and len(decision.warnings[0]) <= 120
 
 
 def test_overwritable_list_and_scheduler_name_are_configurable():
-    settings = Settings(scheduler_name="dcu-sched", overwritable_schedulers=("default-scheduler", "legacy"))
+    settings = Settings(naming=DCU, scheduler_name="dcu-sched", overwritable_schedulers=("default-scheduler", "legacy"))
     assert routed(pod([ctr(num=1)], scheduler="legacy"), settings)[0] == "dcu-sched"
 
 
@@ -96,7 +97,7 @@ def test_overwritable_list_and_scheduler_name_are_configurable():
     ],
 )
 def test_denials_say_what_to_change(body, reason, fragment):
-    decision = review(body)
+    decision = review(body, SETTINGS)
     assert not decision.allowed
     assert decision.reason == reason
     assert fragment in decision.message
@@ -105,11 +106,11 @@ def test_denials_say_what_to_change(body, reason, fragment):
 def test_privileged_container_with_dcu_is_denied_but_without_dcu_passes():
     privileged = ctr("gpu", num=1)
     privileged["securityContext"] = {"privileged": True}
-    decision = review(pod([privileged]))
+    decision = review(pod([privileged]), SETTINGS)
     assert not decision.allowed and decision.reason == "privileged" and "gpu" in decision.message
     helper = ctr("helper", cpu=1)
     helper["securityContext"] = {"privileged": True}
-    assert review(pod([ctr(num=1), helper])).allowed
+    assert review(pod([ctr(num=1), helper]), SETTINGS).allowed
 
 
 def test_whole_cards_in_init_container_are_allowed():
@@ -118,11 +119,11 @@ def test_whole_cards_in_init_container_are_allowed():
 
 def test_the_opt_out_label_exempts_only_pods_naming_no_dcu():
     opted_out = {keys.WEBHOOK_LABEL: keys.WEBHOOK_IGNORE}
-    decision = review(pod([ctr(cpu=1)], labels=opted_out))
+    decision = review(pod([ctr(cpu=1)], labels=opted_out), SETTINGS)
     assert decision.allowed and decision.patch == [] and decision.reason == "ignored"
     # A DCU pod wearing the label is denied and routed as any other (issue 21: the label let a
     # two-card share through, served as two whole cards).
-    decision = review(pod([ctr("train", num=2, mem=1000, cores=10)], labels=opted_out))
+    decision = review(pod([ctr("train", num=2, mem=1000, cores=10)], labels=opted_out), SETTINGS)
     assert not decision.allowed and decision.reason == "multi-card-sharing" and "container train" in decision.message
     assert routed(pod([ctr(num=1, mem=1000)], labels=opted_out))[0] == "hami-scheduler"
 
@@ -132,13 +133,13 @@ def test_a_native_sidecar_may_hold_a_share_a_regular_init_container_may_not():
     sidecar["restartPolicy"] = "Always"
     name, decision = routed(pod([ctr(num=1, mem=2000)], init=[sidecar]))
     assert name == "hami-scheduler" and decision.reason == "routed"
-    decision = review(pod([ctr(num=1)], init=[ctr("setup", num=1, cores=20)]))
+    decision = review(pod([ctr(num=1)], init=[ctr("setup", num=1, cores=20)]), SETTINGS)
     assert not decision.allowed and decision.reason == "init-container-sharing"
     assert "native sidecars" in decision.message
     # restartPolicy other than Always (Never, OnFailure are not valid there, but say so) is no sidecar.
     other = ctr("setup", num=1, mem=100)
     other["restartPolicy"] = "OnFailure"
-    assert review(pod([ctr(num=1)], init=[other])).reason == "init-container-sharing"
+    assert review(pod([ctr(num=1)], init=[other]), SETTINGS).reason == "init-container-sharing"
 
 
 def test_user_selection_annotations_are_not_forged_state():
@@ -147,5 +148,13 @@ def test_user_selection_annotations_are_not_forged_state():
 
 def test_patch_adds_scheduler_name_when_missing():
     body = pod([ctr(num=1)], scheduler=None)
-    decision = review(body)
+    decision = review(body, SETTINGS)
     assert decision.patch == [{"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"}]
+
+
+def test_settings_and_review_name_the_naming_set_explicitly():
+    """No default set: a forgotten argument must fail, never silently speak the dcu set."""
+    with pytest.raises(TypeError, match="'naming'"):
+        Settings()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="'settings'"):
+        review(pod([ctr(num=1)]))  # type: ignore[call-arg]

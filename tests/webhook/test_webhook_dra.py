@@ -23,7 +23,7 @@ from hami_dcu.webhook.server import build_app
 
 JSON = dict[str, Any]
 DRA_SETTINGS = Settings(mode=DRA, card_units=(120,), naming=keys.NAMINGS["dcu"])
-DRA_ONLY = Settings(mode=DRA)
+DRA_ONLY = Settings(naming=keys.DCU_NAMING, mode=DRA)
 SHARE = {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000", "hygon.com/dcucores": "25"}
 
 
@@ -92,7 +92,7 @@ def test_a_pod_with_its_own_claims_is_left_alone_with_a_warning():
 
 
 def test_a_cores_percentage_without_published_cards_is_denied_with_the_reason():
-    decision = review(pod(container()), Settings(mode=DRA, card_units=()))
+    decision = review(pod(container()), Settings(naming=keys.DCU_NAMING, mode=DRA, card_units=()))
     assert not decision.allowed and decision.reason == "dra-untranslatable"
     assert "ResourceSlice" in decision.message
 
@@ -106,7 +106,7 @@ def test_the_shared_refusals_still_apply_in_dra_mode():
 
 
 def test_device_plugin_mode_still_routes_and_creates_nothing():
-    decision = review(pod(container()), Settings(card_units=(120,)))
+    decision = review(pod(container()), Settings(naming=keys.DCU_NAMING, card_units=(120,)))
     assert decision.reason == "routed" and not decision.templates
     assert {"op": "add", "path": "/spec/schedulerName", "value": keys.DEFAULT_SCHEDULER_NAME} in decision.patch
 
@@ -242,7 +242,7 @@ def test_units_of_skips_unreadable_capacities():
 
 def test_dra_mode_without_api_access_refuses_to_start():
     with pytest.raises(ValueError, match="DRA mode"):
-        build_app(Settings(mode=DRA), CollectorRegistry())
+        build_app(Settings(naming=keys.DCU_NAMING, mode=DRA), CollectorRegistry())
 
 
 # --- templates reused only when ours (issue 21, item 6) -----------------------------------------
@@ -341,7 +341,8 @@ async def test_a_template_the_watch_does_not_show_as_ours_is_read_as_before(aioh
 # --- the namespace DCU quota in DRA mode (issue 21, item 6) ------------------------------------
 
 TEAM_QUOTA = QuotaLimits(memory=Limit(10000, "team-dcu"), cores=Limit(50, "team-dcu"))
-QUOTA_SETTINGS = Settings(mode=DRA, quota=lambda ns: (TEAM_QUOTA, Amount()) if ns == "team" else None)
+QUOTA_SETTINGS = Settings(naming=keys.DCU_NAMING, mode=DRA,
+                          quota=lambda ns: (TEAM_QUOTA, Amount()) if ns == "team" else None)
 
 
 def claim_object(cores: str, memory: str = "1000Mi", name: str = "mine") -> JSON:

@@ -30,7 +30,7 @@ from hami_dcu.webhook.server import build_app
 
 JSON = dict[str, Any]
 TEN_GIB = QuotaLimits(memory=Limit(10240, "team-dcu"))
-SETTINGS = Settings(mode=DRA, quota=lambda ns: (TEN_GIB, Amount()) if ns == "team" else None)
+SETTINGS = Settings(naming=keys.DCU_NAMING, mode=DRA, quota=lambda ns: (TEN_GIB, Amount()) if ns == "team" else None)
 
 
 class SlowLists(FakeKube):
@@ -100,7 +100,8 @@ async def test_eight_claims_of_8_gib_created_at_once_against_10_gib_admit_one(ai
 
 async def test_the_admitted_claim_carries_its_reservation_and_counts_once_when_listed(aiohttp_client):
     fake = SlowLists()
-    quota20 = Settings(mode=DRA, quota=lambda ns: (QuotaLimits(memory=Limit(20480, "team-dcu")), Amount()))
+    quota20 = Settings(naming=keys.DCU_NAMING, mode=DRA,
+                       quota=lambda ns: (QuotaLimits(memory=Limit(20480, "team-dcu")), Amount()))
     client, dra = await webhook(aiohttp_client, fake, settings=quota20)
     first = await answer(client, claim_review(claim(), "r1"))
     assert first["allowed"]

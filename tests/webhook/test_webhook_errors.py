@@ -10,6 +10,7 @@ import logging
 from prometheus_client import CollectorRegistry
 from test_webhook_server import review
 
+from hami_dcu.common import keys
 from hami_dcu.common.kube import UnreachableError
 from hami_dcu.webhook import server
 from hami_dcu.webhook.decision import DRA, Settings
@@ -37,7 +38,7 @@ async def test_a_bug_in_the_decision_is_a_500_logged_with_its_traceback_and_coun
 
     monkeypatch.setattr(server, "review", broken)
     registry = CollectorRegistry()
-    client = await aiohttp_client(server.build_app(Settings(), registry))
+    client = await aiohttp_client(server.build_app(Settings(naming=keys.DCU_NAMING), registry))
     assert bugs(registry) == 0  # served before the first bug, so a rate() sees it
     response = await client.post("/webhook", json=review())
     assert response.status == 500
@@ -62,7 +63,7 @@ class UnreachableCards:
 
 async def test_an_expected_failure_is_its_own_status_without_a_traceback(aiohttp_client, caplog):
     registry = CollectorRegistry()
-    app = server.build_app(Settings(mode=DRA), registry, dra=UnreachableCards())  # type: ignore[arg-type]
+    app = server.build_app(Settings(naming=keys.DCU_NAMING, mode=DRA), registry, dra=UnreachableCards())  # type: ignore[arg-type]
     client = await aiohttp_client(app)
     response = await client.post("/webhook", json=review())
     assert response.status == 503
@@ -74,7 +75,7 @@ async def test_an_expected_failure_is_its_own_status_without_a_traceback(aiohttp
 
 async def test_a_malformed_pod_is_still_a_400_naming_the_field(aiohttp_client, caplog):
     registry = CollectorRegistry()
-    client = await aiohttp_client(server.build_app(Settings(), registry))
+    client = await aiohttp_client(server.build_app(Settings(naming=keys.DCU_NAMING), registry))
     body = review()
     body["request"]["object"]["spec"]["containers"] = "abc"
     response = await client.post("/webhook", json=body)

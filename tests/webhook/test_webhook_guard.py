@@ -16,7 +16,7 @@ DCU = keys.DCU_NAMING  # the naming set these tests speak
 
 SCHEDULER = "system:serviceaccount:kube-system:hami-dcu-scheduler"
 PLUGIN = "system:serviceaccount:kube-system:hami-dcu-device-plugin"
-SETTINGS = Settings(identities=Identities(frozenset({SCHEDULER}), frozenset({PLUGIN})))
+SETTINGS = Settings(naming=DCU, identities=Identities(frozenset({SCHEDULER}), frozenset({PLUGIN})))
 ALLOCATED = {DCU.pod_devices_allocated: "DCU-A,DCU,65520,100:;", keys.POD_NODE: "node0"}
 
 

@@ -49,11 +49,12 @@ def test_a_dcu_pod_on_an_hcu_cluster_is_renamed_the_other_way():
 
 
 def test_a_container_naming_both_sets_is_refused():
-    decision = review(pod({"hygon.com/dcunum": "1", "hygon.com/hcunum": "1"}), Settings(naming=keys.DCU_NAMING))
+    dcu = Settings(naming=keys.DCU_NAMING)
+    decision = review(pod({"hygon.com/dcunum": "1", "hygon.com/hcunum": "1"}), dcu)
     assert not decision.allowed and decision.reason == "mixed-naming"
     assert decision.message == "container main limits name both hygon.com/hcunum and hygon.com/dcunum: keep one"
     both = pod({"hygon.com/dcunum": "1"}, {"hygon.com/use-hcutype": "A", "hygon.com/use-dcutype": "B"})
-    assert "annotations name both hygon.com/use-hcutype and hygon.com/use-dcutype" in review(both).message
+    assert "annotations name both hygon.com/use-hcutype and hygon.com/use-dcutype" in review(both, dcu).message
 
 
 def test_a_pod_of_this_set_or_without_dcu_is_not_copied():

@@ -26,7 +26,7 @@ def dcu_pod(**spec_fields) -> dict:
                                          {"schedulerName": None}])
 def test_a_routed_pods_patch_is_what_make_patch_writes(spec_fields):
     pod = dcu_pod(**spec_fields)
-    decision = review(pod, Settings())
+    decision = review(pod, Settings(naming=DCU))
     assert decision.reason == "routed"
     after = {"spec": {**pod["spec"], "schedulerName": keys.DEFAULT_SCHEDULER_NAME}}
     assert decision.patch == jsonpatch.make_patch({"spec": pod["spec"]}, after).patch

@@ -11,7 +11,9 @@ from hami_dcu.webhook.decision import DRA, Settings, review
 
 KEYS = [keys.DCU_NAMING.use_type, keys.DCU_NAMING.nouse_type, keys.HCU_NAMING.use_type,
         keys.HCU_NAMING.nouse_type, keys.USE_DCU_UUID, keys.NOUSE_DCU_UUID]
-SETTINGS = {"dcu": Settings(), "hcu": Settings(naming=keys.HCU_NAMING), "dra": Settings(mode=DRA, card_units=(120,)),
+DCU_SETTINGS = Settings(naming=keys.DCU_NAMING)
+SETTINGS = {"dcu": DCU_SETTINGS, "hcu": Settings(naming=keys.HCU_NAMING),
+            "dra": Settings(naming=keys.DCU_NAMING, mode=DRA, card_units=(120,)),
             "volcano": Settings(naming=keys.HCU_NAMING, volcano_scheduler="volcano")}
 
 
@@ -38,7 +40,7 @@ def test_too_many_entries_are_refused_at_admission(key, mode):
 
 @pytest.mark.parametrize("key", KEYS)
 def test_a_too_long_entry_is_refused_at_admission(key):
-    decision = review(pod({key: "K100," + "y" * 240 * 1024}, Settings()))
+    decision = review(pod({key: "K100," + "y" * 240 * 1024}, DCU_SETTINGS), DCU_SETTINGS)
     assert not decision.allowed and decision.reason == "selection-too-long"
     assert f"annotation {key}" in decision.message and f"{240 * 1024 + 0} characters" in decision.message
     assert f"at most {SELECTION_MAX_ENTRY_CHARS}" in decision.message
@@ -47,12 +49,12 @@ def test_a_too_long_entry_is_refused_at_admission(key):
 
 @pytest.mark.parametrize("key", KEYS)
 def test_lists_at_the_limits_are_admitted(key):
-    decision = review(pod({key: entries(SELECTION_MAX_ENTRIES, SELECTION_MAX_ENTRY_CHARS)}, Settings()))
+    decision = review(pod({key: entries(SELECTION_MAX_ENTRIES, SELECTION_MAX_ENTRY_CHARS)}, DCU_SETTINGS), DCU_SETTINGS)
     assert decision.allowed, decision.message
 
 
 def test_a_pod_asking_for_no_dcu_is_not_judged_on_its_selection():
     """Nothing of hami-dcu reads its annotations: it passes untouched, as every such pod."""
-    plain = pod({keys.USE_DCU_UUID: entries(3000)}, Settings())
+    plain = pod({keys.USE_DCU_UUID: entries(3000)}, DCU_SETTINGS)
     plain["spec"]["containers"][0]["resources"] = {}
-    assert review(plain).reason == "no-dcu"
+    assert review(plain, DCU_SETTINGS).reason == "no-dcu"

@@ -20,7 +20,7 @@ def pod(scheduler="default-scheduler", labels=None, namespace="default", **limit
 
 
 def admission(body, settings=None):
-    settings = settings or Settings()
+    settings = settings or Settings(naming=DCU)
     adopted = adopt_names(body, settings.naming)
     return Admission(body, adopted.pod, adopted, dcu_pod(adopted.pod, settings.resources), settings)
 
@@ -49,12 +49,12 @@ def test_deny_rules_refuse_what_cannot_work_and_pass_the_rest():
 
 def test_claims_in_dra_mode_only_in_dra_mode():
     assert decision.claims_in_dra_mode(admission(pod(**SHARE))) is None
-    rewritten = decision.claims_in_dra_mode(admission(pod(**SHARE), Settings(mode=DRA, card_units=(80,))))
+    rewritten = decision.claims_in_dra_mode(admission(pod(**SHARE), Settings(naming=DCU, mode=DRA, card_units=(80,))))
     assert rewritten is not None and rewritten.allowed and rewritten.reason == "claims" and rewritten.templates
 
 
 def test_left_to_volcano_keeps_volcano_pods_under_the_memory_unit_rule():
-    settings = Settings(volcano_scheduler="volcano")
+    settings = Settings(naming=DCU, volcano_scheduler="volcano")
     kept = decision.left_to_volcano(admission(pod(scheduler="volcano", **SHARE), settings))
     assert kept is not None and kept.allowed and kept.reason == "left-to-volcano" and kept.patch == []
     gib = decision.left_to_volcano(admission(pod(scheduler="volcano", num=1, mem=2, cores=20), settings))
@@ -72,7 +72,7 @@ def test_other_scheduler_keeps_an_explicit_choice_with_a_warning():
 
 def test_namespace_quota_refuses_a_pod_over_its_namespace_limit():
     limits = QuotaLimits(memory=Limit(3000, "team-dcu"))
-    settings = Settings(quota=lambda ns: (limits, Amount(memory=2000)) if ns == "team" else None)
+    settings = Settings(naming=DCU, quota=lambda ns: (limits, Amount(memory=2000)) if ns == "team" else None)
     over = decision.namespace_quota(admission(pod(namespace="team", **SHARE), settings))
     assert over is not None and not over.allowed and over.reason == "quota-exceeded" and "team-dcu" in over.message
     assert decision.namespace_quota(admission(pod(namespace="other", **SHARE), settings)) is None

@@ -59,7 +59,7 @@ def test_chunked_body_over_the_cap_is_refused(served_webhook):
 @pytest.fixture
 def quick_webhook() -> Iterator[str]:
     """A webhook whose body deadline is short, so a stalled body is cut off quickly."""
-    server = AppThread("webhook-quick", lambda: build_app(Settings(), body_deadline=0.5)).start()
+    server = AppThread("webhook-quick", lambda: build_app(Settings(naming=DCU), body_deadline=0.5)).start()
     yield server.url
     server.stop()
 

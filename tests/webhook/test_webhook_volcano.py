@@ -8,7 +8,7 @@ from hami_dcu.webhook.decision import Settings, review
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 
-VOLCANO = Settings(volcano_scheduler="volcano")
+VOLCANO = Settings(naming=DCU, volcano_scheduler="volcano")
 
 
 def ctr(name="c", **limits):
@@ -29,7 +29,7 @@ def test_a_volcano_pod_keeps_its_scheduler_and_gets_no_warning_about_it():
 
 
 def test_without_volcano_mode_the_same_pod_is_kept_with_the_other_scheduler_warning():
-    decision = review(volcano_pod([ctr(num=1, mem=2048, cores=50)]), Settings())
+    decision = review(volcano_pod([ctr(num=1, mem=2048, cores=50)]), Settings(naming=DCU))
     assert decision.reason == "other-scheduler"
 
 
