@@ -14,6 +14,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / ".tools"
+# The chart refuses to render without image.repository (no hami-dcu image is published): a
+# test that renders it for its manifests alone names this one, which no registry serves.
+IMAGE_REPOSITORY = "registry.example/hami-dcu"
+SET_IMAGE = ("--set", f"image.repository={IMAGE_REPOSITORY}")
 
 
 def helm_and_kubectl() -> tuple[Path, Path] | None:

@@ -32,7 +32,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* global.imageRegistry, as the prefix of an image reference ("" when unset, else
 "<registry>/"): every image the chart runs is pulled through it, the repository's own registry
-kept in the path (m.daocloud.io/ghcr.io/hami-dcu/hami-dcu). */}}
+kept in the path (m.daocloud.io/registry.k8s.io/kube-scheduler). */}}
 {{- define "hami-dcu.imageRegistryPrefix" -}}
 {{- with (.Values.global | default dict).imageRegistry -}}{{ trimSuffix "/" . }}/{{- end -}}
 {{- end -}}

@@ -7,7 +7,7 @@ import pytest
 import yaml
 from chart_paths import CHART
 
-from e2e.tools import helm_and_kubectl
+from e2e.tools import SET_IMAGE, helm_and_kubectl
 
 
 def _extract() -> Path | None:
@@ -25,8 +25,11 @@ def helm() -> Path:
 
 @pytest.fixture(scope="session")
 def render(helm):
-    def run(*args: str, kube_version: str = "1.31.0") -> list[dict]:
-        out = subprocess.run([str(helm), "template", "hami-dcu", str(CHART), "--namespace", "kube-system",
+    def run(*args: str, kube_version: str = "1.31.0", set_image: bool = True) -> list[dict]:
+        """set_image=False: the caller names the image itself, e.g. in a values file (-f), which
+        SET_IMAGE (a --set) would override."""
+        image = SET_IMAGE if set_image else ()
+        out = subprocess.run([str(helm), "template", "hami-dcu", str(CHART), *image, "--namespace", "kube-system",
                               "--kube-version", kube_version, *args], check=True, capture_output=True, text=True).stdout
         return [d for d in yaml.safe_load_all(out) if d]
 

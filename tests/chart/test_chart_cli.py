@@ -9,13 +9,14 @@ import pytest
 import yaml
 from chart_paths import CHART
 
+from e2e.tools import IMAGE_REPOSITORY, SET_IMAGE
 from hami_dcu.cli.main import build_parser
 from hami_dcu.cli.startup import CHART_BOUNDS, chart_bound_problems
 from hami_dcu.common import keys
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 
-IMAGE = "ghcr.io/hami-dcu/hami-dcu:"
+IMAGE = f"{IMAGE_REPOSITORY}:"  # the one the render fixture sets
 
 
 def pod_specs(docs):
@@ -131,8 +132,9 @@ def test_the_cli_bounds_are_the_schema_bounds():
 
 
 def test_the_lock_wait_rule_says_the_same_words_in_the_chart_and_the_cli(helm):
-    result = subprocess.run([str(helm), "template", "x", str(CHART), "--set", "scheduler.lockWaitSeconds=20",
-                             "--set", "scheduler.lockTimeoutSeconds=10"], capture_output=True, text=True)
+    result = subprocess.run([str(helm), "template", "x", str(CHART), *SET_IMAGE,
+                             "--set", "scheduler.lockWaitSeconds=20", "--set", "scheduler.lockTimeoutSeconds=10"],
+                            capture_output=True, text=True)
     assert result.returncode != 0
     chart_words = result.stderr.split("validate.yaml:", 1)[1].split(": ", 1)[1].splitlines()[0]
     parser, _ = build_parser()

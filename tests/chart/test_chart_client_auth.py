@@ -11,6 +11,7 @@ import yaml
 from chart_paths import CHART
 
 from e2e.realcluster.pki import Pki
+from e2e.tools import SET_IMAGE
 
 
 def extender(docs: list[dict]) -> tuple[dict, dict]:
@@ -66,8 +67,8 @@ def test_on_with_an_existing_config_map(render):
     (["--set", "webhook.clientAuth.allowedNames={a b}"], "allowedNames"),
 ])
 def test_refused_at_render(helm, values, words):
-    result = subprocess.run([str(helm), "template", "hami-dcu", str(CHART), "--namespace", "kube-system", *values],
-                            capture_output=True, text=True)
+    result = subprocess.run([str(helm), "template", "hami-dcu", str(CHART), *SET_IMAGE, "--namespace", "kube-system",
+                             *values], capture_output=True, text=True)
     assert result.returncode != 0 and words in result.stderr, result.stderr
 
 

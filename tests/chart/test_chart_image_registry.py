@@ -7,6 +7,8 @@ import pytest
 import yaml
 from chart_paths import CHART
 
+from e2e.tools import IMAGE_REPOSITORY, SET_IMAGE
+
 MIRROR = "m.daocloud.io"
 # Every kind of workload the chart renders: hooks (certs, cleanup), the renewal CronJob, the
 # `helm test` pod, the device plugin or the DRA driver, the scheduler pod.
@@ -51,7 +53,7 @@ def test_every_hami_dcu_container_is_pulled_through_the_registry(render, values)
 def test_the_defaults_leave_images_as_they_were(render):
     found = images(render())
     app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
-    assert found["extender"] == {f"ghcr.io/hami-dcu/hami-dcu:{app_version}"}
+    assert found["extender"] == {f"{IMAGE_REPOSITORY}:{app_version}"}
     assert found["kube-scheduler"] == {"registry.k8s.io/kube-scheduler:v1.31.0"}
     assert images(render("--set", "global.imageRegistry=")) == found
 
@@ -66,15 +68,15 @@ def test_the_kube_scheduler_image_helper_prefixes_it(helm, tmp_path):
     chart = tmp_path / "chart"
     subprocess.run(["cp", "-r", str(CHART), str(chart)], check=True)
     (chart / "templates" / "probe.yaml").write_text('image: {{ include "hami-dcu.kubeSchedulerImage" . | quote }}\n')
-    done = subprocess.run([str(helm), "template", "x", str(chart), "--kube-version", "1.31.0", "--show-only",
-                           "templates/probe.yaml", "--set", f"global.imageRegistry={MIRROR}"],
+    done = subprocess.run([str(helm), "template", "x", str(chart), *SET_IMAGE, "--kube-version", "1.31.0",
+                           "--show-only", "templates/probe.yaml", "--set", f"global.imageRegistry={MIRROR}"],
                           capture_output=True, text=True, check=True)
     assert f'image: "{MIRROR}/registry.k8s.io/kube-scheduler:v1.31.0"' in done.stdout
 
 
 @pytest.mark.parametrize("registry", ["https://mirror.example.com", "mirror example", "mirror.example.com//x"])
 def test_a_registry_that_is_no_image_prefix_is_refused(helm, registry):
-    done = subprocess.run([str(helm), "template", "x", str(CHART), "--set", f"global.imageRegistry={registry}"],
-                          capture_output=True, text=True)
+    done = subprocess.run([str(helm), "template", "x", str(CHART), *SET_IMAGE,
+                           "--set", f"global.imageRegistry={registry}"], capture_output=True, text=True)
     assert done.returncode != 0
     assert f'global.imageRegistry is "{registry}": give a registry host' in done.stderr, done.stderr

@@ -60,7 +60,9 @@ def test_nonsense_limits_are_refused(helm, setting):
 
     from chart_paths import CHART
 
-    result = subprocess.run([str(helm), "template", "x", str(CHART), "--set", setting], capture_output=True,
+    from e2e.tools import SET_IMAGE
+
+    result = subprocess.run([str(helm), "template", "x", str(CHART), *SET_IMAGE, "--set", setting], capture_output=True,
                             text=True)
     assert result.returncode != 0 and "values don't meet the specifications of the schema" in result.stderr
 

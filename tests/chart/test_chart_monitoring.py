@@ -8,6 +8,7 @@ import pytest
 from chart_paths import CHART
 from prometheus_client import CollectorRegistry
 
+from e2e.tools import SET_IMAGE
 from hami_dcu.common.keys import DCU_NAMING
 from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.dra.metrics import DriverMetrics
@@ -109,6 +110,6 @@ def test_monitors_scrape_the_metrics_ports(render):
 
 
 def test_monitor_interval_is_checked_by_the_schema(helm):
-    done = subprocess.run([str(helm), "template", "x", str(CHART), "--set", "metrics.podMonitor.interval=soon"],
-                          capture_output=True, text=True)
+    done = subprocess.run([str(helm), "template", "x", str(CHART), *SET_IMAGE,
+                           "--set", "metrics.podMonitor.interval=soon"], capture_output=True, text=True)
     assert done.returncode != 0 and "interval" in done.stderr

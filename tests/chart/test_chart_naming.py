@@ -7,6 +7,8 @@ import pytest
 import yaml
 from chart_paths import CHART
 
+from e2e.tools import SET_IMAGE
+
 
 def by_kind(docs, kind, suffix=""):
     return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(suffix))
@@ -49,5 +51,6 @@ def test_the_webhook_is_sent_pods_naming_either_set(render):
                                           ("scheduler.devicePolicy=mutex", True),
                                           ("scheduler.devicePolicy=best-fit", False)])
 def test_values_are_checked(helm, value, ok):
-    result = subprocess.run([str(helm), "template", "x", str(CHART), "--set", value], capture_output=True, text=True)
+    result = subprocess.run([str(helm), "template", "x", str(CHART), *SET_IMAGE, "--set", value],
+                            capture_output=True, text=True)
     assert (result.returncode == 0) == ok, result.stderr

@@ -9,6 +9,8 @@ import subprocess
 import pytest
 from chart_paths import CHART
 
+from e2e.tools import SET_IMAGE
+
 NODE_ONLY = ["--set", "scheduler.enabled=false"]
 HAMI = "system:serviceaccount:kube-system:hami-scheduler"
 
@@ -65,6 +67,6 @@ def test_with_the_scheduler_the_external_identity_is_not_trusted(render):
     ([*NODE_ONLY, "--set", "scheduler.external.identity=a'b"], "/scheduler/external/identity"),
 ])
 def test_what_cannot_work_without_the_scheduler_fails_the_install(helm, values, fragment):
-    result = subprocess.run([str(helm), "template", "x", str(CHART), "--kube-version", "1.34.0", *values],
+    result = subprocess.run([str(helm), "template", "x", str(CHART), *SET_IMAGE, "--kube-version", "1.34.0", *values],
                             capture_output=True, text=True)
     assert result.returncode != 0 and fragment in result.stderr, result.stderr

@@ -6,10 +6,12 @@ import subprocess
 import yaml
 from chart_paths import CHART
 
+from e2e.tools import SET_IMAGE
+
 
 def notes(helm, *values: str) -> str:
-    done = subprocess.run([str(helm), "install", "hami-dcu", str(CHART), "-n", "kube-system", "--dry-run=client",
-                           *values], capture_output=True, text=True, check=True)
+    done = subprocess.run([str(helm), "install", "hami-dcu", str(CHART), *SET_IMAGE, "-n", "kube-system",
+                           "--dry-run=client", *values], capture_output=True, text=True, check=True)
     return done.stdout.split("NOTES:\n", 1)[1]
 
 
@@ -38,16 +40,16 @@ def test_the_notes_follow_the_mode_and_the_naming_set(helm):
 
 
 def test_dra_mode_is_refused_below_kubernetes_1_34_with_what_to_do(helm):
-    old = subprocess.run([str(helm), "template", "x", str(CHART), "--set", "mode=dra", "--kube-version", "1.33.4"],
-                         capture_output=True, text=True)
+    old = subprocess.run([str(helm), "template", "x", str(CHART), *SET_IMAGE, "--set", "mode=dra",
+                          "--kube-version", "1.33.4"], capture_output=True, text=True)
     assert old.returncode != 0
     assert "mode=dra needs Kubernetes 1.34 or later" in old.stderr and "this cluster is v1.33.4" in old.stderr
     assert "use mode=devicePlugin" in old.stderr
     for version in ("1.34.0", "1.36.1"):
-        subprocess.run([str(helm), "template", "x", str(CHART), "--set", "mode=dra", "--kube-version", version],
-                       capture_output=True, text=True, check=True)
-    subprocess.run([str(helm), "template", "x", str(CHART), "--kube-version", "1.30.0"], capture_output=True,
-                   text=True, check=True)  # device-plugin mode: any supported version
+        subprocess.run([str(helm), "template", "x", str(CHART), *SET_IMAGE, "--set", "mode=dra",
+                        "--kube-version", version], capture_output=True, text=True, check=True)
+    subprocess.run([str(helm), "template", "x", str(CHART), *SET_IMAGE, "--kube-version", "1.30.0"],
+                   capture_output=True, text=True, check=True)  # device-plugin mode: any supported version
 
 
 def test_the_documented_policy_chain_renders(render):
@@ -63,8 +65,8 @@ def test_the_documented_policy_chain_renders(render):
 
 def installed(helm, *values: str) -> tuple[list[dict], str]:
     """What `helm install` would create (hooks included) and the NOTES it prints."""
-    done = subprocess.run([str(helm), "install", "hami-dcu", str(CHART), "-n", "kube-system", "--dry-run=client",
-                           *values], capture_output=True, text=True, check=True)
+    done = subprocess.run([str(helm), "install", "hami-dcu", str(CHART), *SET_IMAGE, "-n", "kube-system",
+                           "--dry-run=client", *values], capture_output=True, text=True, check=True)
     objects, notes_text = done.stdout.split("NOTES:\n", 1)
     objects = objects.split("HOOKS:\n", 1)[-1].replace("MANIFEST:\n", "---\n")
     return [d for d in yaml.safe_load_all(objects) if d], notes_text

@@ -5,6 +5,8 @@ import subprocess
 import pytest
 from chart_paths import CHART
 
+from e2e.tools import SET_IMAGE
+
 WORKLOADS = ("Deployment", "DaemonSet", "Job", "CronJob")
 FIXED_NAMES = {"extension-apiserver-authentication-reader", "system:kube-scheduler", "system:volume-scheduler"}
 
@@ -52,6 +54,6 @@ def test_pod_labels_and_annotations_reach_every_pod(render, mode):
 
 
 def test_pod_labels_cannot_replace_the_charts_own(helm):
-    done = subprocess.run([str(helm), "template", "x", str(CHART), "--set",
+    done = subprocess.run([str(helm), "template", "x", str(CHART), *SET_IMAGE, "--set",
                            "podLabels.app\\.kubernetes\\.io/name=other"], capture_output=True, text=True)
     assert done.returncode != 0 and "podLabels.app.kubernetes.io/name: the chart sets this label itself" in done.stderr

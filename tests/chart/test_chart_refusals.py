@@ -8,9 +8,11 @@ import pytest
 import yaml
 from chart_paths import CHART
 
+from e2e.tools import SET_IMAGE
+
 
 def helm_template(helm, *values: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(helm), "template", "x", str(CHART), "--namespace", "kube-system",
+    return subprocess.run([str(helm), "template", "x", str(CHART), *SET_IMAGE, "--namespace", "kube-system",
                            "--kube-version", "1.34.0", *values], capture_output=True, text=True)
 
 
@@ -123,3 +125,30 @@ def test_a_policy_chain_renders_escaped_or_as_json_and_the_escape_is_documented(
         assert "--set 'scheduler.devicePolicy=binpack\\,numa'" in text, doc
         assert "--set-json 'scheduler.devicePolicy=\"binpack,numa\"'" in text, doc
         assert 'key "numa" has no value' in text, doc
+
+
+# No hami-dcu image is published (issue 39): every configuration runs ours (the scheduler pod,
+# the device plugin or the DRA driver, the certificate jobs), so each refuses without one.
+@pytest.mark.parametrize("values", [[], ["--set", "image.repository="], ["--set", "mode=dra"],
+                                    ["--set", "scheduler.enabled=false"]])
+@pytest.mark.parametrize("verb", [["template", "x", "--kube-version", "1.34.0"],
+                                  ["install", "hami-dcu", "--dry-run=client"]])
+def test_without_an_image_repository_the_refusal_says_how_to_build_one(helm, verb, values):
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    done = subprocess.run([str(helm), *verb, str(CHART), "--namespace", "kube-system", *values],
+                          capture_output=True, text=True)
+    assert done.returncode != 0, f"accepted: {values}"
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
+    assert line.endswith(
+        "image.repository is required: no hami-dcu image is published; build one from this chart's source and push it"
+        f" where your nodes pull from: docker build -t <registry>/hami-dcu:{app_version} . && docker push"
+        f" <registry>/hami-dcu:{app_version}, then --set image.repository=<registry>/hami-dcu"), line
+
+
+def test_an_image_repository_renders_every_hami_dcu_container_from_it(helm):
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    done = subprocess.run([str(helm), "template", "x", str(CHART), "--kube-version", "1.34.0",
+                           "--set", "image.repository=harbor.example.com/dcu/hami-dcu"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    found = {line.split("image: ", 1)[1].strip('"') for line in done.stdout.splitlines() if "image: " in line}
+    assert found == {f"harbor.example.com/dcu/hami-dcu:{app_version}", "registry.k8s.io/kube-scheduler:v1.34.0"}

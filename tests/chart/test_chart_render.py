@@ -9,6 +9,8 @@ import pytest
 import yaml
 from chart_paths import CHART
 
+from e2e.tools import SET_IMAGE
+
 MOCK_VALUES = ["--set", "devicePlugin.smi=mock", "--set", "image.tag=e2e"]
 
 
@@ -19,7 +21,7 @@ def by_kind(docs, kind, suffix=""):
 
 
 def test_helm_lint(helm):
-    result = subprocess.run([str(helm), "lint", str(CHART), "--strict"], capture_output=True, text=True)
+    result = subprocess.run([str(helm), "lint", str(CHART), *SET_IMAGE, "--strict"], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -154,8 +156,8 @@ def test_the_status_write_condition_is_the_one_writer_rules_keys(render):
 
 
 def test_the_release_namespace_is_never_sent_to_the_webhook(helm):
-    out = subprocess.run([str(helm), "template", "r", str(CHART), "--namespace", "dcu-system", "--kube-version",
-                          "1.29.0"], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([str(helm), "template", "r", str(CHART), *SET_IMAGE, "--namespace", "dcu-system",
+                          "--kube-version", "1.29.0"], check=True, capture_output=True, text=True).stdout
     config = by_kind([d for d in yaml.safe_load_all(out) if d], "MutatingWebhookConfiguration")
     for hook in config["webhooks"]:
         names = next(e for e in hook["namespaceSelector"]["matchExpressions"]
@@ -233,7 +235,7 @@ def test_cert_manager_mode(render):
                                                ("scheduler.kubeScheduler.qps=0", "qps"),
                                                ("scheduler.kubeScheduler.burst=0", "burst")])
 def test_values_schema_rejects_bad_values(helm, setting, named):
-    result = subprocess.run([str(helm), "template", "x", str(CHART), "--set", setting],
+    result = subprocess.run([str(helm), "template", "x", str(CHART), *SET_IMAGE, "--set", setting],
                             capture_output=True, text=True)
     assert result.returncode != 0 and named in result.stderr
     json.loads((CHART / "values.schema.json").read_text())
@@ -249,7 +251,7 @@ def test_kind_e2e_values_render(render, tmp_path):
                   node: [card.as_mock_entry() for card in default_cards(node, 2)] for node in nodes}}}
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump(values))
-    docs = render("-f", str(path))
+    docs = render("-f", str(path), set_image=False)
     data = by_kind(docs, "ConfigMap", "mock-devices")["data"]
     for node in nodes:
         assert [card["serial"] for card in yaml.safe_load(data[f"{node}.yaml"])] == [f"{node.upper()}S0",

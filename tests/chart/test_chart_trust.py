@@ -10,6 +10,7 @@ import pytest
 import yaml
 from chart_paths import CHART
 
+from e2e.tools import SET_IMAGE
 from hami_dcu.common import keys, writers
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
@@ -218,7 +219,7 @@ def test_node_lock_writers_reach_the_policy_and_the_webhook(render):
 @pytest.mark.parametrize("value", ["users={it's}", "groups={a\\\\b}", "serviceAccounts={hami-scheduler}",
                                    "serviceAccounts={kube-system/Hami}", "others={x}"])
 def test_node_lock_writers_that_would_break_the_cel_are_refused(helm, value):
-    result = subprocess.run([str(helm), "template", "x", str(CHART), "--set",
+    result = subprocess.run([str(helm), "template", "x", str(CHART), *SET_IMAGE, "--set",
                              f"admissionPolicy.nodeLockWriters.{value}"], capture_output=True, text=True)
     assert result.returncode != 0 and "nodeLockWriters" in result.stderr
 
@@ -260,7 +261,7 @@ def test_kube_scheduler_leads_on_its_own_lease(render, helm):
 
 def render_release(helm, release):
     """The chart as a second release, in another namespace."""
-    out = subprocess.run([str(helm), "template", release, str(CHART), "--namespace", "hami-dcu-two",
+    out = subprocess.run([str(helm), "template", release, str(CHART), *SET_IMAGE, "--namespace", "hami-dcu-two",
                           "--kube-version", "1.35.0", "--set", "mode=devicePlugin"], check=True, capture_output=True,
                          text=True).stdout
     return [d for d in yaml.safe_load_all(out) if d]

@@ -9,10 +9,12 @@ import pytest
 import yaml
 from chart_paths import CHART
 
+from e2e.tools import SET_IMAGE
+
 
 def helm_template(helm, *values: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(helm), "template", "hami-dcu", str(CHART), "--namespace", "kube-system", *values],
-                          capture_output=True, text=True)
+    return subprocess.run([str(helm), "template", "hami-dcu", str(CHART), *SET_IMAGE, "--namespace", "kube-system",
+                           *values], capture_output=True, text=True)
 
 
 def test_a_misspelt_nested_key_fails_with_a_clear_message(helm):

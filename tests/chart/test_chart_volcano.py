@@ -7,6 +7,7 @@ import subprocess
 import pytest
 from chart_paths import CHART
 
+from e2e.tools import SET_IMAGE
 from hami_dcu.common import keys
 from hami_dcu.deviceplugin import lockless
 
@@ -55,7 +56,8 @@ def test_on_every_component_gets_its_flags_and_rights(render):
     ([*VOLCANO, "--set", "volcano.identity=volcano"], "/volcano/identity"),
 ])
 def test_what_volcano_cannot_read_fails_the_install(helm, values, fragment):
-    result = subprocess.run([str(helm), "template", "x", str(CHART), *values], capture_output=True, text=True)
+    result = subprocess.run([str(helm), "template", "x", str(CHART), *SET_IMAGE, *values],
+                            capture_output=True, text=True)
     assert result.returncode != 0 and fragment in result.stderr, result.stderr
 
 

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 import yaml
 
-from e2e.tools import ROOT, helm_and_kubectl
+from e2e.tools import ROOT, SET_IMAGE, helm_and_kubectl
 from hami_dcu.cli.main import build_parser
 from hami_dcu.common.dra import names
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(TOOLS is None, reason="helm comes from aws-cdk-l
 
 def render(*sets: str) -> list[dict]:
     assert TOOLS is not None
-    args = [str(TOOLS[0]), "template", "r", str(ROOT / "chart"), "--namespace", "kube-system"]
+    args = [str(TOOLS[0]), "template", "r", str(ROOT / "chart"), *SET_IMAGE, "--namespace", "kube-system"]
     for value in sets:
         args += ["--set", value]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
