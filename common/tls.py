@@ -126,3 +126,8 @@ def add_client_auth_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client-name", action="append", default=None, metavar="NAME",
                         help="with --client-ca: the client certificate's common name or a DNS name must be one of "
                              "these (repeatable; default: any certificate the CA signed)")
+    parser.add_argument("--api-server-cidr", action="append", default=None, metavar="CIDR",
+                        help="where the API server's reviews come from (repeatable; the chart passes the "
+                             "addresses its NetworkPolicy admits): without --client-ca only a review from these "
+                             "holds its namespace's quota while its object is stored; a review from elsewhere is "
+                             "still answered (default: every review holds it)")

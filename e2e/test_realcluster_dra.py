@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import ssl
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -566,6 +568,68 @@ def test_claims_created_at_once_cannot_pass_the_quota_together(dra: DraRealClust
     finally:
         delete_quietly(dra, f"{quotas}/{QUOTA}")
 
+
+
+_POST_FROM_A_POD = """
+import json, ssl, sys, urllib.request
+context = ssl.create_default_context()
+context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+request = urllib.request.Request(sys.argv[1], sys.stdin.buffer.read(), {"Content-Type": "application/json"})
+with urllib.request.urlopen(request, context=context, timeout=10) as response:
+    print(json.dumps(json.loads(response.read())["response"]))
+"""
+
+
+def test_a_forged_claim_review_from_a_pod_holds_no_quota(dra: DraRealCluster) -> None:
+    """Issue 35's Medium without webhook.clientAuth: a review posted straight to the webhook
+    port for another namespace's claim reserved what it asked there for 30 s (again and again,
+    that namespace's claims refused as over quota). Posted from a pod's network namespace (not
+    the API server's address, which the chart passes as --api-server-cidr), it is answered and
+    reserves nothing: the tenant's own claim of 8 GiB against 10 GiB is admitted right after.
+    The API server's reviews still reserve: a second real claim of 8 GiB is refused."""
+    assert dra.network is not None
+    quotas = f"/api/v1/namespaces/{dra.namespace}/resourcequotas"
+    delete_quietly(dra, f"{quotas}/{QUOTA}")
+    dra.kube.request("POST", quotas, body={"metadata": {"name": QUOTA},
+                                           "spec": {"hard": {"limits.hygon.com/dcumem": "10240"}}})
+    (scheduler,) = dra.kube.list_pods(namespace="kube-system",
+                                      label_selector="app.kubernetes.io/component=scheduler").items
+    url = f"https://{scheduler['status']['podIP']}:9443/webhook"
+    netns, _address = dra.network.add_pod()
+    try:
+        def forged(uid: str) -> JSON:
+            review_ = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+                "uid": uid, "kind": {"group": "resource.k8s.io", "version": "v1", "kind": "ResourceClaim"},
+                "resource": {"group": "resource.k8s.io", "version": "v1", "resource": "resourceclaims"},
+                "namespace": dra.namespace, "operation": "CREATE",
+                "userInfo": {"username": "system:anonymous", "groups": ["system:unauthenticated"]},
+                "object": {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                           "metadata": {"name": f"forged-{uid}", "namespace": dra.namespace},
+                           "spec": request_spec(memory="8Gi")}}}
+            done = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", _POST_FROM_A_POD, url],
+                                  input=json.dumps(review_), capture_output=True, text=True, timeout=30)
+            assert done.returncode == 0, done.stderr
+            return json.loads(done.stdout)
+
+        def quota_seen() -> bool:
+            try:
+                dra.kube.request("POST", CLAIMS, query={"dryRun": "All"}, body={
+                    "metadata": {"name": "probe"}, "spec": request_spec(memory="12Gi")})
+            except KubeError as exc:
+                return "exceeds" in str(exc)
+            return False
+
+        wait_until("the webhook sees the quota", quota_seen, timeout=60, interval=0.5)
+        for i in range(3):  # as a tenant of another namespace would, again and again
+            answer = forged(f"forged-{i}")
+            assert answer["allowed"] and not answer.get("patch"), answer  # answered, no reservation stamped
+        create_claim(dra, "mine", memory="8Gi")  # admitted: the forged reviews hold nothing
+        with pytest.raises(KubeError, match="exceeds"):
+            create_claim(dra, "second", memory="8Gi")  # the API server's own review of "mine" holds 8 GiB
+    finally:
+        dra.network.remove_pod(netns)
+        delete_quietly(dra, f"{CLAIMS}/mine")
+        delete_quietly(dra, f"{quotas}/{QUOTA}")
 
 # --- issue 36, item 2: what a pod got, on its claim --------------------------------------------
 

@@ -139,7 +139,7 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
     """Serve the webhook's POST /webhook on `app`. Imported only here, so the scheduler runs
     even in a build without the webhook."""
     try:
-        from hami_dcu.webhook.command import client_auth_from, webhook_settings
+        from hami_dcu.webhook.command import api_server_from, client_auth_from, webhook_settings
         from hami_dcu.webhook.server import add_webhook_routes
     except ImportError as exc:
         raise ValueError(f"--serve-webhook: the webhook is not available in this build ({exc})") from exc
@@ -168,7 +168,7 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
             # The templates a review left for later (no caller proven), made once the pod is stored.
             service.informer.on_pod = DeferredTemplates(dra).seen
     add_webhook_routes(app, settings, service.metrics.registry, body_deadline=limits.body_timeout, dra=dra,
-                       client_auth=client_auth_from(args))
+                       client_auth=client_auth_from(args), api_server=api_server_from(args))
 
 
 def _address(flag: str, value: str) -> tuple[str, int]:

@@ -15,6 +15,8 @@ namespace's quota (common/quota.py).
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,3 +64,42 @@ def _items(value: Any) -> tuple[Any, ...]:
 def _pairs(value: Any) -> list[tuple[str, str]]:
     return [(item[0], item[1]) for item in _items(value)
             if isinstance(item, tuple | list) and len(item) == 2 and all(isinstance(i, str) for i in item)]
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True)
+class ApiServerAddresses:
+    """Where the API server's reviews come from (the chart gives the addresses its
+    NetworkPolicy lets in: `networkPolicy.apiServer.cidrs`, or the `kubernetes` Endpoints).
+    Without a client certificate a review proves nothing of its sender, but its TCP peer
+    cannot be forged: a review from elsewhere is answered, and holds none of its namespace's
+    quota while its object is being stored (a forged one would hold another namespace's quota
+    for nothing, issue 35)."""
+
+    networks: tuple[Network, ...]
+
+    @classmethod
+    def parse(cls, cidrs: Iterable[str]) -> ApiServerAddresses:
+        """From CIDRs or bare addresses. Raises ValueError naming a malformed one."""
+        networks: list[Network] = []
+        for cidr in cidrs:
+            try:
+                networks.append(ipaddress.ip_network(cidr.strip(), strict=False))
+            except ValueError as exc:
+                raise ValueError(f"--api-server-cidr {cidr!r}: not an address or CIDR ({exc})") from None
+        return cls(tuple(networks))
+
+    def includes(self, peer: str | None) -> bool:
+        """Whether a connection from `peer` (the socket's address; None when unknown) is the
+        API server's. An IPv4 address seen on an IPv6 socket (::ffff:a.b.c.d) is itself."""
+        if not peer:
+            return False
+        try:
+            address = ipaddress.ip_address(peer.split("%", 1)[0])
+        except ValueError:
+            return False
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return any(address in network for network in self.networks)

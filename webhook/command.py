@@ -19,7 +19,7 @@ from hami_dcu.common.guardedsite import serve_guarded
 from hami_dcu.common.tls import ReloadingTLS, add_client_auth_arguments
 from hami_dcu.common.writer_flags import add_identity_arguments, identities_from
 from hami_dcu.common.writers import Identities
-from hami_dcu.webhook.callers import ClientAuth
+from hami_dcu.webhook.callers import ApiServerAddresses, ClientAuth
 from hami_dcu.webhook.decision import Settings
 from hami_dcu.webhook.server import build_app
 
@@ -43,6 +43,12 @@ def client_auth_from(args: argparse.Namespace) -> ClientAuth | None:
             raise ValueError("--client-name needs --client-ca")
         return None
     return ClientAuth(names)
+
+
+def api_server_from(args: argparse.Namespace) -> ApiServerAddresses | None:
+    """The API server's addresses (--api-server-cidr), None when none is given. Raises ValueError."""
+    cidrs = [c for value in args.api_server_cidr or () for c in value.split(",") if c.strip()]
+    return ApiServerAddresses.parse(cidrs) if cidrs else None
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     host, port = split_bind(args.bind)
     try:
         client_auth = client_auth_from(args)
+        api_server = api_server_from(args)
     except ValueError as exc:
         raise CannotStart(str(exc)) from exc
     try:
@@ -108,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     limits = connection_limits_from(args)
     registry = CollectorRegistry()
     registry.register(CertificateExpiry({"serving": args.tls_cert}))  # renewal that stopped shows on /metrics
-    app = build_app(settings_from(args), registry, body_deadline=limits.body_timeout, client_auth=client_auth)
+    app = build_app(settings_from(args), registry, body_deadline=limits.body_timeout, client_auth=client_auth,
+                    api_server=api_server)
     # What is loaded now lives as long as the process: out of the collector's sight, so no
     # full collection ever walks it in the middle of reviews (common/gcpolicy.py).
     gcpolicy.tune()

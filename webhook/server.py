@@ -18,7 +18,7 @@ from hami_dcu.common.kube import KubeError
 from hami_dcu.common.podshape import pod_shape_problem
 from hami_dcu.common.untrusted import shown
 from hami_dcu.webhook import guard
-from hami_dcu.webhook.callers import ClientAuth
+from hami_dcu.webhook.callers import ApiServerAddresses, ClientAuth
 from hami_dcu.webhook.decision import DRA, Decision, Settings, claim_kind, review, review_claim
 from hami_dcu.webhook.draclaims import DraClaims, ForeignTemplate
 from hami_dcu.webhook.draquota import PublishedCards, asked_amount, refusal
@@ -129,9 +129,11 @@ def respond(reviewed: Reviewed, metrics: WebhookMetrics) -> dict[str, Any]:
 
 
 async def _check_claim_quota(reviewed: Reviewed, settings: Settings, dra: DraClaims,
-                             cards: PublishedCards) -> Reviewed:
+                             cards: PublishedCards, holds_quota: bool = True) -> Reviewed:
     """DRA mode: the claims this review adds, against the namespace DCU quota (draquota.refusal
-    decides). Only a namespace with a DCU quota costs a list of its claims."""
+    decides). Only a namespace with a DCU quota costs a list of its claims. A claim admitted
+    is reserved until a list shows it, unless the review may not hold quota (`holds_quota`:
+    not the API server's, webhook/callers.ApiServerAddresses)."""
     decision = reviewed.decision
     if not decision.allowed or not decision.quota_claims or settings.quota is None:
         return reviewed
@@ -157,7 +159,7 @@ async def _check_claim_quota(reviewed: Reviewed, settings: Settings, dra: DraCla
         problem = refusal(what, decision.quota_claims, claims, limits, pods, cards, settings.resources, in_flight)
         if problem is not None:
             return _refused(reviewed, "quota-exceeded", problem)
-        if kind != "ResourceClaim" or reviewed.request.get("dryRun"):
+        if kind != "ResourceClaim" or reviewed.request.get("dryRun") or not holds_quota:
             return reviewed  # a pod's claims are reviewed (and reserved) when they are created
         # Reserved before the lock is let go, so the next review counts it until a list shows it.
         reservation = str(reviewed.request["uid"])
@@ -166,13 +168,14 @@ async def _check_claim_quota(reviewed: Reviewed, settings: Settings, dra: DraCla
     return replace(reviewed, decision=replace(decision, patch=[stamp, *decision.patch]))
 
 
-def _reserve_pod(reviewed: Reviewed, settings: Settings) -> Reviewed:
+def _reserve_pod(reviewed: Reviewed, settings: Settings, holds_quota: bool = True) -> Reviewed:
     """Volcano mode: what an admitted pod asks counts against its namespace's quota from now
     until the watch shows the pod, which carries the reservation's id (the review's uid) for
-    the watch to tell. A dry run reserves nothing: nothing is stored."""
+    the watch to tell. A dry run reserves nothing: nothing is stored; nor does a review that
+    may not hold quota (`holds_quota`, as in _check_claim_quota)."""
     decision = reviewed.decision
     if (not decision.allowed or decision.quota_reserve is None or settings.reservations is None
-            or reviewed.request.get("dryRun")):
+            or reviewed.request.get("dryRun") or not holds_quota):
         return reviewed
     reservation = str(reviewed.request["uid"])
     settings.reservations.reserve(reviewed.namespace, reservation, decision.quota_reserve)
@@ -269,24 +272,39 @@ def _who(request: dict[str, Any], pod: dict[str, Any]) -> str:
 
 def add_webhook_routes(app: web.Application, settings: Settings, registry: CollectorRegistry,
                        body_deadline: float = BODY_DEADLINE, dra: DraClaims | None = None,
-                       client_auth: ClientAuth | None = None) -> None:
+                       client_auth: ClientAuth | None = None, api_server: ApiServerAddresses | None = None) -> None:
     """Mount `POST /webhook` on `app` (the scheduler does this with --serve-webhook). In DRA
     mode `dra` reads the card sizes and creates the templates rewritten pods name. With
     `client_auth` (and a listener whose TLS asks for client certificates, common/tls.py) only a
-    caller presenting the API server's certificate is answered (webhook/callers.py)."""
+    caller presenting the API server's certificate is answered (webhook/callers.py). Without
+    it, with `api_server`, only a review from those addresses holds quota while its object is
+    stored."""
     if settings.mode == DRA and dra is None:
         raise ValueError("the webhook in DRA mode needs API access to create ResourceClaimTemplates")
     metrics = WebhookMetrics(registry)
     failures = FailureReporter(Component.WEBHOOK, registry, log)
     warned_at = [float("-inf")]
 
-    async def review_body(loaded: Loaded, proven: bool) -> dict[str, Any]:
+    async def review_body(loaded: Loaded, proven: bool, holds_quota: bool) -> dict[str, Any]:
         if dra is None:
-            return respond(_brief_quota(_reserve_pod(decide(loaded, settings), settings), proven), metrics)
+            reviewed = _reserve_pod(decide(loaded, settings), settings, holds_quota)
+            return respond(_brief_quota(reviewed, proven), metrics)
         cards = await dra.cards()
         reviewed = decide(loaded, replace(settings, card_units=cards.units))
-        reviewed = await _check_claim_quota(reviewed, settings, dra, cards)
+        reviewed = await _check_claim_quota(reviewed, settings, dra, cards, holds_quota)
         return respond(_brief_quota(await _provide_templates(reviewed, dra, proven), proven), metrics)
+
+    unlisted_at = [float("-inf")]
+
+    def holds_quota(peer: str | None) -> bool:
+        if client_auth is not None or api_server is None or api_server.includes(peer):
+            return True
+        if time.monotonic() - unlisted_at[0] > UNAUTHENTICATED_WARN_EVERY:  # a flood must not flood the log
+            unlisted_at[0] = time.monotonic()
+            log.warning("admission review from %s, not an address of the API server (--api-server-cidr): answered, "
+                        "but it holds no quota while its object is stored; if the API server calls from there, "
+                        "list it (networkPolicy.apiServer.cidrs) or set webhook.clientAuth", peer)
+        return False
 
     async def handle(request: web.Request) -> web.Response:
         if client_auth is not None:
@@ -308,7 +326,8 @@ def add_webhook_routes(app: web.Application, settings: Settings, registry: Colle
         try:
             loaded = load(body)
             subject = f"admission review of {loaded.kind} {loaded.who} from {request.remote}"
-            return web.json_response(await review_body(loaded, proven=client_auth is not None))
+            return web.json_response(await review_body(loaded, proven=client_auth is not None,
+                                                       holds_quota=holds_quota(request.remote)))
         except Exception as exc:  # expected or a bug: common/errors.py's rule tells them apart
             failure = failures.failed(exc, subject)
             metrics.reviews.labels("rejected", _rejection(failure)).inc()
@@ -326,10 +345,10 @@ def _rejection(failure: Failure) -> str:
 
 def build_app(settings: Settings, registry: CollectorRegistry | None = None,
               body_deadline: float = BODY_DEADLINE, dra: DraClaims | None = None,
-              client_auth: ClientAuth | None = None) -> web.Application:
+              client_auth: ClientAuth | None = None, api_server: ApiServerAddresses | None = None) -> web.Application:
     registry = registry or CollectorRegistry()
     app = web.Application(client_max_size=MAX_BODY)
-    add_webhook_routes(app, settings, registry, body_deadline, dra, client_auth)
+    add_webhook_routes(app, settings, registry, body_deadline, dra, client_auth, api_server)
 
     async def ok(_request: web.Request) -> web.Response:
         return web.Response(text="ok")

@@ -308,3 +308,21 @@ volumeMounts:
   - name: extender-token
     mountPath: /minted
 {{- end -}}
+
+{{/* Where the API server's calls to the webhook come from, comma-joined (empty: unknown):
+networkPolicy.apiServer.cidrs, else the addresses of the `kubernetes` EndpointSlice, read at
+install (right where the API server runs on the nodes and calls from its own address). The
+NetworkPolicy admits them to the webhook port, and the extender lets only their reviews hold
+quota while their objects are stored (--api-server-cidr, SECURITY.md). */}}
+{{- define "hami-dcu.apiServerCidrs" -}}
+{{- $cidrs := .Values.networkPolicy.apiServer.cidrs | default list }}
+{{- if not $cidrs }}
+{{- $slice := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "kubernetes" }}
+{{- range (($slice | default dict).endpoints | default list) }}
+{{- range .addresses }}
+{{- $cidrs = append $cidrs (printf "%s/%s" . (contains ":" . | ternary "128" "32")) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- join "," $cidrs }}
+{{- end -}}
