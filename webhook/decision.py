@@ -262,11 +262,27 @@ def _as_claims(original: JSON, pod: JSON, settings: Settings, hints: list[str]) 
                 "no node offers them in DRA mode")
         return Decision(allowed=True, reason="own-claims", warnings=[*hints, kept])
     spec = jsonpatch.apply_patch({"spec": pod.get("spec") or {}}, translation.patch)["spec"]
+    _route_claims_scheduler(spec, settings)
+    before, after = _claims_patch_sides(original, pod, spec)
+    warning = (f"DRA mode: {names.count}, {names.memory}, {names.cores} rewritten into claims: "
+               + ", ".join(_claim_rewrites(spec)))
+    by_name = {t["metadata"]["name"]: t for t in translation.templates}
+    # One claim per pod claim, a template shared by two containers included: each is a claim of its own.
+    claims = [by_name[c["resourceClaimTemplateName"]]["spec"]["spec"] for c in spec["resourceClaims"]]
+    return Decision(allowed=True, reason="claims", patch=jsonpatch.make_patch(before, after).patch,
+                    warnings=[*hints, warning], templates=translation.templates, quota_claims=claims)
+
+
+def _route_claims_scheduler(spec: JSON, settings: Settings) -> None:
     current = spec.get("schedulerName") or ""
     if not current or current in settings.overwritable_schedulers:
         # kube-scheduler allocates the claims either way; hami-scheduler's profile also asks
         # the extender's /prioritize, which packs them onto the fewest nodes (scheduler/packing.py).
         spec["schedulerName"] = settings.scheduler_name
+
+
+def _claims_patch_sides(original: JSON, pod: JSON, spec: JSON) -> tuple[JSON, JSON]:
+    """What the patch goes from and to: the spec, and the annotations when the renaming changed them."""
     before: JSON = {"spec": original.get("spec") or {}}
     after: JSON = {"spec": spec}
     annotations = (pod.get("metadata") or {}).get("annotations")
@@ -274,16 +290,15 @@ def _as_claims(original: JSON, pod: JSON, settings: Settings, hints: list[str]) 
     if annotations != original_annotations:  # renamed type annotations, as in device-plugin mode
         before["metadata"] = {"annotations": original_annotations or {}}
         after["metadata"] = {"annotations": annotations or {}}
+    return before, after
+
+
+def _claim_rewrites(spec: JSON) -> list[str]:
+    """For the warning: each container's claim, and the template it is made from."""
     templates = {claim["name"]: claim["resourceClaimTemplateName"] for claim in spec["resourceClaims"]}
-    rewrites = [f"{c['name']} -> claim {claim['name']} (ResourceClaimTemplate {templates[claim['name']]})"
-                for section in ("initContainers", "containers") for c in spec.get(section) or []
-                for claim in (c.get("resources") or {}).get("claims") or [] if claim["name"] in templates]
-    warning = f"DRA mode: {names.count}, {names.memory}, {names.cores} rewritten into claims: " + ", ".join(rewrites)
-    by_name = {t["metadata"]["name"]: t for t in translation.templates}
-    # One claim per pod claim, a template shared by two containers included: each is a claim of its own.
-    claims = [by_name[c["resourceClaimTemplateName"]]["spec"]["spec"] for c in spec["resourceClaims"]]
-    return Decision(allowed=True, reason="claims", patch=jsonpatch.make_patch(before, after).patch,
-                    warnings=[*hints, warning], templates=translation.templates, quota_claims=claims)
+    return [f"{c['name']} -> claim {claim['name']} (ResourceClaimTemplate {templates[claim['name']]})"
+            for section in ("initContainers", "containers") for c in spec.get(section) or []
+            for claim in (c.get("resources") or {}).get("claims") or [] if claim["name"] in templates]
 
 
 CLAIM, CLAIM_TEMPLATE = "ResourceClaim", "ResourceClaimTemplate"

@@ -204,23 +204,34 @@ def refusal(what: str, asked_specs: Iterable[object], claims: Iterable[JSON] | N
 def _request_amount(request: JSON, cards: PublishedCards) -> ClaimAmount:
     if request.get("deviceClassName") != names.DEVICE_CLASS or request.get("adminAccess"):
         return ClaimAmount()
-    if request.get("allocationMode") == "All":
-        count = max(cards.most_per_pool, 1)
-    else:
-        count = request.get("count", 1)
-        count = count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
-    count = min(count, MAX_DEVICES)
+    count = _device_count(request, cards)
     cores_units, memory_mib = _asked_capacity(request)
-    pinned = pinned_units(request.get("selectors"))
-    sizes = [s for s in cards.sizes if pinned is None or s.units == pinned]
-    fitting = [s for s in sizes if (cores_units or 0) <= s.units and (memory_mib or 0) <= s.memory_mib]
-    candidates = fitting or sizes  # none fits: it waits unallocated, counted as on any card
+    candidates = _candidate_sizes(request, cards, cores_units, memory_mib)
     if not candidates:
         # No card of that size published yet: a whole card's cores, and the memory it names.
         return ClaimAmount(count * (memory_mib or 0), count * WHOLE)
     cores = max(_percent(cores_units, s.units) for s in candidates)
     memory = memory_mib if memory_mib is not None else max(s.memory_mib for s in candidates)
     return ClaimAmount(count * memory, count * cores)
+
+
+def _device_count(request: JSON, cards: PublishedCards) -> int:
+    """How many devices `request` takes, at most MAX_DEVICES; a count not a positive int counts as 1."""
+    if request.get("allocationMode") == "All":
+        count = max(cards.most_per_pool, 1)
+    else:
+        count = request.get("count", 1)
+        count = count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
+    return min(count, MAX_DEVICES)
+
+
+def _candidate_sizes(request: JSON, cards: PublishedCards, cores_units: int | None,
+                     memory_mib: int | None) -> list[CardSize]:
+    """The published card sizes `request` could be allocated on, those its capacity fits first."""
+    pinned = pinned_units(request.get("selectors"))
+    sizes = [s for s in cards.sizes if pinned is None or s.units == pinned]
+    fitting = [s for s in sizes if (cores_units or 0) <= s.units and (memory_mib or 0) <= s.memory_mib]
+    return fitting or sizes  # none fits: it waits unallocated, counted as on any card
 
 
 def _asked_capacity(request: JSON) -> tuple[int | None, int | None]:

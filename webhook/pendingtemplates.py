@@ -91,25 +91,36 @@ def _entry_problem(name: str, spec: object, named: Collection[str]) -> str | Non
 
 def shape_problem(spec: object) -> str | None:
     """Why `spec` (a template's spec) is not one the webhook writes, or None."""
-    if not isinstance(spec, dict) or set(spec) != {"spec"}:
-        return "the spec holds other than the claim's spec"
-    claim = spec["spec"]
-    if not isinstance(claim, dict) or set(claim) != {"devices"}:
-        return "the claim's spec holds other than devices"
-    devices = claim["devices"]
-    if not isinstance(devices, dict) or set(devices) != {"requests"}:
-        return "devices holds other than requests"
-    requests = devices["requests"]
-    if not isinstance(requests, list) or len(requests) != 1 or not isinstance(requests[0], dict):
-        return "not one device request"
-    request = requests[0]
+    request, problem = _the_one_request(spec)
+    if problem is not None:
+        return problem
+    assert request is not None
     if request.get("name") != REQUEST:
         return f"the request is not named {REQUEST}"
     if set(request) == {"name", "exactly"}:
         return _device_problem(request["exactly"], pinned=False)
     if set(request) != {"name", "firstAvailable"}:
         return "the request is neither exactly nor firstAvailable"
-    alternatives = request["firstAvailable"]
+    return _alternatives_problem(request["firstAvailable"])
+
+
+def _the_one_request(spec: object) -> tuple[JSON | None, str | None]:
+    """The one device request of `spec`, each level holding its one key alone; or why not."""
+    if not isinstance(spec, dict) or set(spec) != {"spec"}:
+        return None, "the spec holds other than the claim's spec"
+    claim = spec["spec"]
+    if not isinstance(claim, dict) or set(claim) != {"devices"}:
+        return None, "the claim's spec holds other than devices"
+    devices = claim["devices"]
+    if not isinstance(devices, dict) or set(devices) != {"requests"}:
+        return None, "devices holds other than requests"
+    requests = devices["requests"]
+    if not isinstance(requests, list) or len(requests) != 1 or not isinstance(requests[0], dict):
+        return None, "not one device request"
+    return requests[0], None
+
+
+def _alternatives_problem(alternatives: object) -> str | None:
     if not isinstance(alternatives, list) or not 1 < len(alternatives) <= MAX_SUBREQUESTS:
         return f"firstAvailable is not 2 to {MAX_SUBREQUESTS} alternatives"
     for alternative in alternatives:
@@ -124,12 +135,24 @@ def shape_problem(spec: object) -> str | None:
     return None
 
 
+_DEVICE_KEYS = {"deviceClassName", "allocationMode", "count", "capacity", "selectors"}
+
+
 def _device_problem(device: object, pinned: bool) -> str | None:
     if not isinstance(device, dict):
         return "a device request is not an object"
-    allowed = {"deviceClassName", "allocationMode", "count", "capacity", "selectors"}
-    if not set(device) <= allowed:
-        return f"a device request holds {', '.join(sorted(set(device) - allowed))}"
+    problem = _device_basics_problem(device, pinned)
+    if problem is not None:
+        return problem
+    if "capacity" not in device:
+        return "selectors without capacity" if "selectors" in device else None
+    return _capacity_problem(device["capacity"], pinned_size="selectors" in device)
+
+
+def _device_basics_problem(device: JSON, pinned: bool) -> str | None:
+    """Its keys, class, mode, count and card-size selectors: all but its capacity."""
+    if not set(device) <= _DEVICE_KEYS:
+        return f"a device request holds {', '.join(sorted(set(device) - _DEVICE_KEYS))}"
     if device.get("deviceClassName") != names.DEVICE_CLASS or device.get("allocationMode") != "ExactCount":
         return f"not an ExactCount request of the DeviceClass {names.DEVICE_CLASS}"
     count = device.get("count")
@@ -137,9 +160,10 @@ def _device_problem(device: object, pinned: bool) -> str | None:
         return "its count is not a positive number"
     if ("selectors" in device or pinned) and pinned_units(device.get("selectors")) is None:
         return "its selectors are not a card size"
-    if "capacity" not in device:
-        return "selectors without capacity" if "selectors" in device else None
-    capacity = device["capacity"]
+    return None
+
+
+def _capacity_problem(capacity: object, pinned_size: bool) -> str | None:
     if not isinstance(capacity, dict) or set(capacity) != {"requests"}:
         return "its capacity holds other than requests"
     asked = capacity["requests"]
@@ -150,6 +174,7 @@ def _device_problem(device: object, pinned: bool) -> str | None:
         return f"its {names.CAP_MEMORY} is not a number of Mi"
     if cores is not None and not (isinstance(cores, str) and _CORES.fullmatch(cores)):
         return f"its {names.CAP_CORES} is not a number of compute units"
-    if cores is not None and "selectors" not in device:
+    if cores is not None and not pinned_size:
+        # Compute units are a share of one card size: without the size pinned they mean nothing.
         return f"it asks {names.CAP_CORES} without pinning a card size"
     return None
