@@ -21,7 +21,14 @@ from datetime import datetime
 from typing import Any
 
 from hami_dcu.common import keys
-from hami_dcu.common.codec import CodecError, decode_handshake, decode_lock, decode_node_devices, decode_pod_devices
+from hami_dcu.common.codec import (
+    CodecError,
+    PodDevices,
+    decode_handshake,
+    decode_lock,
+    decode_node_devices,
+    decode_pod_devices,
+)
 from hami_dcu.common.counting import Usage, pod_holdings
 from hami_dcu.common.requests import names_dcu, pod_containers
 from hami_dcu.common.untrusted import shown
@@ -220,13 +227,11 @@ def _add_pod(by_name: dict[str, NodeUsage], pod: JSON, pods_on: set[tuple[str, s
     annotations = meta.get("annotations") or {}
     key = naming.pod_devices_allocated
     allocated = annotations.get(key)
-    spec = pod.get("spec") or {}
-    node_name = spec.get("nodeName") or annotations.get(keys.POD_NODE)
-    if not allocated or not node_name or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+    if not allocated:
         return
-    node = by_name.get(node_name)
+    node = _holding_node(by_name, pod, annotations)
     if node is None:
-        return  # a node that is gone or never registered cards: nothing to show it on
+        return
     namespace, name = meta.get("namespace") or "default", meta.get("name") or "?"
     try:
         devices = decode_pod_devices(allocated, key)
@@ -234,13 +239,7 @@ def _add_pod(by_name: dict[str, NodeUsage], pod: JSON, pods_on: set[tuple[str, s
         node.problems.append(f"pod {namespace}/{name}: cannot read {key}: {exc.problem}")
         return
     cards = {card.id: card for card in node.cards}
-    held = pod_holdings(pod, devices)
-    unknown = sorted(card_id for card_id in held if card_id not in cards)
-    if unknown:
-        node.problems.append(f"pod {namespace}/{name} holds {', '.join(unknown)}, which the node does not report")
-    for card_id, usage in held.items():
-        if card_id in cards:
-            _count(cards[card_id], usage)
+    _count_holdings(node, cards, pod, devices, f"{namespace}/{name}")
     names = _container_names(pod)
     bind_phase = shown(annotations.get(keys.POD_BIND_PHASE, ""), 20)
     for position, container_devices in enumerate(devices):
@@ -250,6 +249,25 @@ def _add_pod(by_name: dict[str, NodeUsage], pod: JSON, pods_on: set[tuple[str, s
             if card is not None:
                 card.shares.append(Share(namespace, name, container, device.usedmem, device.usedcores, bind_phase))
     pods_on.add((namespace, name))
+
+
+def _holding_node(by_name: dict[str, NodeUsage], pod: JSON, annotations: JSON) -> NodeUsage | None:
+    """The listed node a live pod runs on; None for a finished pod or one on no listed node."""
+    node_name = (pod.get("spec") or {}).get("nodeName") or annotations.get(keys.POD_NODE)
+    if not node_name or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        return None
+    return by_name.get(node_name)  # None: a node that is gone or never registered cards, nothing to show it on
+
+
+def _count_holdings(node: NodeUsage, cards: dict[str, CardUsage], pod: JSON, devices: PodDevices,
+                    owner: str) -> None:
+    held = pod_holdings(pod, devices)
+    unknown = sorted(card_id for card_id in held if card_id not in cards)
+    if unknown:
+        node.problems.append(f"pod {owner} holds {', '.join(unknown)}, which the node does not report")
+    for card_id, usage in held.items():
+        if card_id in cards:
+            _count(cards[card_id], usage)
 
 
 def _count(card: CardUsage, usage: Usage) -> None:

@@ -153,24 +153,40 @@ def _wait_for_pods(cluster: LocalCluster, timeout: float, expected_pending: set[
     quiet_since: float | None = None
     while True:
         pods = {p["metadata"]["name"]: p for p in cluster.kube.list_pods(namespace=cluster.namespace).items}
-        unplaced = {n for n, p in pods.items()
-                    if n not in expected_pending and _unbound(p) and failures(n) > 0}
-        moving = {n for n, p in pods.items() if p["status"].get("phase") not in SETTLED_PHASES}
-        moving -= expected_pending | unplaced
+        unplaced, moving = _unplaced_and_moving(pods, expected_pending, failures)
         now = time.monotonic()
         if moving or set(quiet) != unplaced or quiet_since is None:
             quiet, quiet_since = {n: failures(n) for n in unplaced}, None if moving else now
         elif now - quiet_since >= QUIET_SECONDS and all(failures(n) >= quiet[n] + FINAL_FAILURES for n in unplaced):
             return set(), unplaced
-        if not moving and not unplaced:
-            return set(), set()
-        if now >= deadline:
-            return moving | unplaced, set()
+        ended = _settled_or_out_of_time(moving, unplaced, now >= deadline)
+        if ended is not None:
+            return ended
         if now >= next_progress:
             waiting = moving | unplaced
             print(f"waiting for {len(waiting)} of {len(pods)} pods: {', '.join(sorted(waiting))}", flush=True)
             next_progress = now + PROGRESS_EVERY
         time.sleep(0.2)
+
+
+def _unplaced_and_moving(pods: dict[str, dict[str, Any]], expected_pending: set[str],
+                         failures: Callable[[str], int]) -> tuple[set[str], set[str]]:
+    """The pods the scheduler failed to place (unbound, with failures), and those not settled yet."""
+    unplaced = {n for n, p in pods.items()
+                if n not in expected_pending and _unbound(p) and failures(n) > 0}
+    moving = {n for n, p in pods.items() if p["status"].get("phase") not in SETTLED_PHASES}
+    moving -= expected_pending | unplaced
+    return unplaced, moving
+
+
+def _settled_or_out_of_time(moving: set[str], unplaced: set[str],
+                            out_of_time: bool) -> tuple[set[str], set[str]] | None:
+    """_wait_for_pods' answer once every pod settled or time ran out; None while it waits on."""
+    if not moving and not unplaced:
+        return set(), set()
+    if out_of_time:
+        return moving | unplaced, set()
+    return None
 
 
 def _count(number: int, noun: str) -> str:
@@ -188,52 +204,64 @@ def _print_placements(cluster: LocalCluster, refused: dict[str, str]) -> None:
     print(_row(["POD", "CONTAINER", "NODE", "CARD", "MEMORY", "CORES", "CU MASK (hex, 120 CUs)"], widths))
     for name, _containers, _ in EXAMPLES:
         pod = pods.get(name)
-        if pod is None:
-            continue
-        status = pod["status"]
-        value = (pod["metadata"].get("annotations") or {}).get(cluster.naming.pod_devices_allocated)
-        if status.get("phase") != "Running" or not value:
-            print(_row([name, "-", "-", status.get("phase", "?"), "", "", ""], widths))
-            continue
-        all_containers = pod["spec"].get("initContainers", []) + pod["spec"]["containers"]
-        for container, devices in zip(all_containers, decode_pod_devices(value), strict=False):
-            for device in devices:
-                print(
-                    _row(
-                        [
-                            name,
-                            container["name"],
-                            pod["spec"]["nodeName"],
-                            device.uuid,
-                            f"{device.usedmem} MiB",
-                            f"{device.usedcores}%",
-                            _mask_of(cluster, pod, container["name"]),
-                        ],
-                        widths,
-                    )
-                )
+        if pod is not None:
+            _print_pod_rows(cluster, name, pod, widths)
     print()
     for name, pod in pods.items():
         if pod["status"].get("phase") == "Pending":
-            events = events_for(cluster.kube, cluster.namespace, name)
-            # kube-scheduler's FailedScheduling counts nodes per reason; the extender's own
-            # FilteringFailed adds one node's card-by-card figures: show both.
-            for reason in ("FailedScheduling", "FilteringFailed"):
-                messages = [e["message"] for e in events if e.get("reason") == reason]
-                if messages:
-                    print(f"{name} is Pending ({reason}): {messages[-1]}")
-            if not events:
-                print(f"{name} is Pending: waiting for the scheduler")
+            _print_why_pending(cluster, name)
     for name, message in refused.items():
         print(f"{name} was refused at admission: {message}")
-    shown = pods.get("train-15pct")
+    _print_example_vdev(cluster, pods.get("train-15pct"))
+    print(flush=True)
+
+
+def _print_pod_rows(cluster: LocalCluster, name: str, pod: dict[str, Any], widths: list[int]) -> None:
+    """One row per card a running pod's container holds; one row of its phase otherwise."""
+    status = pod["status"]
+    value = (pod["metadata"].get("annotations") or {}).get(cluster.naming.pod_devices_allocated)
+    if status.get("phase") != "Running" or not value:
+        print(_row([name, "-", "-", status.get("phase", "?"), "", "", ""], widths))
+        return
+    all_containers = pod["spec"].get("initContainers", []) + pod["spec"]["containers"]
+    for container, devices in zip(all_containers, decode_pod_devices(value), strict=False):
+        for device in devices:
+            print(
+                _row(
+                    [
+                        name,
+                        container["name"],
+                        pod["spec"]["nodeName"],
+                        device.uuid,
+                        f"{device.usedmem} MiB",
+                        f"{device.usedcores}%",
+                        _mask_of(cluster, pod, container["name"]),
+                    ],
+                    widths,
+                )
+            )
+
+
+def _print_why_pending(cluster: LocalCluster, name: str) -> None:
+    events = events_for(cluster.kube, cluster.namespace, name)
+    # kube-scheduler's FailedScheduling counts nodes per reason; the extender's own
+    # FilteringFailed adds one node's card-by-card figures: show both.
+    for reason in ("FailedScheduling", "FilteringFailed"):
+        messages = [e["message"] for e in events if e.get("reason") == reason]
+        if messages:
+            print(f"{name} is Pending ({reason}): {messages[-1]}")
+    if not events:
+        print(f"{name} is Pending: waiting for the scheduler")
+
+
+def _print_example_vdev(cluster: LocalCluster, shown: dict[str, Any] | None) -> None:
+    """The vdev0.conf the device plugin wrote for the demo's train-15pct pod, once it is placed."""
     if shown and shown["spec"].get("nodeName"):
         node = shown["spec"]["nodeName"]
         for dirname, content in cluster.vdev_files(node).items():
             if dirname.startswith(shown["metadata"]["uid"]):
                 print(f"\nvdev0.conf of pod train-15pct on {node} ({cluster.nodes[node].paths.vdev_dir}/{dirname}):")
                 print(content, end="")
-    print(flush=True)
 
 
 def _keep_running(cluster: LocalCluster) -> None:

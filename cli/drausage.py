@@ -84,8 +84,25 @@ def dra_usage(slices: Iterable[JSON], claims: Iterable[JSON], node_name: str | N
     """Per card (sorted by node and device) the claims on it and its taints. `node_name` keeps
     one node; `namespace` keeps that namespace's claims in the listing, the totals still count
     all. `rules`: the cluster's DeviceTaintRules."""
-    cards: dict[tuple[str, str], DraCard] = {}
     problems: list[str] = []
+    cards = _published_cards(slices, problems)
+    _add_rule_taints(cards, rules)
+    counted: set[tuple[str, str]] = set()
+    for claim in claims:
+        _add_claim(cards, claim, problems, counted)
+    listed = [cards[key] for key in sorted(cards, key=lambda k: (cards[k].node, k[1]))
+              if node_name is None or cards[key].node == node_name]
+    shown = {(s.namespace, s.claim) for card in listed for s in card.shares}
+    if namespace is not None:
+        for card in listed:
+            card.shares = [s for s in card.shares if s.namespace == namespace]
+        shown = {key for key in shown if key[0] == namespace}
+    return DraUsage(cards=listed, problems=problems, claims=len(shown))
+
+
+def _published_cards(slices: Iterable[JSON], problems: list[str]) -> dict[tuple[str, str], DraCard]:
+    """Our driver's cards by (pool, device), with the taints their slices publish."""
+    cards: dict[tuple[str, str], DraCard] = {}
     for piece in slices:
         spec = piece.get("spec") or {}
         if spec.get("driver") != names.DRIVER:
@@ -98,22 +115,15 @@ def dra_usage(slices: Iterable[JSON], claims: Iterable[JSON], node_name: str | N
                 card.pool = pool
                 card.taints = [_taint(t) for t in device.get("taints") or [] if isinstance(t, dict)]
                 cards[(pool, card.device)] = card
+    return cards
+
+
+def _add_rule_taints(cards: dict[tuple[str, str], DraCard], rules: Iterable[JSON]) -> None:
     for rule in rules:
         for card in cards.values():
             if rule_selects(rule, names.DRIVER, card.pool, card.device):
                 taint = ((rule.get("spec") or {}).get("taint")) or {}
                 card.taints.append(_taint(taint, str((rule.get("metadata") or {}).get("name") or "?")))
-    counted: set[tuple[str, str]] = set()
-    for claim in claims:
-        _add_claim(cards, claim, problems, counted)
-    listed = [cards[key] for key in sorted(cards, key=lambda k: (cards[k].node, k[1]))
-              if node_name is None or cards[key].node == node_name]
-    shown = {(s.namespace, s.claim) for card in listed for s in card.shares}
-    if namespace is not None:
-        for card in listed:
-            card.shares = [s for s in card.shares if s.namespace == namespace]
-        shown = {key for key in shown if key[0] == namespace}
-    return DraUsage(cards=listed, problems=problems, claims=len(shown))
 
 
 def _card(node: str, device: JSON, problems: list[str]) -> DraCard | None:

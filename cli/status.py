@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -55,17 +56,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     kube = Kube.from_kubeconfig(args.kubeconfig, context=args.context, agent=user_agent("status"))
     namespace = None if args.all_namespaces else args.namespace
+    nodes = _read_nodes(kube, args.node, namespace)
+    if nodes is None:
+        return 1
+    listed = _read_the_rest(kube, namespace)
+    if listed is None:
+        return 1
+    now = datetime.now(UTC)
+    naming = keys.naming_by_name(args.naming)
+    usage = cluster_usage(nodes, listed.pods, now, naming, node_name=args.node, namespace=namespace)
+    dra: DraUsage | None = dra_usage(listed.slices, listed.claims, node_name=args.node, namespace=namespace,
+                                     rules=listed.rules) if listed.slices else None
+    hint = None if dra else naming_hint(nodes, listed.pods, naming)
+    if hint:
+        say(PROG, hint)
+        return 1
+    if args.node and not usage.nodes and not (dra and dra.cards):
+        say(PROG, f"node {args.node} has no DCUs registered (no {naming.node_register} and no ResourceSlice of "
+                  f"{dra_names.DRIVER})")
+        return 1
+    pending = [] if args.node else pending_pods(listed.waiting, listed.events, listed.claims, now,
+                                                naming.resources, namespace)
+    sys.stdout.write(render(usage, args.output, pending=pending, dra=dra, naming=naming))
+    return 0
+
+
+def _read_nodes(kube: Kube, node: str | None, namespace: str | None) -> list[JSON] | None:
+    """The node asked for, or every node; None once the reason it cannot be read is said."""
     try:
         if namespace is not None and not _namespace_exists(kube, namespace):
             say(PROG, f"namespace {namespace} not found")
-            return 1
-        nodes = [kube.get_node(args.node)] if args.node else kube.list_nodes().items
+            return None
+        return [kube.get_node(node)] if node else kube.list_nodes().items
     except NotFoundError:
-        say(PROG, f"node {args.node} not found")
-        return 1
+        say(PROG, f"node {node} not found")
+        return None
     except KubeError as exc:
         say(PROG, f"cannot read nodes and pods: {exc}")
-        return 1
+        return None
+
+
+@dataclass(frozen=True)
+class _Listed:
+    pods: list[JSON]
+    slices: list[JSON]
+    rules: list[JSON]
+    waiting: list[JSON]  # the pods not bound to a node yet, of the namespace asked for
+    claims: list[JSON]
+    events: list[JSON]
+
+
+def _read_the_rest(kube: Kube, namespace: str | None) -> _Listed | None:
+    """The pods and, only where they matter, the DRA objects and events; None once the reason
+    they cannot be read is said."""
     try:
         # Every live pod, even with --node: a pod between its allocation and its Binding
         # names its node only in an annotation, which no field selector reaches.
@@ -77,23 +120,8 @@ def run(args: argparse.Namespace) -> int:
         events = _pod_warnings(kube, namespace) if waiting else []
     except KubeError as exc:
         say(PROG, f"cannot read pods, claims and events: {exc}")
-        return 1
-    now = datetime.now(UTC)
-    naming = keys.naming_by_name(args.naming)
-    usage = cluster_usage(nodes, pods, now, naming, node_name=args.node, namespace=namespace)
-    dra: DraUsage | None = dra_usage(slices, claims, node_name=args.node, namespace=namespace,
-                                                rules=rules) if slices else None
-    hint = None if dra else naming_hint(nodes, pods, naming)
-    if hint:
-        say(PROG, hint)
-        return 1
-    if args.node and not usage.nodes and not (dra and dra.cards):
-        say(PROG, f"node {args.node} has no DCUs registered (no {naming.node_register} and no ResourceSlice of "
-                  f"{dra_names.DRIVER})")
-        return 1
-    pending = [] if args.node else pending_pods(waiting, events, claims, now, naming.resources, namespace)
-    sys.stdout.write(render(usage, args.output, pending=pending, dra=dra, naming=naming))
-    return 0
+        return None
+    return _Listed(pods, slices, rules, waiting, claims, events)
 
 
 def _namespace_exists(kube: Kube, namespace: str) -> bool:

@@ -127,51 +127,31 @@ class WebhookDispatcher:
         versions = hook.get("admissionReviewVersions") or ["v1"]
         api_version = "admission.k8s.io/v1" if "v1" in versions else "admission.k8s.io/v1beta1"
         uid = str(uuid.uuid4())
-        kind = {"group": "", "version": "v1", "kind": attributes.kind}
-        resource = {"group": "", "version": "v1", "resource": "pods"}
-        options = "CreateOptions" if attributes.operation == "CREATE" else "UpdateOptions"
-        request: JSON = {
-            "uid": uid, "kind": kind, "resource": resource, "requestKind": kind, "requestResource": resource,
-            "name": attributes.name, "namespace": attributes.namespace, "operation": attributes.operation,
-            "userInfo": attributes.user or {"username": "local-cluster"}, "object": obj,
-            "oldObject": attributes.old_object, "dryRun": False,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": options}}
-        if attributes.subresource:
-            request["subResource"] = request["requestSubResource"] = attributes.subresource
-        review = {"apiVersion": api_version, "kind": "AdmissionReview", "request": request}
+        request = _review_request(uid, attributes, obj)
+        review: JSON = {"apiVersion": api_version, "kind": "AdmissionReview", "request": request}
         timeout = float(hook.get("timeoutSeconds") or 10)
         client_config = hook.get("clientConfig") or {}
         try:
-            if self._session is None or self._session.closed:
-                connector = aiohttp.TCPConnector(force_close=not self.reuse_connections)
-                self._session = aiohttp.ClientSession(connector=connector)
-            url, server_name = self._url(client_config)
-            async with self._session.post(f"{url}?timeout={int(timeout)}s", json=review,
-                                          ssl=self._ssl(client_config.get("caBundle")), server_hostname=server_name,
-                                          timeout=aiohttp.ClientTimeout(total=timeout)) as response:
-                if response.status != 200:
-                    raise RuntimeError(f"webhook answered HTTP {response.status}")
-                answer = await response.json(content_type=None)
-            result = self._check(answer, api_version, uid)
+            result = self._check(await self._post(client_config, timeout, review), api_version, uid)
         except (TimeoutError, aiohttp.ClientError, RuntimeError, ValueError, ssl.SSLError) as exc:
             if hook.get("failurePolicy", "Fail") == "Ignore":
                 log.warning("webhook %s failed, ignored by failurePolicy: %s", name, exc)
                 return obj
             raise AdmissionDenied(f'Internal error occurred: failed calling webhook "{name}": {exc}', 500) from exc
-        if not result.get("allowed"):
-            status = result.get("status") or {}
-            message = status.get("message") or status.get("reason") or "without explanation"
-            code = max(int(status.get("code") or 400), 400)
-            raise AdmissionDenied(f'admission webhook "{name}" denied the request: {message}', code)
-        if result.get("patch"):
-            if result.get("patchType") != "JSONPatch":
-                raise AdmissionDenied(f'webhook "{name}" answered unsupported patchType {result.get("patchType")}', 500)
-            ops = json.loads(base64.b64decode(result["patch"]))
-            try:
-                obj = jsonpatch.apply_patch(obj, ops)
-            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
-                raise AdmissionDenied(f'webhook "{name}" patch cannot be applied: {exc}', 500) from exc
-        return obj
+        return _admitted(name, result, obj)
+
+    async def _post(self, client_config: JSON, timeout: float, review: JSON) -> Any:
+        """The webhook's answer to `review`, parsed; raises when it answers other than HTTP 200."""
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(force_close=not self.reuse_connections)
+            self._session = aiohttp.ClientSession(connector=connector)
+        url, server_name = self._url(client_config)
+        async with self._session.post(f"{url}?timeout={int(timeout)}s", json=review,
+                                      ssl=self._ssl(client_config.get("caBundle")), server_hostname=server_name,
+                                      timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+            if response.status != 200:
+                raise RuntimeError(f"webhook answered HTTP {response.status}")
+            return await response.json(content_type=None)
 
     @staticmethod
     def _check(answer: Any, api_version: str, uid: str) -> JSON:
@@ -186,3 +166,37 @@ class WebhookDispatcher:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def _review_request(uid: str, attributes: AdmissionAttributes, obj: JSON) -> JSON:
+    """The AdmissionReview's request for `obj`, as kube-apiserver writes it."""
+    kind = {"group": "", "version": "v1", "kind": attributes.kind}
+    resource = {"group": "", "version": "v1", "resource": "pods"}
+    options = "CreateOptions" if attributes.operation == "CREATE" else "UpdateOptions"
+    request: JSON = {
+        "uid": uid, "kind": kind, "resource": resource, "requestKind": kind, "requestResource": resource,
+        "name": attributes.name, "namespace": attributes.namespace, "operation": attributes.operation,
+        "userInfo": attributes.user or {"username": "local-cluster"}, "object": obj,
+        "oldObject": attributes.old_object, "dryRun": False,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": options}}
+    if attributes.subresource:
+        request["subResource"] = request["requestSubResource"] = attributes.subresource
+    return request
+
+
+def _admitted(name: str, result: JSON, obj: JSON) -> JSON:
+    """`obj` as the webhook `name` answered `result`: refused, kept, or patched."""
+    if not result.get("allowed"):
+        status = result.get("status") or {}
+        message = status.get("message") or status.get("reason") or "without explanation"
+        code = max(int(status.get("code") or 400), 400)
+        raise AdmissionDenied(f'admission webhook "{name}" denied the request: {message}', code)
+    if result.get("patch"):
+        if result.get("patchType") != "JSONPatch":
+            raise AdmissionDenied(f'webhook "{name}" answered unsupported patchType {result.get("patchType")}', 500)
+        ops = json.loads(base64.b64decode(result["patch"]))
+        try:
+            obj = jsonpatch.apply_patch(obj, ops)
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+            raise AdmissionDenied(f'webhook "{name}" patch cannot be applied: {exc}', 500) from exc
+    return obj

@@ -114,29 +114,37 @@ def _path_not_found(path: str) -> StoreError:
 def parse_path(path: str) -> Target:
     """`/api/v1[/namespaces/{ns}]/{resource}[/{name}[/{subresource}]]`, and the same under
     `/apis/{group}/{version}` for the group resources."""
-    parts = [p for p in path.split("/") if p]
-    if parts[:2] == ["api", "v1"]:
-        group_version, rest = "v1", parts[2:]
-    elif len(parts) >= 3 and parts[0] == "apis":
-        group_version, rest = f"{parts[1]}/{parts[2]}", parts[3:]
-    else:
-        raise _path_not_found(path)
+    group_version, rest = _group_version(path)
     namespace = None
     # `namespaces/x/pods...` is a namespaced path; `namespaces/x[/status]` is a Namespace.
     if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] in KINDS:
         namespace, rest = rest[1], rest[2:]
     if not rest or len(rest) > 3 or rest[0] not in KINDS or KINDS[rest[0]][1] != group_version:
         raise _path_not_found(path)
-    resource = rest[0]
-    name = rest[1] if len(rest) > 1 else None
-    subresource = rest[2] if len(rest) > 2 else None
-    if resource in CLUSTER_SCOPED and namespace is not None:
+    target = Target(rest[0], namespace, rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None)
+    if not _served(target):
         raise _path_not_found(path)
-    if resource not in CLUSTER_SCOPED and namespace is None and name is not None:
-        raise _path_not_found(path)  # `/api/v1/pods/x`: objects need their namespace
-    if subresource is not None and subresource not in SUBRESOURCES.get(resource, ()):
-        raise _path_not_found(path)
-    return Target(resource, namespace, name, subresource)
+    return target
+
+
+def _group_version(path: str) -> tuple[str, list[str]]:
+    """The API group/version a path names, and the parts after it."""
+    parts = [p for p in path.split("/") if p]
+    if parts[:2] == ["api", "v1"]:
+        return "v1", parts[2:]
+    if len(parts) >= 3 and parts[0] == "apis":
+        return f"{parts[1]}/{parts[2]}", parts[3:]
+    raise _path_not_found(path)
+
+
+def _served(target: Target) -> bool:
+    """Whether the resource's scope allows the namespace given, and it has that subresource."""
+    cluster_scoped = target.resource in CLUSTER_SCOPED
+    if cluster_scoped and target.namespace is not None:
+        return False
+    if not cluster_scoped and target.namespace is None and target.name is not None:
+        return False  # `/api/v1/pods/x`: objects need their namespace
+    return target.subresource is None or target.subresource in SUBRESOURCES.get(target.resource, ())
 
 
 def _object_at(obj: JSON, key: str) -> JSON:

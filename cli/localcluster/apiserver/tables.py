@@ -118,19 +118,29 @@ ROLE_PREFIX = "node-role.kubernetes.io/"
 
 
 def _node_row(node: JSON, now: datetime) -> list[object]:
-    status, spec = node.get("status") or {}, node.get("spec") or {}
-    ready = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
-    state = {"True": "Ready", "False": "NotReady"}.get(ready or "", "Unknown")
-    if spec.get("unschedulable"):
-        state += ",SchedulingDisabled"
-    labels = _meta(node).get("labels") or {}
-    roles = sorted(k[len(ROLE_PREFIX):] for k in labels if k.startswith(ROLE_PREFIX)) or ["<none>"]
+    status = node.get("status") or {}
     addresses = {a.get("type"): a.get("address") for a in status.get("addresses") or []}
     info = status.get("nodeInfo") or {}
-    return [_meta(node).get("name", ""), state, ",".join(roles), _age(_meta(node).get("creationTimestamp"), now),
+    return [_meta(node).get("name", ""), _node_state(node), ",".join(_node_roles(node)),
+            _age(_meta(node).get("creationTimestamp"), now),
             info.get("kubeletVersion") or "", addresses.get("InternalIP") or "<none>",
             addresses.get("ExternalIP") or "<none>", info.get("osImage") or "<unknown>",
             info.get("kernelVersion") or "<unknown>", info.get("containerRuntimeVersion") or "<unknown>"]
+
+
+def _node_state(node: JSON) -> str:
+    """kubectl's STATUS column: the Ready condition, and whether the node is cordoned."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = next((c.get("status") for c in conditions if c.get("type") == "Ready"), None)
+    state = {"True": "Ready", "False": "NotReady"}.get(ready or "", "Unknown")
+    if (node.get("spec") or {}).get("unschedulable"):
+        state += ",SchedulingDisabled"
+    return state
+
+
+def _node_roles(node: JSON) -> list[str]:
+    labels = _meta(node).get("labels") or {}
+    return sorted(k[len(ROLE_PREFIX):] for k in labels if k.startswith(ROLE_PREFIX)) or ["<none>"]
 
 
 # --- events -------------------------------------------------------------------------------
