@@ -294,6 +294,10 @@ def kube_scheduler_args(docs: list[dict]) -> list[str]:
      ["--pod-max-in-unschedulable-pods-duration=45s"]),
     ((), []),  # device-plugin mode keeps kube-scheduler's own
     (("scheduler.kubeScheduler.retryUnschedulableSeconds=60",), ["--pod-max-in-unschedulable-pods-duration=60s"]),
+    # The flag is deprecated: by default it goes only to a kube-scheduler known to take it.
+    (("mode=dra", "scheduler.kubeScheduler.tag=v1.38.0"), []),
+    (("mode=dra", "scheduler.kubeScheduler.tag=v1.38.0", "scheduler.kubeScheduler.retryUnschedulableSeconds=20"),
+     ["--pod-max-in-unschedulable-pods-duration=20s"]),
 ])
 def test_the_unschedulable_retry_of_the_bundled_kube_scheduler(sets: tuple[str, ...], expected: list[str]) -> None:
     assert kube_scheduler_args(render(*sets)) == expected
