@@ -17,6 +17,7 @@ policy runs: the local API server sends every pod write through admission.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import errno
 import logging
@@ -24,7 +25,6 @@ import shutil
 import tempfile
 import threading
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +47,11 @@ from hami_dcu.deviceplugin.service import PluginService
 from hami_dcu.node.discovery import discover
 from hami_dcu.node.faketree import lay_out
 from hami_dcu.node.smi import MockBackend
+from hami_dcu.scheduler import command as scheduler_command
 from hami_dcu.scheduler.app import build_app as build_scheduler_app
-from hami_dcu.scheduler.bind import BindSettings
-from hami_dcu.scheduler.filtering import FilterSettings
-from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
+from hami_dcu.scheduler.service import SchedulerService
 from hami_dcu.webhook import certs
-from hami_dcu.webhook.decision import Settings as WebhookSettings
+from hami_dcu.webhook import command as webhook_command
 from hami_dcu.webhook.server import build_app as build_webhook_app
 
 log = logging.getLogger(__name__)
@@ -178,22 +177,22 @@ class LocalCluster:
         certs.write_pem_files(tls_dir, {name: base64.b64decode(secret["data"][name])
                                         for name in ("tls.crt", "tls.key")})
         tls = ReloadingTLS(str(tls_dir / "tls.crt"), str(tls_dir / "tls.key"))
-        self.webhook = AppThread(
-            "webhook", lambda: build_webhook_app(WebhookSettings(naming=self.naming, identities=IDENTITIES)), port=port,
-            ssl_context=tls.context
-        ).start()
+        settings = webhook_command.settings_from(_flags(
+            "webhook", "--tls-cert", str(tls_dir / "tls.crt"), "--tls-key", str(tls_dir / "tls.key"),
+            "--naming", self.naming.name, *_identity_flags()))
+        self.webhook = AppThread("webhook", lambda: build_webhook_app(settings), port=port,
+                                 ssl_context=tls.context).start()
         WebhookDispatcher(self.api, resolve_service=lambda ns, name, _port: f"https://127.0.0.1:{port}").install()
 
     # --- scheduler -----------------------------------------------------------------------
 
     def _start_scheduler(self) -> None:
-        settings = ServiceSettings(
-            filter=FilterSettings(node_policy=self.node_policy, card_policy=self.device_policy, naming=self.naming),
-            # The scheduler loop gives up on a bind after kube-scheduler's default 5 s, so a
-            # bind waits for a node at most 4 s (the chart keeps lockWait below httpTimeout too).
-            bind=BindSettings(lock_timeout=timedelta(seconds=300), lock_wait=4.0),
-            resync=30.0,
-        )
+        # The scheduler loop gives up on a bind after kube-scheduler's default 5 s, so a bind
+        # waits for a node at most 4 s (the chart keeps lockWait below httpTimeout too).
+        settings = scheduler_command.settings_from(_flags(
+            "scheduler", "--node-policy", self.node_policy, "--device-policy", self.device_policy,
+            "--naming", self.naming.name, "--lock-timeout", "300", "--lock-wait", "4", "--resync", "30",
+            *_identity_flags()))
         kubeconfig = str(self.api.credentials(EXTENDER_IDENTITY)) if self.api else None
 
         async def make_app() -> Any:
@@ -276,6 +275,21 @@ class LocalCluster:
         if not vdev_dir.exists():
             return {}
         return {d.name: (d / "vdev0.conf").read_text() for d in vdev_dir.iterdir() if (d / "vdev0.conf").exists()}
+
+
+def _flags(*argv: str) -> argparse.Namespace:
+    """A component's flags parsed by `hami-dcu`'s own parser: the local cluster composes each
+    component from flags through the same settings_from as the process the chart runs, so a
+    flag's default or a setting's meaning cannot differ between the demo and a cluster."""
+    from hami_dcu.cli.main import build_parser  # the parser names this package's demo: import when used
+
+    parser, _ = build_parser()
+    return parser.parse_args(list(argv))
+
+
+def _identity_flags() -> list[str]:
+    return [flag for user in sorted(IDENTITIES.scheduler) for flag in ("--scheduler-identity", user)] + [
+        flag for user in sorted(IDENTITIES.device_plugin) for flag in ("--device-plugin-identity", user)]
 
 
 def webhook_configuration(failure_policy: str = "Fail", review_updates: bool = True) -> dict[str, Any]:
