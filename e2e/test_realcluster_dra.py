@@ -526,6 +526,16 @@ def test_the_namespace_dcu_quota_holds_for_claims_templates_and_rewritten_pods(d
         delete_quietly(dra, hand_template)
 
 
+def a_12_gib_claim_is_refused(cluster: DraRealCluster) -> bool:
+    """Whether the webhook sees the namespace's 10 GiB quota yet (a dry run of 12 GiB)."""
+    try:
+        cluster.kube.request("POST", CLAIMS, query={"dryRun": "All"}, body={
+            "metadata": {"name": "probe"}, "spec": request_spec(memory="12Gi")})
+    except KubeError as exc:
+        return "exceeds" in str(exc)
+    return False
+
+
 def test_claims_created_at_once_cannot_pass_the_quota_together(dra: DraRealCluster) -> None:
     """Issue 35, finding 3. limits.hygon.com/dcumem 10240 (10 GiB) and 8 claims of 8 GiB created
     in parallel threads: before, two were admitted in 4 rounds of 13 (the review's lock ended
@@ -534,14 +544,6 @@ def test_claims_created_at_once_cannot_pass_the_quota_together(dra: DraRealClust
     delete_quietly(dra, f"{quotas}/{QUOTA}")
     dra.kube.request("POST", quotas, body={"metadata": {"name": QUOTA},
                                            "spec": {"hard": {"limits.hygon.com/dcumem": "10240"}}})
-
-    def quota_seen() -> bool:
-        try:
-            dra.kube.request("POST", CLAIMS, query={"dryRun": "All"}, body={
-                "metadata": {"name": "probe"}, "spec": request_spec(memory="12Gi")})
-        except KubeError as exc:
-            return "exceeds" in str(exc)
-        return False
 
     def admitted(name: str) -> bool:
         try:
@@ -552,7 +554,7 @@ def test_claims_created_at_once_cannot_pass_the_quota_together(dra: DraRealClust
         return True
 
     try:
-        wait_until("the webhook sees the quota", quota_seen, timeout=60, interval=0.5)
+        wait_until("the webhook sees the quota", lambda: a_12_gib_claim_is_refused(dra), timeout=60, interval=0.5)
         counts = []
         for round_ in range(10):
             names = [f"race{round_}-{i}" for i in range(8)]
@@ -611,15 +613,7 @@ def test_a_forged_claim_review_from_a_pod_holds_no_quota(dra: DraRealCluster) ->
             assert done.returncode == 0, done.stderr
             return json.loads(done.stdout)
 
-        def quota_seen() -> bool:
-            try:
-                dra.kube.request("POST", CLAIMS, query={"dryRun": "All"}, body={
-                    "metadata": {"name": "probe"}, "spec": request_spec(memory="12Gi")})
-            except KubeError as exc:
-                return "exceeds" in str(exc)
-            return False
-
-        wait_until("the webhook sees the quota", quota_seen, timeout=60, interval=0.5)
+        wait_until("the webhook sees the quota", lambda: a_12_gib_claim_is_refused(dra), timeout=60, interval=0.5)
         for i in range(3):  # as a tenant of another namespace would, again and again
             answer = forged(f"forged-{i}")
             assert answer["allowed"] and not answer.get("patch"), answer  # answered, no reservation stamped
