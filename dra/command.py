@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import threading
 import time
@@ -19,7 +20,7 @@ from hami_dcu.common.kube import Kube, KubeError, user_agent
 from hami_dcu.common.metricsserver import serve
 from hami_dcu.dra.core import DraPaths, DriverCore
 from hami_dcu.dra.ledger import QuotaLedger
-from hami_dcu.dra.server import KubeletPluginServer
+from hami_dcu.dra.server import POD_UID, KubeletPluginServer
 from hami_dcu.dra.service import CLAIM_RECHECK, DriverService
 from hami_dcu.dra.slices import NO_SCHEDULE, TAINT_EFFECTS
 from hami_dcu.dra.usageview import driver_view
@@ -54,9 +55,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the effect of the device taint on an unhealthy card: NoSchedule (new claims avoid it, "
                              "pods already on it keep running) or NoExecute (pods on it that do not tolerate the "
                              "taint are evicted too)")
+    parser.add_argument("--pod-uid", type=pod_uid, default=os.environ.get("POD_UID") or None,
+                        help="this pod's UID (default: $POD_UID, the downward API's metadata.uid): the sockets "
+                             "are named after it, so the DaemonSet's next pod registers beside this one during a "
+                             "rolling update (kubelet 1.33+); unset: the fixed socket names, one driver per node")
+    parser.add_argument("--ready-file", type=absolute_path, default=None,
+                        help="a file that exists while the kubelet has this driver registered, for the pod's "
+                             "readiness probe (a rolling update removes the old pod once the new one is called)")
     parser.add_argument("--quota-ledger", type=ledger_name, default=None, metavar="NAMESPACE/NAME",
                         help="the ConfigMap where the drivers count what they prepared in namespaces with a DCU "
                              "quota, checked again at Prepare (the chart makes it); unset: the webhook's check only")
+
+
+def pod_uid(value: str) -> str:
+    if not POD_UID.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a pod UID (letters, digits and '-')")
+    return value
 
 
 def ledger_name(value: str) -> tuple[str, str]:
@@ -113,7 +127,9 @@ def build(args: argparse.Namespace, kube: Kube) -> tuple[DriverService, KubeletP
                             naming=naming, claim_recheck=args.claim_recheck, ledger=ledger,
                             taint_effect=args.unhealthy_taint_effect)
     server = KubeletPluginServer(service.prepare, service.unprepare, Path(args.registry_dir),
-                                 Path(args.kubelet_plugins_dir), metrics_registry=service.metrics.registry)
+                                 Path(args.kubelet_plugins_dir), metrics_registry=service.metrics.registry,
+                                 pod_uid=args.pod_uid,
+                                 ready_file=Path(args.ready_file) if args.ready_file else None)
     return service, server
 
 

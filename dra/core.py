@@ -7,6 +7,10 @@ makes a crash harmless: grants are taken in memory, the record is written (the c
 then the files a container sees; Unprepare removes the files, then the record. A restart takes
 the grants back from the records and rewrites their files. Both calls are idempotent per claim
 UID, as the kubelet retries them.
+
+Two driver processes may run on the node at once (a rolling update: dra/sharedstate.py): every
+call holds the node state's lock and reloads the records first when the other one changed them,
+so the memory here is never a stale copy when it decides.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import json
 import logging
 import re
 import shutil
-import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,7 @@ from hami_dcu.dra import cdi
 from hami_dcu.dra.claims import ClaimRefused, Share, cards_by_device, plan_claim, who
 from hami_dcu.dra.holdings import conflict
 from hami_dcu.dra.records import PreparedClaim, PreparedDevice, RecordStore, VdevGrant
+from hami_dcu.dra.sharedstate import Hold, SharedState
 from hami_dcu.node import layout
 from hami_dcu.node.allocator import AllocationError, NodeState
 from hami_dcu.node.discovery import DcuCard
@@ -62,23 +68,47 @@ class DriverCore:
         self.paths = paths or DraPaths()
         self.cards = cards_by_device(cards)
         self.index_by_bus_id = {c.card.pci_bus_id.upper(): c.index for c in cards}
-        self.state = NodeState(compute_units={c.index: c.card.compute_units for c in cards})
+        self._compute_units = {c.index: c.card.compute_units for c in cards}
+        self.state = NodeState(compute_units=dict(self._compute_units))
         self.store = RecordStore(self.paths.state_dir / "claims")
+        self.shared = SharedState(self.paths.state_dir, self.store.directory)
         self.prepared: dict[str, PreparedClaim] = {}
-        self.lock = threading.Lock()
+
+    # --- the node state, shared with another driver process (dra/sharedstate.py) ------------
+
+    @contextmanager
+    def holding(self) -> Iterator[Hold]:
+        """The node state's lock, the memory reloaded from the records when they changed."""
+        with self.shared.hold() as hold:
+            if hold.stale:
+                self._reload()
+            yield hold
+
+    def _reload(self, report_moves: bool = False) -> None:
+        """The grants and prepared claims, from the records alone (they are the truth)."""
+        state = NodeState(compute_units=dict(self._compute_units))
+        prepared: dict[str, PreparedClaim] = {}
+        for record in self.store.load_all():
+            record = self._current_indices(record, report_moves)
+            for device in record.devices:
+                grant = device.vdev_dir(record.uid)
+                if grant is not None:
+                    state.restore(grant)
+            prepared[record.uid] = record
+        self.state, self.prepared = state, prepared
+
+    def record(self, uid: str) -> PreparedClaim | None:
+        """The claim's record as the node has it now (another process may have written it)."""
+        with self.holding():
+            return self.prepared.get(uid)
 
     # --- restart ---------------------------------------------------------------------------
 
     def rebuild(self) -> int:
         """Take back every recorded claim's grants and rewrite its files (run at start)."""
-        with self.lock:
-            for record in self.store.load_all():
-                record = self._current_indices(record)
-                for device in record.devices:
-                    grant = device.vdev_dir(record.uid)
-                    if grant is not None:
-                        self.state.restore(grant)
-                self.prepared[record.uid] = record
+        with self.shared.hold():
+            self._reload(report_moves=True)
+            for record in self.prepared.values():
                 try:
                     self._write_files(record)
                 except OSError as exc:  # the record still holds the grants; Unprepare cleans up
@@ -88,7 +118,7 @@ class DriverCore:
             log.info("node %s: restored %d prepared claims from %s", self.node, count, self.store.directory)
         return count
 
-    def _current_indices(self, record: PreparedClaim) -> PreparedClaim:
+    def _current_indices(self, record: PreparedClaim, report_moves: bool = False) -> PreparedClaim:
         """SMI indices shift when a card disappears; the PCI bus id does not. A card no longer
         served keeps its grant apart (index -1), never charged to the card now at its index."""
         devices = []
@@ -96,8 +126,9 @@ class DriverCore:
             if device.vdev is not None:
                 index = self.index_by_bus_id.get(device.pci_bus_id.upper(), UNSERVED_CARD)
                 if index != device.vdev.card_index:
-                    log.warning("node %s: claim %s device %s is now card index %d (was %d)", self.node,
-                                record.uid, device.device, index, device.vdev.card_index)
+                    if report_moves:  # once, at start: not again at each reload
+                            log.warning("node %s: claim %s device %s is now card index %d (was %d)", self.node,
+                                    record.uid, device.device, index, device.vdev.card_index)
                     device = replace(device, vdev=replace(device.vdev, card_index=index))
             devices.append(device)
         return PreparedClaim(record.uid, record.namespace, record.name, tuple(devices))
@@ -109,7 +140,7 @@ class DriverCore:
         uid = str(meta.get("uid") or "")
         if not _UID.fullmatch(uid):
             raise PrepareFailed(f"{who(claim)}: unusable UID {uid!r}")
-        with self.lock:
+        with self.holding() as hold:
             done = self.prepared.get(uid)
             if done is not None:  # the kubelet asks again after its restart or a lost answer
                 return done
@@ -133,6 +164,7 @@ class DriverCore:
                 raise
             record = PreparedClaim(uid=uid, namespace=str(meta.get("namespace") or ""), name=str(meta.get("name")),
                                    devices=tuple(devices))
+            hold.changed()
             try:
                 self.store.save(record)
                 self.prepared[uid] = record
@@ -175,10 +207,11 @@ class DriverCore:
         """Free the claim's vDCUs and files; False when it was not prepared here (nothing to do)."""
         if not _UID.fullmatch(uid):
             raise PrepareFailed(f"unusable claim UID {uid!r}")
-        with self.lock:
+        with self.holding() as hold:
             record = self.prepared.get(uid)
             if record is None:
                 return False
+            hold.changed()
             self._forget(record)
         log.info("node %s: unprepared claim %s/%s (%s)", self.node, record.namespace, record.name, uid)
         return True
@@ -205,7 +238,7 @@ class DriverCore:
     # --- reconcile -------------------------------------------------------------------------
 
     def prepared_claims(self) -> list[PreparedClaim]:
-        with self.lock:
+        with self.holding():
             return list(self.prepared.values())
 
 

@@ -7,12 +7,23 @@ it makes no decision. Each claim of a call gets its own answer: one claim refuse
 fails the others. A bug (common/errors.py's rule) is no refusal: it ends the whole call with
 INTERNAL, its traceback logged naming the claim and counted; the kubelet retries the call, and
 the claims prepared in it are answered again from their records.
+
+Rolling updates: given its pod's UID, the driver names both sockets after it, so the DaemonSet's
+next pod registers beside this one instead of taking its sockets, and the kubelet (1.33+) keeps
+both registrations and calls the newer one. At exit the driver removes its registration socket
+first (the kubelet drops this registration and calls the other), lets the calls under way
+finish, then removes its plugin socket: only the sockets it made, never a newer pod's of the
+same name (docs/operations.md, "Upgrading the DRA driver").
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import re
 import threading
+import time
 from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
@@ -36,6 +47,42 @@ log = logging.getLogger(__name__)
 
 WORKERS = 8
 MAX_CONCURRENT_RPCS = 64
+# AF_UNIX paths hold 108 bytes with the terminating NUL: a longer one cannot be bound.
+UNIX_PATH_MAX = 107
+POD_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}")  # a Kubernetes UID; it names files, so nothing else
+# At exit: how long the plugin socket keeps answering after the registration socket is gone (the
+# kubelet's plugin watcher sees the removal and its reconciler, every second, deregisters), and
+# then how long the calls under way may take to finish.
+DEREGISTER_WAIT = 2.0
+CALLS_GRACE = 10.0
+
+
+def _fitting(directory: Path, candidates: list[str]) -> Path:
+    """The first name whose path fits a unix socket address (the last one regardless)."""
+    for name in candidates:
+        if len(os.fsencode(directory / name)) <= UNIX_PATH_MAX:
+            return directory / name
+    return directory / candidates[-1]
+
+
+def registration_socket(registry_dir: Path, pod_uid: str | None) -> Path:
+    """`<driver>-reg.sock` without a pod UID (one instance per node, as before); with one,
+    `<driver>-<uid>-reg.sock`, shortened to a hash of the UID where the directory is long."""
+    if not pod_uid:
+        return registry_dir / names.REGISTRATION_SOCKET
+    digest = hashlib.sha256(pod_uid.encode()).hexdigest()
+    # 64 bits of the UID's hash: ample to tell apart the two or three instances of one node.
+    return _fitting(registry_dir, [f"{names.DRIVER}-{pod_uid}-reg.sock", f"{names.DRIVER}-{digest[:16]}-reg.sock",
+                                   f"dra-{digest[:16]}-reg.sock"])
+
+
+def plugin_socket(plugins_dir: Path, pod_uid: str | None) -> Path:
+    """`<plugins dir>/<driver>/dra.sock` without a pod UID; with one, `dra-<uid>.sock` there."""
+    directory = plugins_dir / names.DRIVER
+    if not pod_uid:
+        return directory / names.PLUGIN_SOCKET
+    digest = hashlib.sha256(pod_uid.encode()).hexdigest()
+    return _fitting(directory, [f"dra-{pod_uid}.sock", f"dra-{digest[:16]}.sock"])
 
 
 class ClaimRef:
@@ -121,8 +168,13 @@ class DraServicerV1beta1(v1beta1_grpc.DRAPluginServicer):
 
 
 class RegistrationServicer(reg_grpc.RegistrationServicer):
-    def __init__(self, endpoint: str) -> None:
+    """The kubelet's registration calls. `ready_file`, when given, exists exactly while the
+    kubelet has this instance registered: the pod's readiness probe, so a rolling update takes
+    the old pod away only once the new one is called."""
+
+    def __init__(self, endpoint: str, ready_file: Path | None = None) -> None:
         self.endpoint = endpoint
+        self.ready_file = ready_file
         self.registered = threading.Event()
         self.last_error = ""
 
@@ -136,11 +188,26 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
             log.info("the kubelet registered DRA driver %s (endpoint %s)", names.DRIVER, self.endpoint)
             self.last_error = ""
             self.registered.set()
+            self._mark_ready()
         else:
             self.last_error = request.error
-            self.registered.clear()
+            self.unready()
             log.error("the kubelet refused DRA driver %s: %s", names.DRIVER, request.error)
         return reg_pb2.RegistrationStatusResponse()
+
+    def _mark_ready(self) -> None:
+        if self.ready_file is None:
+            return
+        try:
+            self.ready_file.parent.mkdir(parents=True, exist_ok=True)
+            self.ready_file.touch()
+        except OSError as exc:  # the pod stays unready: a rolling update waits, nothing breaks
+            log.error("could not write the readiness file %s: %s", self.ready_file, exc)
+
+    def unready(self) -> None:
+        self.registered.clear()
+        if self.ready_file is not None:
+            self.ready_file.unlink(missing_ok=True)
 
 
 class KubeletPluginServer:
@@ -149,17 +216,24 @@ class KubeletPluginServer:
     socket disappears (a kubelet or an operator cleaning the directories)."""
 
     def __init__(self, prepare: Prepare, unprepare: Unprepare, registry_dir: Path, plugins_dir: Path,
-                 poll_interval: float = 1.0, metrics_registry: CollectorRegistry | None = None) -> None:
-        self.registry_socket = registry_dir / names.REGISTRATION_SOCKET
-        self.plugin_socket = plugins_dir / names.DRIVER / names.PLUGIN_SOCKET
+                 poll_interval: float = 1.0, metrics_registry: CollectorRegistry | None = None, *,
+                 pod_uid: str | None = None, ready_file: Path | None = None,
+                 deregister_wait: float = DEREGISTER_WAIT, calls_grace: float = CALLS_GRACE) -> None:
+        if pod_uid and not POD_UID.fullmatch(pod_uid):
+            raise ValueError(f"unusable pod UID {pod_uid!r}")
+        self.registry_socket = registration_socket(registry_dir, pod_uid)
+        self.plugin_socket = plugin_socket(plugins_dir, pod_uid)
         self.prepare, self.unprepare = prepare, unprepare
         # Bugs are counted in the driver's registry (served on --metrics-bind) when given.
         self.failures = FailureReporter(Component.DRA_DRIVER, metrics_registry or CollectorRegistry(), log)
-        self.registration = RegistrationServicer(str(self.plugin_socket))
+        self.registration = RegistrationServicer(str(self.plugin_socket), ready_file)
         self.poll_interval = poll_interval
+        self.deregister_wait, self.calls_grace = deregister_wait, calls_grace
         self.stopping = threading.Event()
         self.serves = 0
-        self._servers: list[grpc.Server] = []
+        self._registration_server: grpc.Server | None = None
+        self._plugin_server: grpc.Server | None = None
+        self._inodes: dict[Path, int] = {}  # the sockets this process bound: the only ones it removes
         self._watcher: threading.Thread | None = None
 
     def start(self) -> KubeletPluginServer:
@@ -179,11 +253,14 @@ class KubeletPluginServer:
                                                      plugin)
         plugin.add_insecure_port(f"unix://{self.plugin_socket}")
         plugin.start()
+        self._plugin_server = plugin
+        self._remember(self.plugin_socket)
         registration = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="dra-reg"))
         reg_grpc.add_RegistrationServicer_to_server(self.registration, registration)
         registration.add_insecure_port(f"unix://{self.registry_socket}")
         registration.start()
-        self._servers = [registration, plugin]
+        self._registration_server = registration
+        self._remember(self.registry_socket)
         self.serves += 1
         log.info("DRA driver %s serving on %s, registration on %s", names.DRIVER, self.plugin_socket,
                  self.registry_socket)
@@ -197,13 +274,51 @@ class KubeletPluginServer:
                 except (OSError, RuntimeError) as exc:
                     log.warning("could not serve the DRA sockets again, will retry: %s", exc)
 
+    def _remember(self, socket: Path) -> None:
+        try:
+            self._inodes[socket] = socket.stat().st_ino
+        except OSError:  # gone already: the watcher serves again
+            self._inodes.pop(socket, None)
+
+    def _remove(self, socket: Path) -> None:
+        """Remove the socket if it is still the one this process bound. gRPC's own stop already
+        unlinks its path, whoever bound it since: with the fixed names of a driver given no pod
+        UID, an old instance's exit takes a newer one's socket (whose watcher serves it again),
+        one reason a rolling update needs the per-UID names."""
+        inode = self._inodes.pop(socket, None)
+        try:
+            if inode is not None and socket.stat().st_ino == inode:
+                socket.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("could not remove DRA socket %s: %s", socket, exc)
+
     def _stop_servers(self) -> None:
-        for server in self._servers:
-            server.stop(grace=None).wait(5)
-        self._servers = []
+        for server in (self._registration_server, self._plugin_server):
+            if server is not None:
+                server.stop(grace=None).wait(5)
+        self._registration_server = self._plugin_server = None
 
     def stop(self) -> None:
+        """Leave the kubelet's registry, then finish the calls under way, then go; the sockets
+        this process made are removed (a stale one would stay registered, unreachable)."""
         self.stopping.set()
         if self._watcher is not None:
             self._watcher.join(5)
-        self._stop_servers()
+        known = self.registration.registered.is_set()  # else no kubelet has this endpoint to forget
+        self.registration.unready()
+        registration, plugin = self._registration_server, self._plugin_server
+        self._registration_server = self._plugin_server = None
+        if registration is not None:
+            registration.stop(grace=None).wait(5)
+        self._remove(self.registry_socket)
+        if plugin is not None:
+            # Still answering while the kubelet notices the registration is gone: a call it
+            # sends meanwhile is served, not refused.
+            if known and self.deregister_wait > 0:
+                time.sleep(self.deregister_wait)
+            plugin.stop(grace=self.calls_grace).wait(self.calls_grace + 5)
+        self._remove(self.plugin_socket)
+        log.info("DRA driver %s stopped: sockets %s and %s removed", names.DRIVER, self.registry_socket,
+                 self.plugin_socket)

@@ -92,7 +92,7 @@ class DriverService:
     # --- kubelet calls ---------------------------------------------------------------------
 
     def prepare(self, ref: ClaimRef) -> PreparedClaim:
-        done = self.core.prepared.get(ref.uid)
+        done = self.core.record(ref.uid)
         if done is not None:  # answered from the record even while the API server is away
             pending = self._status_pending.get(ref.uid)
             if pending is not None:
@@ -138,7 +138,7 @@ class DriverService:
         return self.core.prepare(claim)
 
     def unprepare(self, ref: ClaimRef) -> None:
-        record = self.core.prepared.get(ref.uid)
+        record = self.core.record(ref.uid)
         self.core.unprepare(ref.uid)
         self._checked.pop(ref.uid, None)
         self._status_pending.pop(ref.uid, None)
@@ -227,7 +227,7 @@ class DriverService:
 
     def _retry_status(self) -> None:
         for uid, meta in list(self._status_pending.items()):
-            record = self.core.prepared.get(uid)
+            record = self.core.record(uid)
             if record is None:
                 self._status_pending.pop(uid, None)
             else:

@@ -16,8 +16,7 @@ def driver_view(core: DriverCore) -> NodeView:
     served = {c.index: c for c in core.cards.values()}
     cards = tuple(CardFacts(index=c.index, serial=c.card.serial, model=c.card.model, pci_bus_id=c.card.pci_bus_id,
                             memory_mib=c.card.memory_mib) for c in served.values())
-    with core.lock:
-        prepared = list(core.prepared.values())
+    prepared = core.prepared_claims()
     vdevs: list[VdevFacts] = []
     by_cdi: dict[str, Held] = {}
     by_device: dict[tuple[str, str, str], list[Held]] = {}
