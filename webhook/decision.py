@@ -17,7 +17,7 @@ from typing import Any
 import jsonpatch
 
 from hami_dcu.common import keys
-from hami_dcu.common.dra.translate import TranslateError, translate
+from hami_dcu.common.dra.translate import TranslateError, extended_resource_claim, translate
 from hami_dcu.common.podchecks import CheckSettings, DcuPod, Stage, dcu_pod, first_refusal
 from hami_dcu.common.preferences import selection_problem
 from hami_dcu.common.quota import Amount, Reservations
@@ -57,6 +57,10 @@ class Settings:
     # DRA mode: compute units per card size published in ResourceSlices (the shell reads them),
     # which a cores percentage needs to become a compute-unit count.
     card_units: tuple[int, ...] = ()
+    # DRA mode: the DeviceClass names the count resource as its extendedResourceName (Kubernetes
+    # 1.37+, --dra-extended-resource): a pod asking whole cards by the count alone keeps its
+    # resources, and kube-scheduler makes its claim. False: every DCU pod is rewritten into claims.
+    extended_resource: bool = False
     # Volcano mode: pods with this schedulerName are Volcano's to place (its Hygon
     # deviceshare); they keep it, but the deny rules still apply. Empty: off.
     volcano_scheduler: str = ""
@@ -146,10 +150,34 @@ def selection_lists(a: Admission) -> Decision | None:
 
 def claims_in_dra_mode(a: Admission) -> Decision | None:
     """DRA mode: kube-scheduler places claims itself; no extender quota book or policy
-    annotations apply."""
+    annotations apply. Whole cards asked by the count alone go through the DeviceClass's
+    extendedResourceName where the cluster has it, unrewritten; everything else becomes claims."""
     if a.settings.mode != DRA:
         return None
+    if a.settings.extended_resource and not a.adopted.renames:
+        try:
+            claim = extended_resource_claim(a.pod, a.settings.resources)
+        except RequestError as exc:  # the deny rules refused such a count already
+            return _deny("dra-untranslatable", str(exc))
+        if claim is not None:
+            return _as_extended_resource(a, claim)
     return _as_claims(a.original, a.pod, a.settings, a.rename_warnings)
+
+
+def _as_extended_resource(a: Admission, claim: JSON) -> Decision:
+    """A whole-card pod kube-scheduler serves through the DeviceClass's extendedResourceName:
+    its resources stay as written (a pod written for the other naming set is rewritten into
+    claims instead, as its resources change anyway); only its scheduler is routed, as for a
+    rewritten pod. The claim kube-scheduler will make for it is checked against the namespace
+    DCU quota now, and again when kube-scheduler creates it (a ResourceClaim review)."""
+    spec = dict(a.spec)
+    _route_claims_scheduler(spec, a.settings)
+    patch: list[JSON] = []
+    if spec.get("schedulerName") != a.scheduler:
+        op = "replace" if "schedulerName" in (a.original.get("spec") or {}) else "add"
+        patch = [{"op": op, "path": "/spec/schedulerName", "value": spec["schedulerName"]}]
+    return Decision(allowed=True, reason="extended-resource", patch=patch, warnings=a.rename_warnings,
+                    quota_claims=[claim])
 
 
 def left_to_volcano(a: Admission) -> Decision | None:

@@ -17,6 +17,10 @@ Shape -> device request (DeviceClass dra.hygon.com, Hygon's capacity names):
 The dcu resources are removed from the container (no node has them in DRA mode) and the
 claim is added to `spec.resourceClaims` and the container's `resources.claims`. A pod that
 already has `resourceClaims` is left alone: its author wrote DRA by hand.
+
+Where the DeviceClass names the count resource as its extendedResourceName (Kubernetes 1.37+),
+a pod asking whole cards by the count alone is not rewritten: kube-scheduler makes its claim
+itself, and `extended_resource_claim` says what that claim asks, for the quota.
 """
 
 from __future__ import annotations
@@ -142,6 +146,65 @@ def _naming_of(container: JSON, namings: tuple[ResourceNames, ...]) -> ResourceN
     return used[0] if used else None
 
 
+def _request_index(container: JSON, resource: str) -> int:
+    """Where `resource` stands among the container's requested resources, sorted: the index
+    kube-scheduler puts in its request names (the API server copies limits into requests)."""
+    resources = container.get("resources") or {}
+    asked = resources.get("requests") or resources.get("limits") or {}
+    ordered = sorted(asked)
+    return ordered.index(resource) if resource in ordered else 0
+
+
+def _asks_count_alone(container: JSON, resources: ResourceNames) -> bool:
+    """The container names no DCU memory or cores, in limits or in requests."""
+    written = container.get("resources") or {}
+    return not any(name in (written.get(part) or {}) for part in ("limits", "requests")
+                   for name in (resources.memory, resources.cores))
+
+
+def extended_resource_claim(pod: JSON, resources: ResourceNames) -> JSON | None:
+    """The claim spec kube-scheduler makes for `pod` when the DeviceClass names `resources.count` as
+    its extendedResourceName (DRAExtendedResource, GA in Kubernetes 1.37), for the quota to
+    count at admission; None when the pod is not one kube-scheduler can serve that way: it asks
+    no DCU, or a container names DCU memory or cores (a share, or a whole card written as
+    100 %: only the count resource is served through the class, so those pods are rewritten).
+
+    Requests as kube-scheduler's createRequestsAndMappings writes them: one per long-lived
+    container (app containers and restartable init containers), named
+    `container-<index>-request-<index of the resource in its sorted requests>`, and one for
+    the init containers that run before them, only for what the long-lived containers after
+    them do not already hold, the largest of those. Raises RequestError for a count that is
+    not a whole number (the deny rules refuse it first)."""
+    spec = pod.get("spec") or {}
+    inits = list(spec.get("initContainers") or [])
+    containers = inits + list(spec.get("containers") or [])
+    counts: list[int] = []
+    for container in containers:
+        if not names_dcu(container, resources):
+            counts.append(0)
+            continue
+        if not _asks_count_alone(container, resources):
+            return None
+        parsed = parse_container_request(container, resources)
+        counts.append(parsed.count if parsed is not None else 0)
+    if not any(counts):
+        return None
+    short_lived = {i for i, c in enumerate(inits) if c.get("restartPolicy") != "Always"}
+
+    def request(index: int, count: int) -> JSON:
+        name = f"container-{index}-request-{_request_index(containers[index], resources.count)}"
+        return {"name": name, "exactly": {"deviceClassName": names.DEVICE_CLASS,
+                                          "allocationMode": "ExactCount", "count": count}}
+
+    requests = [request(i, c) for i, c in enumerate(counts) if c and i not in short_lived]
+    extra = [(c - sum(counts[j] for j in range(i, len(counts)) if j not in short_lived), i)
+             for i, c in enumerate(counts) if c and i in short_lived]
+    most = max(extra, default=(0, 0), key=lambda e: e[0])  # kube-scheduler keeps the first of the largest
+    if most[0] > 0:
+        requests.append(request(most[1], most[0]))
+    return {"devices": {"requests": sorted(requests, key=lambda r: r["name"])}}
+
+
 def translate(pod: JSON, unit_counts: tuple[int, ...],
               namings: tuple[ResourceNames, ...] = EVERY_NAMING) -> Translation:
     """The patch and templates that make `pod` ask through claims; empty when it asks no DCU
@@ -185,4 +248,4 @@ def translate(pod: JSON, unit_counts: tuple[int, ...],
                        templates=list(templates.values()))
 
 
-__all__ = ["RequestError", "TranslateError", "Translation", "translate"]
+__all__ = ["RequestError", "TranslateError", "Translation", "extended_resource_claim", "translate"]

@@ -3,7 +3,9 @@
 * a plugin watcher on `plugins_registry`: every new socket gets the registration handshake
   (dra_client.register), a vanished one unregisters its driver;
 * before a pod's containers start, its claims are resolved (`resourceClaimName`, or for a
-  template the name in `status.resourceClaimStatuses`), read with the node's identity, checked
+  template the name in `status.resourceClaimStatuses`, and the claim kube-scheduler made for
+  its extended resources in `status.extendedResourceClaimStatus`, whose request mappings say
+  which container gets which request), read with the node's identity, checked
   (allocated, reserved for this pod), and prepared with one NodePrepareResources call per
   driver, skipping claims already prepared for another pod; each container then gets the CDI
   ids of the claims (and requests) it names, resolved as a runtime resolves them;
@@ -113,9 +115,12 @@ class DraKubelet(RealKubelet):
     # --- prepare ---------------------------------------------------------------------------
 
     def _allocate_devices(self, pod: JSON) -> bool:
-        if not super()._allocate_devices(pod):
+        extended = _extended_claim(pod)
+        # Resources kube-scheduler gave through a DeviceClass's extendedResourceName are no
+        # device plugin's: the kubelet's device manager skips them (they are the claim's).
+        if not super()._allocate_devices(_without_mapped_resources(pod, extended)):
             return False
-        if not (pod.get("spec") or {}).get("resourceClaims"):
+        if not (pod.get("spec") or {}).get("resourceClaims") and extended is None:
             return True
         uid = pod["metadata"]["uid"]
         try:
@@ -147,15 +152,19 @@ class DraKubelet(RealKubelet):
             self._admit(current)
 
     def _claim_names(self, pod: JSON) -> dict[str, str]:
-        """Pod claim name -> ResourceClaim name."""
+        """Pod claim name -> ResourceClaim name; the claim kube-scheduler made for the pod's
+        extended resources under EXTENDED, a key no pod claim can have."""
         statuses = {s["name"]: s.get("resourceClaimName")
                     for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
         out = {}
-        for entry in pod["spec"]["resourceClaims"]:
+        for entry in pod["spec"].get("resourceClaims") or []:
             name = entry.get("resourceClaimName") or statuses.get(entry["name"])
             if not name:
                 raise PrepareError(f"pod claim {entry['name']}: no ResourceClaim generated yet")
             out[entry["name"]] = name
+        extended = _extended_claim(pod)
+        if extended is not None:
+            out[EXTENDED] = extended["resourceClaimName"]
         return out
 
     def _prepare_pod(self, pod: JSON) -> None:
@@ -184,8 +193,10 @@ class DraKubelet(RealKubelet):
         with self._dra_lock:
             for claim in fetched.values():
                 self._use(claim["metadata"]["uid"], pod_uid)
+        mapped = _extended_requests(pod)
         self.container_edits[pod_uid] = {
-            c["name"]: resolve_cdi(self._cdi_ids(c, names, fetched), self.cdi_dir, self.host_path)
+            c["name"]: resolve_cdi(self._cdi_ids(c, names, fetched, mapped.get(c["name"], [])), self.cdi_dir,
+                                   self.host_path)
             for c in pod["spec"]["containers"] + (pod["spec"].get("initContainers") or [])
         }
 
@@ -219,9 +230,14 @@ class DraKubelet(RealKubelet):
                 # unprepared when the pod goes.
                 self._use(meta["uid"], pod_uid)
 
-    def _cdi_ids(self, container: JSON, names: dict[str, str], fetched: dict[str, JSON]) -> list[str]:
+    def _cdi_ids(self, container: JSON, names: dict[str, str], fetched: dict[str, JSON],
+                 extended_requests: list[str]) -> list[str]:
+        """The CDI ids of the claims (and requests) the container names, and of the requests of
+        the extended-resource claim mapped to it (status.extendedResourceClaimStatus)."""
         ids: list[str] = []
-        for ref in (container.get("resources") or {}).get("claims") or []:
+        refs = list((container.get("resources") or {}).get("claims") or [])
+        refs += [{"name": EXTENDED, "request": request} for request in extended_requests]
+        for ref in refs:
             claim = fetched.get(ref["name"])
             if claim is None:
                 raise PrepareError(f"container {container['name']} names unknown pod claim {ref['name']}")
@@ -278,6 +294,44 @@ class DraKubelet(RealKubelet):
         with self._dra_lock:
             for endpoint in self.drivers.values():
                 endpoint.close()
+
+
+EXTENDED = "<extended-resources>"  # kube-scheduler's own in-memory name for that claim: no pod claim's
+
+
+def _extended_claim(pod: JSON) -> JSON | None:
+    """status.extendedResourceClaimStatus: the claim kube-scheduler made for the pod's extended
+    resources served through a DeviceClass (DRAExtendedResource), and which container's resource
+    each of its requests serves."""
+    found = (pod.get("status") or {}).get("extendedResourceClaimStatus")
+    return found if isinstance(found, dict) and found.get("resourceClaimName") else None
+
+
+def _extended_requests(pod: JSON) -> dict[str, list[str]]:
+    """Container -> the requests of the extended-resource claim that serve it."""
+    out: dict[str, list[str]] = {}
+    for mapping in (_extended_claim(pod) or {}).get("requestMappings") or []:
+        out.setdefault(mapping["containerName"], []).append(mapping["requestName"])
+    return out
+
+
+def _without_mapped_resources(pod: JSON, extended: JSON | None) -> JSON:
+    """The pod as the device plugin side sees it: the resources the extended-resource claim
+    serves taken out of each container they are mapped to."""
+    if extended is None:
+        return pod
+    mapped = {(m["containerName"], m["resourceName"]) for m in extended.get("requestMappings") or []}
+    spec = dict(pod["spec"])
+    for section in ("initContainers", "containers"):
+        containers = []
+        for container in spec.get(section) or []:
+            resources = container.get("resources") or {}
+            kept = {part: {k: v for k, v in (resources.get(part) or {}).items() if (container["name"], k) not in mapped}
+                    for part in ("limits", "requests") if part in resources}
+            containers.append({**container, "resources": {**resources, **kept}})
+        if section in spec:
+            spec[section] = containers
+    return {**pod, "spec": spec}
 
 
 def host_path_resolver(node_root: Path, host_paths: dict[str, Path]) -> Callable[[str], Path]:
