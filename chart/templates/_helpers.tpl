@@ -162,6 +162,18 @@ firstAvailable alternatives. */}}
 {{/* The resource names of the naming set (value naming; hami_dcu.common.keys): every
 component is given --naming and reads pods with these names only. */}}
 {{- define "hami-dcu.naming" -}}{{ .Values.naming | default "dcu" }}{{- end -}}
+{{/* DRA mode: "true" when the DeviceClass names the count resource as its extendedResourceName
+(DRAExtendedResource: GA and always on from Kubernetes 1.37; beta and on by default in 1.36;
+an API server without it drops the field) and the webhook leaves whole-card pods to it; "" when
+not. draDriver.extendedResource auto: from 1.37; true / false: always / never. The DeviceClass
+and the webhook's flag both read this, so they never disagree. */}}
+{{- define "hami-dcu.draExtendedResource" -}}
+{{- $set := .Values.draDriver.extendedResource | toString -}}
+{{- if and (eq (.Values.mode | default "devicePlugin") "dra")
+           (or (eq $set "true") (and (eq $set "auto") (semverCompare ">=1.37.0-0" .Capabilities.KubeVersion.Version))) -}}
+true
+{{- end -}}
+{{- end -}}
 {{- define "hami-dcu.countResource" -}}hygon.com/{{ include "hami-dcu.naming" . }}num{{- end -}}
 {{- define "hami-dcu.memoryResource" -}}hygon.com/{{ include "hami-dcu.naming" . }}mem{{- end -}}
 {{- define "hami-dcu.coresResource" -}}hygon.com/{{ include "hami-dcu.naming" . }}cores{{- end -}}
