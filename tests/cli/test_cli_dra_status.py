@@ -175,3 +175,23 @@ def test_device_taint_rules_are_read_from_v1_then_v1beta2_and_skipped_when_forbi
     assert _taint_rules(Api({"v1": KubeError(403, "Forbidden", "no")})) == []
     assert _taint_rules(Api({"v1": NotFoundError(404, "NotFound", "no"),
                              "v1beta2": NotFoundError(404, "NotFound", "no")})) == []
+
+
+def test_the_claim_kube_scheduler_made_for_a_whole_card_pod_is_listed_with_its_pod():
+    """DRA mode on Kubernetes 1.37+: a pod asking whole cards by hygon.com/dcunum alone keeps
+    it, kube-scheduler makes the claim (the whole card's capacity consumed, as it writes it for
+    a device allowing several allocations); status lists it beside a share, and the pod while it
+    waits by what its container asks."""
+    made = claim("w-extended-resources-x1", DEV0, {"cores": "120", "memory": "65520Mi", "slices": "1"}, pods=("w",))
+    made["metadata"]["annotations"] = {"resource.kubernetes.io/extended-resource-claim": "true"}
+    made["status"]["allocation"]["devices"]["results"][0]["request"] = "container-0-request-0"
+    usage = dra_usage([node_slice()], [made, claim("s", DEV1, {"cores": "30", "memory": "8000Mi"}, pods=("s",))])
+    table = render(cluster_usage([], [], NOW, DCU), "table", dra=usage, naming=DCU)
+    assert "team/w-extended-resources-x1 (whole card)" in table
+    assert "team/s (8000 MiB, 30 CU = 25%)" in table and usage.claims == 2
+    waiting = {"metadata": {"name": "w2", "namespace": "team", "uid": "uid-w2"},
+               "spec": {"schedulerName": "hami-scheduler", "containers": [
+                   {"name": "main", "resources": {"limits": {"hygon.com/dcunum": "2"}}}]},
+               "status": {"phase": "Pending"}}
+    (pending,) = pending_pods([waiting], [], [made], NOW, DCU.resources)
+    assert pending.request == "main: 2 whole cards"
