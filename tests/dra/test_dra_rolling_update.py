@@ -249,6 +249,40 @@ def test_a_claim_prepared_by_one_instance_is_known_to_the_other(tmp_path):
     assert {r.uid for r in new.prepared_claims()} == {"uid-b", "uid-c"}
 
 
+def test_a_record_written_without_the_lock_is_seen_too(tmp_path):
+    """A driver from before the lock (the first upgrade onto it) writes its records and no
+    token: the record directory's listing shows the change all the same."""
+    cards = node_cards(tmp_path)
+    core = DriverCore(NODE, cards, paths(tmp_path))
+    core.rebuild()
+    a = core.prepare(claim("uid-a", result(cores="50", memory="1Gi")))
+    # The old driver's record of uid-b, granted beside uid-a, lands in the directory unlocked.
+    elsewhere = DriverCore(NODE, cards, paths(tmp_path / "old"))
+    elsewhere.prepare(claim("uid-x", result(cores="50", memory="1Gi")))
+    b = elsewhere.prepare(claim("uid-b", result(cores="50", memory="1Gi")))
+    shutil.copy(elsewhere.store.path("uid-b"), core.store.path("uid-b"))
+    c = core.prepare(claim("uid-c", result(cores="20", memory="1Gi")))
+    taken = a.devices[0].vdev.cu_mask | b.devices[0].vdev.cu_mask
+    assert c.devices[0].vdev.cu_mask & taken == 0 and c.devices[0].vdev.vdev not in (0, 1)
+    assert {r.uid for r in core.prepared_claims()} == {"uid-a", "uid-b", "uid-c"}
+
+
+def test_an_unchanged_node_state_is_not_read_again(tmp_path, monkeypatch):
+    core = DriverCore(NODE, node_cards(tmp_path), paths(tmp_path))
+    core.rebuild()
+    reads = []
+    load_all = core.store.load_all
+    monkeypatch.setattr(core.store, "load_all", lambda: reads.append(1) or load_all())
+    for uid in ("uid-a", "uid-b", "uid-c"):
+        core.prepare(claim(uid, result(cores="10", memory="1Gi")))
+    core.unprepare("uid-a")
+    assert reads == [] and len(core.prepared_claims()) == 2
+    # Another process's change, and only that, has it read the records again (once).
+    other = DriverCore(NODE, node_cards(tmp_path / "other"), paths(tmp_path))
+    other.unprepare("uid-b")
+    assert core.record("uid-b") is None and core.record("uid-c") is not None and reads == [1]
+
+
 def test_the_old_instances_reconcile_keeps_the_ledger_entry_of_a_claim_the_new_one_prepared(tmp_path):
     ledger_at = ("kube-system", "r-hami-dcu-dra-driver-quota")
     kube = FakeKube(NODE)
