@@ -256,6 +256,16 @@ class Kube:
     def list_resource_quotas(self) -> ObjectList:
         return _object_list(self.request("GET", "/api/v1/resourcequotas"))
 
+    def list_disruption_budgets(self, namespace: str) -> ObjectList:
+        return _object_list(self.request("GET", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"))
+
+    def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Evict the pod through the Eviction API (its PodDisruptionBudgets checked by the API
+        server: 429 raises KubeError). The uid precondition spares a new pod of the same name."""
+        self.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body={
+            "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}}})
+
     def list_page(self, path: str, limit: int, continue_token: str = "",
                   keep: Callable[[JSON], JSON] | None = None) -> ObjectList:
         """One page of at most `limit` items of the list at `path` (`continue_token`: the
@@ -553,6 +563,12 @@ class AsyncKube:
 
     async def list_resource_quotas(self) -> ObjectList:
         return await self.call(self.kube.list_resource_quotas)
+
+    async def list_disruption_budgets(self, namespace: str) -> ObjectList:
+        return await self.call(self.kube.list_disruption_budgets, namespace)
+
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        await self.call(self.kube.evict_pod, namespace, name, uid)
 
     async def list_pods(
         self, namespace: str | None = None, field_selector: str | None = None, label_selector: str | None = None

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from e2e.realcluster import preemption
+from e2e.realcluster import cardpreemption, preemption
 from e2e.realcluster import scenarios as real
 from e2e.realcluster.cluster import RealCluster, unavailable
 from e2e.scenarios import SCENARIOS, Scenario
@@ -119,3 +119,27 @@ def one_card() -> Iterator[RealCluster]:
 def test_a_high_priority_pod_preempts_the_pods_that_free_the_card(one_card: RealCluster) -> None:
     one_card.clear_pods()
     preemption.preempts_the_pods_that_free_the_card(one_card)
+
+
+@pytest.fixture(scope="module")
+def two_cards() -> Iterator[RealCluster]:
+    """One node, two cards: slots to spare, memory short (issue 37's 40 GiB case)."""
+    if _REASON:
+        pytest.skip(_REASON)
+    with RealCluster({"node0": default_cards("node0", 2)}) as cluster:
+        yield cluster
+
+
+def test_a_40_gib_pod_evicts_the_share_that_frees_one_card(two_cards: RealCluster) -> None:
+    two_cards.clear_pods()
+    cardpreemption.a_40_gib_pod_evicts_the_one_share_that_frees_a_card(two_cards)
+
+
+def test_a_pod_no_eviction_helps_evicts_nobody(two_cards: RealCluster) -> None:
+    two_cards.clear_pods()
+    cardpreemption.a_pod_no_eviction_helps_evicts_nobody(two_cards)
+
+
+def test_a_budget_protected_holder_is_spared(two_cards: RealCluster) -> None:
+    two_cards.clear_pods()
+    cardpreemption.a_budget_protected_holder_is_spared_when_another_choice_exists(two_cards)

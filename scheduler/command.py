@@ -48,6 +48,7 @@ from hami_dcu.common.writer_flags import add_identity_arguments, identities_from
 from hami_dcu.scheduler import policy
 from hami_dcu.scheduler.app import build_app, build_side_app
 from hami_dcu.scheduler.bind import BindSettings
+from hami_dcu.scheduler.cardpreemptor import PreemptorSettings
 from hami_dcu.scheduler.filtering import FilterSettings
 from hami_dcu.scheduler.quotas import admission_view
 from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
@@ -90,6 +91,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lock-timeout", type=float, default=300, help="seconds after which a node lock expires")
     parser.add_argument("--lock-wait", type=float, default=20,
                         help="seconds /bind waits for a locked node (keep below the extender httpTimeout)")
+    parser.add_argument("--card-preemption", action=argparse.BooleanOptionalAction, default=True,
+                        help="device-plugin mode: evict lower-priority pods holding card memory or cores a "
+                             "higher-priority pod needs, when kube-scheduler's own preemption (which sees DCU slots "
+                             "only) finds no victims; through the Eviction API, so PodDisruptionBudgets hold "
+                             "(default on)")
     parser.add_argument("--resync", type=positive_seconds, default=300, help="seconds between full relists")
     parser.add_argument("--serve-webhook", action="store_true", help="also serve POST /webhook on --bind")
     parser.add_argument("--mode", choices=("devicePlugin", "dra"), default="devicePlugin",
@@ -120,6 +126,7 @@ def settings_from(args: argparse.Namespace) -> ServiceSettings:
         bind=BindSettings(lock_timeout=timedelta(seconds=args.lock_timeout), lock_wait=args.lock_wait),
         resync=args.resync,
         mode=args.mode,
+        card_preemption=PreemptorSettings(enabled=args.card_preemption and args.mode != "dra"),
     )
 
 

@@ -38,6 +38,7 @@ from hami_dcu.scheduler.volcano import volcano_owned
 log = logging.getLogger("hami_dcu.scheduler.service")
 JSON = dict[str, Any]
 Emit = Callable[[JSON, str, str, str], None]  # (pod, reason, message, event type): an event about the pod
+NoFit = Callable[[JSON, PodPlan], None]  # told of a pod no node fits (the card preemption, cardpreemptor.py)
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class FilterEnv:
     emit: Emit
     monotonic: Callable[[], float]
     wall_clock: Callable[[], datetime]
+    no_fit: NoFit | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,8 @@ def _no_node_fits(r: FilterRequest, outcome: FilterOutcome) -> FilterAnswer:
     # FailedNodes carries reasons kube-scheduler can count; one node's figures go here.
     r.env.emit(r.pod, "FilteringFailed", f"no node fits the DCU request: {summary}"
                + (f"; for example {example}" if example else ""), "Warning")
+    if r.env.no_fit is not None:
+        r.env.no_fit(r.pod, r.plan)
     return FilterAnswer("unschedulable", filter_result(r.args, [], outcome.failed_text()))
 
 

@@ -22,6 +22,8 @@ from hami_dcu.scheduler import filtersteps
 from hami_dcu.scheduler.bind import Binder, BindSettings
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.cacherecords import NeedlessLock, NodeView
+from hami_dcu.scheduler.cardpreemptor import CardPreemptor, PreemptorSettings
+from hami_dcu.scheduler.cardvictims import priority_of
 from hami_dcu.scheduler.drainformer import DraInformer
 from hami_dcu.scheduler.drausage import DraUsage
 from hami_dcu.scheduler.events import EventSink
@@ -55,6 +57,7 @@ class ServiceSettings:
     assume_ttl: float = 120.0
     sync_wait: float = 10.0  # how long /filter waits for the first sync before answering an error
     mode: str = DEVICE_PLUGIN  # dra: /prioritize packs by the DRA view (slices and claims)
+    card_preemption: PreemptorSettings = field(default_factory=PreemptorSettings)
 
 
 class SchedulerService:
@@ -78,8 +81,16 @@ class SchedulerService:
         self.metrics = SchedulerMetrics(self.cache)
         self.metrics.registry.register(QuotaMetrics(self.quotas, self.cache))
         self.events = EventSink(self._post_event)
+        # Pods kept out by card memory or cores, which kube-scheduler's preemption cannot see.
+        self.preemptor = (
+            CardPreemptor(kube, self.cache, self.filter, self.settings.card_preemption, self._post_event,
+                          self.metrics.registry, wall_clock)
+            if kube is not None and self.settings.card_preemption.enabled and self.settings.mode == DEVICE_PLUGIN
+            else None
+        )
         self._filter_env = filtersteps.FilterEnv(self.settings.filter, self.checks, self.cache, self.filter,
-                                                 self.quotas, self._emit, monotonic, wall_clock)
+                                                 self.quotas, self._emit, monotonic, wall_clock,
+                                                 self.preemptor.consider if self.preemptor is not None else None)
         self.changed = CacheSignal()  # the informer wakes binds waiting on the cache
         self.binder = (
             Binder(kube, self.cache, self.filter, self.settings.bind, self.metrics, self.events, wall_clock, monotonic,
@@ -122,6 +133,8 @@ class SchedulerService:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.preemptor is not None:
+            await self.preemptor.stop()
         self._informer_task = None
         self._dra_task = None
         self._sweep_task = None
@@ -205,7 +218,7 @@ class SchedulerService:
         if plan is None:
             return "passthrough", preemption_result(args.nodes)  # asks for no DCU: not ours to judge
         now = self.wall_clock()
-        priority = _priority(pod)
+        priority = priority_of(pod)
         kept: dict[str, NodeVictims] = {}
         for node, victims in args.nodes.items():
             entry = self.cache.node(node)
@@ -231,10 +244,10 @@ class SchedulerService:
             log.warning("preempt: cannot list the pods of node %s: %s", node, exc)
             return []
         on_cards = set(holders(entry))
-        lower = [p for p in pods if (p.get("metadata") or {}).get("uid") in on_cards and _priority(p) < priority
+        lower = [p for p in pods if (p.get("metadata") or {}).get("uid") in on_cards and priority_of(p) < priority
                  and not (p.get("metadata") or {}).get("deletionTimestamp")]
         lower.sort(key=lambda p: str((p.get("status") or {}).get("startTime") or ""), reverse=True)
-        lower.sort(key=_priority)
+        lower.sort(key=priority_of)
         return [p["metadata"]["uid"] for p in lower]
 
     async def bind_pod(self, args: BindArgs) -> JSON:
@@ -262,8 +275,3 @@ class SchedulerService:
         if self.binder is None:
             return None
         return await self.binder.janitor.release(lock)
-
-
-def _priority(pod: JSON) -> int:
-    value = (pod.get("spec") or {}).get("priority")
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
