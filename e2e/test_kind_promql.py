@@ -4,15 +4,22 @@ scraped the chart's metrics endpoints on kind, after scenarios that produce seri
 
 Prometheus is built from the Go module proxy by e2e/upstream/build-prometheus.sh (cached per
 user; .ci/run builds it beside the fast suite) and runs on the host. It reaches the extender's
-`/metrics` (`scheduler.metricsPort`) and each device plugin's (`devicePlugin.metricsPort`, set by
-the suite) through `kubectl port-forward`, with `honor_labels: true` as the chart's
-ServiceMonitor and PodMonitor keep the components' own labels. The scenario: a share and a whole
-card running (examples/share.yaml, whole-card.yaml), a pod over the namespace quota refused
-(namespace-quota.yaml), a pod no card fits (card-type.yaml's Z100-only pod, failing /filter).
+`/metrics` (`scheduler.metricsPort`) and each device plugin's or DRA driver's
+(`devicePlugin.metricsPort`, `draDriver.metricsPort`, set by the suite) through `kubectl
+port-forward`, with `honor_labels: true` as the chart's ServiceMonitor and PodMonitor keep the
+components' own labels.
 
-An expression fails the test when Prometheus answers an error, or answers nothing while it is
-in neither QUIET (alert conditions, empty on a healthy cluster) nor NOT_PRODUCED (series of
-events the scenario does not cause, or of DRA mode), each with its reason.
+Device-plugin mode first. The events behind the series a healthy run never shows are caused for
+real (e2e/kind_metric_events.py says how): a preemption through the extender's /preempt, an app
+container handed its init container's device id by the kubelet, node locks taken over and
+released by the extender and by a device plugin, a cache drift the extender's relist repairs, and
+a node lock held while Prometheus is asked. Then the examples' scenario: a share and a whole card
+running (examples/share.yaml, whole-card.yaml), a pod over the namespace quota refused
+(namespace-quota.yaml), a pod no card fits (card-type.yaml's Z100-only pod, failing /filter).
+Then DRA mode, for the DRA driver's own series (DRA_MODE): a claim prepared by the real kubelet.
+
+An expression fails the test when Prometheus answers an error, or answers nothing while it is not
+in QUIET (alert conditions, empty on a healthy cluster, each with its reason).
 
     pytest -m kind e2e/test_kind_promql.py
 """
@@ -28,15 +35,19 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from e2e import kind_metric_events as events
+from e2e import test_kind_dra as dra
 from e2e import test_kind_examples as examples
 from e2e.kindcluster import METRICS_PORT, RELEASE_NAMESPACE, WORKERS, KindBackend
-from e2e.scenarios import wait_until
+from e2e.scenarios import phase, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "e2e" / "upstream" / "build-prometheus.sh"
@@ -57,18 +68,9 @@ QUIET: dict[str, str] = {
     "max_over_time(vhcu_utilizationrate{hcu_pod_name!=\"\"}[1h]) == 0":
         "an alert: the mock SMI's vDCUs are never idle",
 }
-# Series of events this scenario does not cause: empty here, evaluated without error. Each is a
-# gap a later scenario can close (a preemption, a stale lock, a cache drift, DRA mode).
-NOT_PRODUCED: dict[str, str] = {
-    "sum by (kind) (rate(hami_dcu_cache_drift_total[1h]))": "no cache drift happens",
-    "histogram_quantile(0.5, sum by (le) (rate(hami_dcu_scheduler_preempt_seconds_bucket[5m])))": "no preemption",
-    "histogram_quantile(0.99, sum by (le) (rate(hami_dcu_scheduler_preempt_seconds_bucket[5m])))": "no preemption",
-    "max(hami_dcu_node_lock_held_seconds)": "no node lock is held when Prometheus is asked",
-    "sum by (reason) (rate(hami_dcu_scheduler_node_lock_takeovers_total[5m]))": "no stale lock is taken over",
-    "sum by (reason) (rate(hami_dcu_scheduler_node_lock_releases_total[5m]))": "no lock is released by a cause",
-    "sum by (reason) (rate(hami_dcu_plugin_node_lock_releases_total[5m]))": "no lock is released by a cause",
-    "sum(rate(hami_dcu_plugin_device_id_mismatches_total[5m]))": "the kubelet passes the scheduler's cards",
-    "sum by (result) (rate(hami_dcu_dra_prepares_total[5m]))": "DRA mode only; the check runs in device-plugin mode",
+# The DRA driver's series: asked in DRA mode (the second test), where the driver serves them.
+DRA_MODE: dict[str, str] = {
+    "sum by (result) (rate(hami_dcu_dra_prepares_total[5m]))": "NodePrepareResources calls, by result",
 }
 
 
@@ -105,7 +107,8 @@ def test_the_docs_give_expressions_to_check() -> None:
     assert len(exprs) > 40, exprs
     assert "1 - sum(rate(hami_dcu_scheduler_node_lock_wait_seconds_bucket{le=\"1.0\"}[5m])) " \
            "/ sum(rate(hami_dcu_scheduler_node_lock_wait_seconds_count[5m]))" in exprs
-    assert set(QUIET) | set(NOT_PRODUCED) <= set(exprs), sorted((set(QUIET) | set(NOT_PRODUCED)) - set(exprs))
+    assert set(QUIET) | set(DRA_MODE) <= set(exprs), sorted((set(QUIET) | set(DRA_MODE)) - set(exprs))
+    assert all("hami_dcu_dra_" in expr for expr in DRA_MODE), DRA_MODE
 
 
 # --- Prometheus beside the kind cluster --------------------------------------------------------
@@ -154,25 +157,31 @@ def query(api: str, expr: str) -> JSON:
         return dict(json.loads(err.read()))
 
 
-@pytest.fixture
-def prometheus(kind: KindBackend, tmp_path: Path) -> Iterator[str]:
+@dataclass(frozen=True)
+class Scraped:
+    api: str  # Prometheus' HTTP API
+    at: events.Endpoints  # the components' /metrics, for the scenario's own checks
+
+
+@contextmanager
+def prometheus_over(b: KindBackend, workdir: Path) -> Iterator[Scraped]:
+    """Prometheus scraping the extender and every worker's plugin (or DRA driver) of the chart
+    installed now, until the block ends."""
     binary = prometheus_binary()
-    kind.ensure_mode("devicePlugin")
-    kind.clean()
     children: list[subprocess.Popen[str]] = []
     try:
-        scheduler = port_forward(kind, scheduler_pod(kind), SCHEDULER_METRICS_PORT, children)
-        plugins = [port_forward(kind, str(kind.plugin_pod(node)), METRICS_PORT, children) for node in WORKERS]
+        scheduler = port_forward(b, scheduler_pod(b), SCHEDULER_METRICS_PORT, children)
+        nodes = {node: port_forward(b, str(b.plugin_pod(node)), METRICS_PORT, children) for node in WORKERS}
         targets = {"hami-dcu-scheduler": [f"127.0.0.1:{scheduler}"],
-                   "hami-dcu-device-plugin": [f"127.0.0.1:{port}" for port in plugins]}
+                   "hami-dcu-node": [f"127.0.0.1:{port}" for port in nodes.values()]}
         config = {"global": {"scrape_interval": f"{SCRAPE_SECONDS}s", "evaluation_interval": f"{SCRAPE_SECONDS}s"},
                   "scrape_configs": [{"job_name": job, "honor_labels": True, "static_configs": [{"targets": t}]}
                                      for job, t in targets.items()]}
-        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         port = free_port()
-        log = (tmp_path / "prometheus.log").open("w")
-        children.append(subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}",
-                                          f"--storage.tsdb.path={tmp_path / 'data'}",
+        log = (workdir / "prometheus.log").open("w")
+        children.append(subprocess.Popen([binary, f"--config.file={workdir / 'prometheus.yml'}",
+                                          f"--storage.tsdb.path={workdir / 'data'}",
                                           f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=log, text=True))
         api = f"http://127.0.0.1:{port}"
 
@@ -184,8 +193,8 @@ def prometheus(kind: KindBackend, tmp_path: Path) -> Iterator[str]:
             values = [r["value"][1] for r in answer.get("data", {}).get("result", [])]
             return len(values) == 1 + len(WORKERS) and all(v == "1" for v in values)
 
-        wait_until("Prometheus scraping the extender and every device plugin", all_up, timeout=90, interval=1)
-        yield api
+        wait_until("Prometheus scraping the extender and every worker", all_up, timeout=90, interval=1)
+        yield Scraped(api, events.Endpoints(scheduler, nodes))
     finally:
         for child in reversed(children):
             child.terminate()
@@ -193,35 +202,108 @@ def prometheus(kind: KindBackend, tmp_path: Path) -> Iterator[str]:
                 child.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 child.kill()
+
+
+@pytest.fixture
+def prometheus(kind: KindBackend, tmp_path: Path) -> Iterator[Scraped]:
+    kind.ensure_mode("devicePlugin")
+    kind.clean()
+    try:
+        with prometheus_over(kind, tmp_path) as scraped:
+            yield scraped
+    finally:
         kind.clean()
+        events.no_lock_left(kind, events.scheduler_identity(kind))
+        events.remove_priority_classes(kind)
+
+
+@pytest.fixture
+def prometheus_dra(kind: KindBackend, tmp_path: Path) -> Iterator[Scraped]:
+    kind.ensure_mode("dra")
+    kind.clean_claims()
+    try:
+        with prometheus_over(kind, tmp_path) as scraped:
+            yield scraped
+    finally:
+        kind.clean_claims()
+
+
+def ask(api: str, exprs: list[str]) -> tuple[int, list[str]]:
+    """How many expressions Prometheus answered with data, and the failures: an error, or no
+    data for an expression not in QUIET."""
+    answered, failures = 0, []
+    for expr in exprs:
+        asked = in_dcu_naming(expr)  # the cluster speaks dcu: an hcu series is asked by its dcu name
+        answer = query(api, asked)
+        if answer.get("status") != "success":
+            failures.append(f"{asked}: {answer.get('errorType')}: {answer.get('error')}")
+        elif answer["data"]["result"]:
+            answered += 1
+        elif expr not in QUIET:
+            failures.append(f"{asked}: no data")
+    return answered, failures
+
+
+def causes_the_rare_events(b: KindBackend, at: events.Endpoints, identity: str) -> None:
+    """What e2e/kind_metric_events.py describes, in an order where each step finds the workers
+    as it needs them; its pods are gone afterwards (the examples' scenario needs the namespace
+    empty, for the quota's sake), but for the Pending pod the last lock will name."""
+    events.pending_pod(b, "promql-holder")
+    events.pending_pod(b, "promql-held")
+    events.preemption_and_a_reused_device_id(b, at)
+    events.lock_taken_over(b, at, identity, "promql-holder")
+    events.lock_released_by_the_plugin(b, at, identity)
+    events.lock_released_by_the_extender(b, at, identity, "promql-holder")
+    events.cache_drift(b, at, "promql-high")
+    leftovers = [p["metadata"]["name"] for p in b.kube.list_pods(namespace=b.namespace).items
+                 if p["metadata"]["name"] != "promql-held"]
+    for name in leftovers:
+        b.kube.delete_pod(b.namespace, name)
+    events.wait_gone(b, *leftovers)
 
 
 @pytest.mark.kind
-def test_every_documented_expression_answers_with_data(kind: KindBackend, prometheus: str) -> None:
+def test_every_documented_expression_answers_with_data(kind: KindBackend, prometheus: Scraped) -> None:
+    started = time.monotonic()
+    identity = events.scheduler_identity(kind)
     quota_docs = [examples.for_kind(kind, d) for d in examples.load("namespace-quota.yaml")]
     z100 = examples.for_kind(kind, examples.load("card-type.yaml")[0])
     z100["metadata"] = {"name": "dcu-no-such-model", "annotations": {"hygon.com/use-dcutype": "Z100"}}
     try:
+        causes_the_rare_events(kind, prometheus.at, identity)
+        print(f"rare events caused in {time.monotonic() - started:.0f} s")
         examples.namespace_quota(kind, quota_docs)
         examples.delete(kind, quota_docs)  # the quota is too small for what follows
         for name, check in (("share.yaml", examples.share), ("whole-card.yaml", examples.whole_card)):
             check(kind, [examples.for_kind(kind, d) for d in examples.load(name)])
         examples.apply(kind, z100)
         time.sleep(10 * SCRAPE_SECONDS)  # rates over [5m] need two scrapes after the scenario
-        exprs = documented()
-        failures, quiet = [], []
-        for expr in exprs:
-            asked = in_dcu_naming(expr)  # the cluster speaks dcu: an hcu series is asked by its dcu name
-            answer = query(prometheus, asked)
-            if answer.get("status") != "success":
-                failures.append(f"{asked}: {answer.get('errorType')}: {answer.get('error')}")
-            elif not answer["data"]["result"]:
-                if expr in QUIET or expr in NOT_PRODUCED:
-                    quiet.append(expr)
-                else:
-                    failures.append(f"{asked}: no data")
-        print(f"{len(exprs)} expressions asked of Prometheus: {len(exprs) - len(failures) - len(quiet)} with data, "
-              f"{len(quiet)} empty as expected (QUIET, NOT_PRODUCED), {len(failures)} failed")
+        # Last, as it keeps a worker locked: asked within the bind window, in which the lock's
+        # Pending holder still needs it as far as anyone can tell.
+        node = events.hold_a_lock(kind, identity, "promql-held")
+        wait_until("Prometheus seeing the lock held", lambda: query(
+            prometheus.api, f'hami_dcu_node_lock_held_seconds{{node="{node}"}}')["data"]["result"], timeout=20,
+            interval=0.5)
+        exprs = [expr for expr in documented() if expr not in DRA_MODE]
+        answered, failures = ask(prometheus.api, exprs)
+        assert events.lock_of(kind, node) is not None, "the held lock went while Prometheus was asked"
+        print(f"{len(exprs)} expressions asked of Prometheus in device-plugin mode: {answered} with data, "
+              f"{len(exprs) - answered - len(failures)} empty alerts (QUIET), {len(failures)} failed; "
+              f"{len(DRA_MODE)} left to DRA mode; {time.monotonic() - started:.0f} s")
         assert not failures, "\n".join(failures)
     finally:
         examples.delete(kind, [*quota_docs, z100])
+        if phase(kind.kube, kind.namespace, "promql-held") != "Gone":
+            kind.kube.delete_pod(kind.namespace, "promql-held")  # the extender releases its lock
+
+
+@pytest.mark.kind
+def test_the_dra_drivers_expressions_answer_in_dra_mode(kind: KindBackend, prometheus_dra: Scraped) -> None:
+    dra.share(kind, "promql-claim", cores="20", memory="4Gi")
+    pod = dra.running(kind, "promql-claim")
+    node = pod["spec"]["nodeName"]
+    assert events.metric(prometheus_dra.at.nodes[node], "hami_dcu_dra_prepares_total", result="success") >= 1
+    time.sleep(3 * SCRAPE_SECONDS)  # a rate needs two scrapes of the counter
+    answered, failures = ask(prometheus_dra.api, list(DRA_MODE))
+    print(f"{len(DRA_MODE)} expressions of the DRA driver asked in DRA mode: {answered} with data")
+    assert not failures, "\n".join(failures)
