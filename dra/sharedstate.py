@@ -54,21 +54,17 @@ class SharedState:
         self.path = state_dir / LOCK_FILE
         self.records = records
         self._thread_lock = threading.Lock()
-        self._fd: int | None = None
         self._seen: tuple[bytes, Listing] | None = None  # None: never held, everything is stale
-
-    def _open(self) -> int:
-        if self._fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        return self._fd
 
     @contextmanager
     def hold(self) -> Iterator[Hold]:
         with self._thread_lock:
-            fd = self._open()
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            # Opened per holding, not kept: a process simulating many nodes (bench/, e2e's
+            # drasim) would otherwise keep a descriptor per node. Closing it drops the lock too.
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
                 hold = Hold(self._seen != (os.pread(fd, TOKEN_BYTES, 0), self._listing()))
                 try:
                     yield hold
@@ -76,7 +72,7 @@ class SharedState:
                     token = self._mark(fd) if hold.changes else os.pread(fd, TOKEN_BYTES, 0)
                     self._seen = (token, self._listing())
             finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
 
     def _mark(self, fd: int) -> bytes:
         """A fresh token for the others to see this holder's change by."""
@@ -99,10 +95,3 @@ class SharedState:
         except FileNotFoundError:
             pass
         return frozenset(found)
-
-    def close(self) -> None:
-        with self._thread_lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-                self._seen = None

@@ -283,6 +283,20 @@ def test_an_unchanged_node_state_is_not_read_again(tmp_path, monkeypatch):
     assert core.record("uid-b") is None and core.record("uid-c") is not None and reads == [1]
 
 
+def test_the_lock_file_is_not_kept_open_between_calls(tmp_path):
+    """A process simulating many nodes (bench/, e2e/realcluster/drasim.py) has a core per node:
+    none keeps a descriptor once its call is done."""
+    cores = [DriverCore(NODE, node_cards(tmp_path / f"n{i}"), paths(tmp_path / f"n{i}")) for i in range(3)]
+    for core in cores:
+        core.rebuild()
+        core.prepare(claim("uid-a", result(cores="10", memory="1Gi")))
+    lock_files = {str(core.shared.path) for core in cores}
+    assert all(Path(f).exists() for f in lock_files)
+    open_now = {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                if os.path.exists(f"/proc/self/fd/{fd}")}
+    assert not lock_files & open_now
+
+
 def test_the_old_instances_reconcile_keeps_the_ledger_entry_of_a_claim_the_new_one_prepared(tmp_path):
     ledger_at = ("kube-system", "r-hami-dcu-dra-driver-quota")
     kube = FakeKube(NODE)
