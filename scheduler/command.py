@@ -103,6 +103,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "rewrite them into DRA claims, still routed to --scheduler-name, whose /prioritize "
                              "then packs them by the ResourceSlices and ResourceClaims it watches (dra) "
                              "(default %(default)s)")
+    parser.add_argument("--dra-extended-resource", action="store_true",
+                        help="DRA mode: the DeviceClass dra.hygon.com names the naming set's count resource as its "
+                             "extendedResourceName (Kubernetes 1.37+), so the webhook leaves a pod asking whole "
+                             "cards by the count alone as written, for kube-scheduler to allocate; shares are "
+                             "still rewritten into claims")
     parser.add_argument("--volcano-scheduler-name", default="",
                         help="Volcano mode (off when empty): the extender refuses to place or bind pods with this "
                              "schedulerName (Volcano places them); the webhook served here lets them keep it, the "
@@ -167,7 +172,7 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
             raise ValueError("--mode dra: the webhook needs the API server, and this extender has no client")
         known = service.dra_informer.template if service.dra_informer is not None else None
         seen = service.dra_informer.reservation_seen if service.dra_informer is not None else None
-        settings = replace(settings, mode="dra")
+        settings = replace(settings, mode="dra", extended_resource=args.dra_extended_resource)
         dra = DraClaims(service.kube, known_template=known, reservation_seen=seen)
         if service.informer is not None:
             from hami_dcu.webhook.deferredtemplates import DeferredTemplates

