@@ -5,12 +5,17 @@ container names a DCU resource (device-plugin mode), when it is routed to hami-s
 when it asks through a ResourceClaim of our driver (DRA mode, where the webhook has turned
 its DCU resources into claims). Why it waits is the latest Warning event about it: the
 extender's FilteringFailed or BindingFailed, or kube-scheduler's FailedScheduling, which
-carries the extender's per-node reasons.
+carries the extender's per-node reasons. A pod still behind a scheduling gate waits for what set
+the gate (Kueue's admission gate says so), not for a card; a pod for which the extender evicted
+lower-priority pods (its DCUPreemption event) says whom it is waiting to see go.
+
+Jobs that Kueue holds suspended have no pods yet: `held_jobs` lists those asking DCUs, so an
+operator sees them waiting for their queue, not for a card.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +27,9 @@ from hami_dcu.common.requests import RequestError, names_dcu, parse_container_re
 
 JSON = dict[str, Any]
 NO_EVENT = "no scheduling event yet"
+KUEUE_GATE_PREFIX = "kueue.x-k8s.io/"  # Kueue's admission gate on the pods it manages
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PREEMPTION_REASON = "DCUPreemption"  # the extender's event on a pod it evicted others for
 
 
 @dataclass(frozen=True)
@@ -38,7 +46,9 @@ def pending_pods(pods: Iterable[JSON], events: Iterable[JSON], claims: Iterable[
                  names: ResourceNames, namespace: str | None = None) -> list[PendingPod]:
     """The waiting DCU pods (of `namespace` only, when given), oldest first; `names`: the
     naming set's resources."""
-    latest = _latest_warnings(events)
+    event_list = list(events)
+    latest = _latest(event_list, lambda e: e.get("type") == "Warning")
+    preempting = _latest(event_list, lambda e: e.get("reason") == PREEMPTION_REASON)
     claim_list = list(claims)
     waiting = []
     for pod in pods:
@@ -52,15 +62,61 @@ def pending_pods(pods: Iterable[JSON], events: Iterable[JSON], claims: Iterable[
         request = _dcu_request(pod, claim_list, names)
         if request is None:
             continue
-        event = latest.get((pod_namespace, meta.get("name") or ""))
+        key = (pod_namespace, meta.get("name") or "")
+        reason, source = _gated(pod) or _why(latest.get(key), preempting.get(key))
         created = _time(meta.get("creationTimestamp"))
         waiting.append(PendingPod(
-            namespace=pod_namespace, name=meta.get("name") or "?", request=request,
-            reason=" ".join(str(event.get("message") or "").split()) if event else NO_EVENT,
-            reason_source=_source(event) if event else "",
-            age_seconds=(now - created).total_seconds() if created else None))
+            namespace=pod_namespace, name=meta.get("name") or "?", request=request, reason=reason,
+            reason_source=source, age_seconds=(now - created).total_seconds() if created else None))
     waiting.sort(key=lambda p: (-(p.age_seconds or 0.0), p.namespace, p.name))
     return waiting
+
+
+def held_jobs(jobs: Iterable[JSON], now: datetime, names: ResourceNames, namespace: str | None = None
+              ) -> list[PendingPod]:
+    """The Jobs Kueue holds suspended whose pods would ask DCUs (of `namespace` only, when
+    given), oldest first: shown as `job/<name>` among the waiting pods."""
+    held = []
+    for job in jobs:
+        meta, spec = job.get("metadata") or {}, job.get("spec") or {}
+        queue = (meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL)
+        job_namespace = meta.get("namespace") or "default"
+        if not spec.get("suspend") or not queue or (namespace is not None and job_namespace != namespace):
+            continue
+        template = spec.get("template") or {}
+        request = _dcu_request({"metadata": template.get("metadata") or {}, "spec": template.get("spec") or {}},
+                               [], names)
+        if request is None:
+            continue
+        created = _time(meta.get("creationTimestamp"))
+        held.append(PendingPod(
+            namespace=job_namespace, name=f"job/{meta.get('name') or '?'}", request=request,
+            reason=f"suspended by Kueue until its workload is admitted (LocalQueue {queue}): its pods do not "
+                   "exist yet and hold no card, lock or quota",
+            reason_source="Kueue", age_seconds=(now - created).total_seconds() if created else None))
+    held.sort(key=lambda p: (-(p.age_seconds or 0.0), p.namespace, p.name))
+    return held
+
+
+def _gated(pod: JSON) -> tuple[str, str] | None:
+    """Why a pod behind scheduling gates waits (no scheduler has seen it), or None."""
+    gates = [str(g.get("name")) for g in (pod.get("spec") or {}).get("schedulingGates") or [] if isinstance(g, dict)]
+    kueue = [g for g in gates if g.startswith(KUEUE_GATE_PREFIX)]
+    if kueue:
+        return f"waiting for Kueue to admit its workload (scheduling gate {kueue[0]}), not for a card", "Kueue"
+    if gates:
+        return f"held by scheduling gate {', '.join(gates)}: not handed to a scheduler yet", "schedulingGates"
+    return None
+
+
+def _why(warning: JSON | None, preemption: JSON | None) -> tuple[str, str]:
+    """The latest warning's words, after what the extender evicted for the pod, if it did."""
+    said = " ".join(str(warning.get("message") or "").split()) if warning else NO_EVENT
+    source = _source(warning) if warning else ""
+    if preemption is None:
+        return said, source
+    evicted = " ".join(str(preemption.get("message") or "").split())
+    return f"preempting ({evicted}); {said}", _source(preemption)
 
 
 def _dcu_request(pod: JSON, claims: Sequence[JSON], names: ResourceNames) -> str | None:
@@ -153,11 +209,12 @@ def describe_device_request(request: JSON) -> str:
     return f"{count} x ({shown}){more}" if shown else f"{count} whole card{'s' * (count != 1)}{more}"
 
 
-def _latest_warnings(events: Iterable[JSON]) -> dict[tuple[str, str], JSON]:
+def _latest(events: Iterable[JSON], wanted: Callable[[JSON], bool]) -> dict[tuple[str, str], JSON]:
+    """Per pod, the latest of the events `wanted` keeps."""
     latest: dict[tuple[str, str], tuple[datetime, JSON]] = {}
     for event in events:
         involved = event.get("involvedObject") or event.get("regarding") or {}
-        if involved.get("kind") != "Pod" or event.get("type") != "Warning":
+        if involved.get("kind") != "Pod" or not wanted(event):
             continue
         key = (involved.get("namespace") or "default", involved.get("name") or "")
         when = _event_time(event)

@@ -19,7 +19,7 @@ from urllib.parse import quote
 from hami_dcu.cli.cardusage import cluster_usage, naming_hint
 from hami_dcu.cli.drausage import DraUsage, dra_usage
 from hami_dcu.cli.errors import say
-from hami_dcu.cli.pending import pending_pods
+from hami_dcu.cli.pending import PREEMPTION_REASON, held_jobs, pending_pods
 from hami_dcu.cli.statusview import FORMATS, render
 from hami_dcu.common import keys
 from hami_dcu.common.dra import names as dra_names
@@ -30,6 +30,7 @@ JSON = dict[str, Any]
 # Finished pods hold nothing; leaving them out keeps the listing small on busy clusters.
 LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 POD_WARNINGS = "involvedObject.kind=Pod,type=Warning"
+POD_PREEMPTIONS = f"involvedObject.kind=Pod,reason={PREEMPTION_REASON}"
 FORBIDDEN = 403
 
 
@@ -38,7 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Per node and per card: model, health, slots, memory and cores allocated out of the total, the pods "
         "holding each card and their share (in DRA mode: the claims on each card and their share); per node "
         "the device plugin's last report and the node lock; one summary line; then the DCU pods waiting for a "
-        "node, what they ask for and the latest reason they were given. Reads Nodes, Pods, Events and, in "
+        "node, what they ask for and the latest reason they were given (waiting for Kueue's admission rather "
+        "than a card, or for pods the extender evicted for them), and the DCU Jobs Kueue holds suspended. Reads "
+        "Nodes, Pods, Events, Jobs and, in "
         "DRA mode, ResourceSlices, ResourceClaims and DeviceTaintRules through the API server; in DRA mode a card's "
         "TAINTS say why it is out of service (unhealthy, or an operator's DeviceTaintRule).")
     parser.add_argument("--context", help="kubeconfig context to use, as kubectl's --context (default: current)")
@@ -75,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
         say(PROG, f"node {args.node} has no DCUs registered (no {naming.node_register} and no ResourceSlice of "
                   f"{dra_names.DRIVER})")
         return 1
-    pending = [] if args.node else pending_pods(listed.waiting, listed.events, listed.claims, now,
-                                                naming.resources, namespace)
+    pending = [] if args.node else [
+        *pending_pods(listed.waiting, listed.events, listed.claims, now, naming.resources, namespace),
+        *held_jobs(listed.jobs, now, naming.resources, namespace)]
     sys.stdout.write(render(usage, args.output, pending=pending, dra=dra, naming=naming))
     return 0
 
@@ -104,6 +108,7 @@ class _Listed:
     waiting: list[JSON]  # the pods not bound to a node yet, of the namespace asked for
     claims: list[JSON]
     events: list[JSON]
+    jobs: list[JSON]  # Jobs, for the ones Kueue holds suspended
 
 
 def _read_the_rest(kube: Kube, namespace: str | None) -> _Listed | None:
@@ -118,10 +123,11 @@ def _read_the_rest(kube: Kube, namespace: str | None) -> _Listed | None:
         waiting = [p for p in pods if _waits(p, namespace)]
         claims = _claims(kube) if slices or any((p.get("spec") or {}).get("resourceClaims") for p in waiting) else []
         events = _pod_warnings(kube, namespace) if waiting else []
+        jobs = _jobs(kube, namespace)
     except KubeError as exc:
         say(PROG, f"cannot read pods, claims and events: {exc}")
         return None
-    return _Listed(pods, slices, rules, waiting, claims, events)
+    return _Listed(pods, slices, rules, waiting, claims, events, jobs)
 
 
 def _namespace_exists(kube: Kube, namespace: str) -> bool:
@@ -181,10 +187,25 @@ def _claims(kube: Kube) -> list[JSON]:
 
 
 def _pod_warnings(kube: Kube, namespace: str | None) -> list[JSON]:
+    """The pods' Warning events, and the extender's (Normal) DCUPreemption ones."""
     path = f"/api/v1/namespaces/{quote(namespace, safe='')}/events" if namespace else "/api/v1/events"
     try:
-        return list(kube.request("GET", path, query={"fieldSelector": POD_WARNINGS}).get("items") or [])
+        return [event for selector in (POD_WARNINGS, POD_PREEMPTIONS)
+                for event in kube.request("GET", path, query={"fieldSelector": selector}).get("items") or []]
     except KubeError as exc:
         if exc.status == FORBIDDEN:
             return []  # the listing without reasons is still worth showing
+        raise
+
+
+def _jobs(kube: Kube, namespace: str | None) -> list[JSON]:
+    """Jobs (for the ones Kueue holds suspended); none where the caller may not list them."""
+    path = f"/apis/batch/v1/namespaces/{quote(namespace, safe='')}/jobs" if namespace else "/apis/batch/v1/jobs"
+    try:
+        return list(kube.request("GET", path).get("items") or [])
+    except NotFoundError:
+        return []
+    except KubeError as exc:
+        if exc.status == FORBIDDEN:
+            return []
         raise
