@@ -10,6 +10,9 @@ the container, which sees its vDCU. Runs after e2e/test_kind.py (same session cl
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -19,6 +22,7 @@ from e2e.kindcluster import CARDS_PER_NODE, WORKERS, KindBackend, usage_of
 from e2e.scenarios import phase, wait_until
 from hami_dcu.cli.localcluster.pods import POD_IMAGE
 from hami_dcu.common.dra import names
+from hami_dcu.common.kube import KubeError, NotFoundError
 
 pytestmark = pytest.mark.kind
 JSON = dict[str, Any]
@@ -140,3 +144,94 @@ def test_usage_metrics_name_the_pod_of_a_claim_and_change_between_scrapes(dra: K
     print(f"usage of {dra.namespace}/usage-dra on {node}: {first} then {second}")
     assert second and second["vdcu_utilizationrate"] != first["vdcu_utilizationrate"]
     assert second["vdcu_usedmemory_bytes"] != first["vdcu_usedmemory_bytes"]
+
+
+QUOTAS_OF = "/api/v1/namespaces/{}/resourcequotas"
+LEDGER = "/api/v1/namespaces/kube-system/configmaps/hami-dcu-dra-driver-quota"
+CARD_MIB = 65520  # the kind workers' mock K100_AI
+
+
+def test_a_whole_card_pod_runs_as_written_beside_a_rewritten_share_and_the_quota_counts_both(
+        dra: KindBackend) -> None:
+    """Issue 36, item 3, on the real kubelet: kind runs Kubernetes 1.37, so the chart's
+    DeviceClass names hygon.com/dcunum as its extendedResourceName and a pod asking one whole
+    card by the count alone is stored as written; kube-scheduler makes and allocates its claim,
+    the kubelet prepares it through our driver and containerd injects the card. A share is
+    rewritten into a claim as before. The namespace quota (limits.hygon.com/dcumem) counts both:
+    the driver's ledger holds both claims and a second whole card is refused at admission."""
+    kube = dra.kube
+    device_class = kube.request("GET", f"{names.RESOURCE_API}/deviceclasses/{names.DEVICE_CLASS}")
+    assert device_class["spec"].get("extendedResourceName") == "hygon.com/dcunum"
+    quotas = QUOTAS_OF.format(dra.namespace)
+    quota_mib = CARD_MIB + 8000 + 1000
+    try:
+        kube.request("DELETE", f"{quotas}/dcu-quota")
+    except NotFoundError:
+        pass
+    kube.request("POST", quotas, body={"metadata": {"name": "dcu-quota"},
+                                       "spec": {"hard": {"limits.hygon.com/dcumem": str(quota_mib)}}})
+    try:
+        # The extender's watch delivers the quota to the webhook: a dry run of two cards tells when.
+        def quota_seen() -> bool:
+            try:
+                kube.request("POST", f"/api/v1/namespaces/{dra.namespace}/pods", query={"dryRun": "All"},
+                             body=_pod("probe", {"hygon.com/dcunum": "2"}))
+            except KubeError as exc:
+                return "exceeds the DCU quota" in str(exc)
+            return False
+
+        wait_until("the webhook sees the quota", quota_seen, timeout=60, interval=0.5)
+
+        written = {"hygon.com/dcunum": "1"}
+        kube.create_pod(dra.namespace, _pod("whole", written))
+        stored = kube.get_pod(dra.namespace, "whole")
+        spec = stored["spec"]
+        shown = {"schedulerName": spec["schedulerName"], "resourceClaims": spec.get("resourceClaims"),
+                 "containers": [{"name": c["name"], "resources": c["resources"]} for c in spec["containers"]]}
+        print("whole-card pod as stored:", json.dumps(shown))
+        assert stored["spec"]["containers"][0]["resources"] == {"limits": written, "requests": written}
+        assert "resourceClaims" not in stored["spec"]
+        assert stored["spec"]["schedulerName"] == "hami-scheduler"
+
+        pod = running(dra, "whole")
+        extended = pod["status"]["extendedResourceClaimStatus"]
+        print("whole-card pod status.extendedResourceClaimStatus:", json.dumps(extended))
+        claim = kube.request("GET", f"{_claims(dra)}/{extended['resourceClaimName']}")
+        [result] = claim["status"]["allocation"]["devices"]["results"]
+        assert result["driver"] == names.DRIVER and int(result["consumedCapacity"]["cores"]) == 120
+        # containerd injected the card: the device nodes, no vDCU (a whole card needs none).
+        devices = dra.pod_exec("whole", "ls", "/dev", "/dev/dri")
+        assert "kfd" in devices and "renderD" in devices, devices
+
+        kube.create_pod(dra.namespace, _pod("share", {"hygon.com/dcunum": "1", "hygon.com/dcumem": "8000",
+                                                      "hygon.com/dcucores": "25"}))
+        assert kube.get_pod(dra.namespace, "share")["spec"]["resourceClaims"]
+        running(dra, "share")
+        conf = dra.vdev_conf_inside("share")
+        assert conf["mem"] == ["8000 MiB"] and conf["cu_count"] == ["30"]
+
+        ledger = json.loads(kube.request("GET", LEDGER)["data"][dra.namespace])
+        held = {entry["claim"]: (entry["memoryMiB"], entry["cores"]) for entry in ledger.values()}
+        print(f"quota limits.hygon.com/dcumem {quota_mib}; the DRA drivers' ledger of {dra.namespace}: {held}")
+        share_claim = next(name for name in held if name.startswith("share-"))
+        assert held == {claim["metadata"]["name"]: (CARD_MIB, "100"), share_claim: (8000, "25")}
+        with pytest.raises(KubeError) as refused:
+            kube.create_pod(dra.namespace, _pod("whole-2", written))
+        print("a second whole card:", str(refused.value)[:300])
+        assert "exceeds the DCU quota" in str(refused.value)
+
+        status = [sys.executable, "-m", "hami_dcu.cli.main", "status", "--kubeconfig", str(dra.kubeconfig),
+                  "-n", dra.namespace]
+        table = subprocess.run(status, capture_output=True, text=True, timeout=60, check=True).stdout
+        print(f"\nhami-dcu status -n {dra.namespace}\n{table}")
+        assert f"{dra.namespace}/{claim['metadata']['name']} (whole card)" in table
+        assert f"{dra.namespace}/{share_claim} (8000 MiB, 30 CU = 25%)" in table
+    finally:
+        kube.request("DELETE", f"{quotas}/dcu-quota")
+
+
+def _pod(name: str, limits: dict[str, str]) -> JSON:
+    return {"metadata": {"name": name}, "spec": {
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "main", "image": POD_IMAGE, "imagePullPolicy": "IfNotPresent",
+                        "command": ["sleep", "infinity"], "resources": {"limits": limits}}]}}
