@@ -31,13 +31,19 @@ hami-scheduler's kube-scheduler allocates them (its DynamicResources plugin) and
 extender serves /prioritize only (binpack); the fake nodes' ResourceSlices are published and
 their pods' claims prepared by the DRA driver's own code (e2e/realcluster/drasim.py). Its block
 says where a DRA pod's time goes instead: /prioritize calls per pod, bound-to-prepared on the
-node side, the claims' API traffic, kube-scheduler's CPU per pod.
+node side, the claims' API traffic, kube-scheduler's CPU per pod. A third burst measures the DRA
+floor (e2e/realcluster/drafloor.py): the same number of plain twins, each with one claim for
+one whole device of a trivial DeviceClass (selecting on its driver only), published in a trivial
+ResourceSlice per node with as many devices as cards and nothing else, placed by the default
+kube-scheduler (the same binary). That is what any DRA driver's pods cost; ours are judged
+against it, by rate and by kube-scheduler's CPU per pod.
 
 Counters are read before and after each burst, and given net of the background measured over
 20 s without pods (kwok's Leases, the plugins' 30 s reports, controllers): a slow burst would
 otherwise be charged more of it per pod than a fast one. The last line is
 `scale: nodes=N pods=M dcu_pods_per_s=X plain_pods_per_s=Y ratio=Z` for the largest
-device-plugin run; a DRA run adds `scale-dra: ...` (the same fields) before it.
+device-plugin run; a DRA run adds, before it, `scale-dra-floor: nodes=N pods=M dra_pods_per_s=X
+floor_pods_per_s=Y ratio=Z` and `scale-dra: ...` (the fields of `scale`).
 Needs what the real-cluster suite needs (root, Go and the module proxy for the first build of
 the control plane and kwok).
 """
@@ -68,6 +74,7 @@ EXT = "hami_dcu_scheduler_"
 SIM = "hami_dcu_nodesim_"
 DRASIM = "hami_dcu_drasim_"
 BACKGROUND_SECONDS = 20.0
+Last = tuple[int, int, float, float]  # (nodes, pods, DCU or DRA pods/s, plain or floor pods/s)
 
 
 @dataclass
@@ -136,11 +143,13 @@ def events_by_reason(scale: KwokScale, run: str) -> dict[str, float]:
     return counts
 
 
-def measure(scale: KwokScale, run: str, shapes: list[scalemix.Shape], dcu: bool, background: Measured) -> Measured:
+def measure(scale: KwokScale, run: str, shapes: list[scalemix.Shape], dcu: bool, background: Measured,
+            floor: bool = False) -> Measured:
     pid = scale.extender_pid()
     before = scrape(scale, pid, cpu_first=False)
     started = time.monotonic()
-    burst = scale.burst(run, shapes, dcu=dcu)
+    # The floor's pods are judged bound: no driver prepares their claims for kwok to wait on.
+    burst = scale.burst(run, shapes, dcu=dcu, floor=floor, until_running=not floor)
     seconds = time.monotonic() - started
     after = scrape(scale, pid, cpu_first=True)
     measured = Measured(burst, before, after, events_by_reason(scale, run), seconds, background)
@@ -236,6 +245,24 @@ def report(nodes: int, plain: Measured, dcu: Measured, pid: int, mode: str = DEV
         report_device_plugin_path(dcu, pods)
     report_costs(plain, dcu)
     return dcu_rate, plain_rate
+
+
+def report_floor(dra: Measured, floor: Measured) -> float:
+    """The DRA floor beside our DRA pods; the floor's pods/s."""
+    f, d = floor.burst, dra.burst
+    rate, lat = f.pods_per_second(), f.create_to_bound()
+    print(f"  {'DRA floor (trivial claims)':32} {len(f.bound):6d} bound {rate:7.1f} pods/s   create-to-bound p50 "
+          f"{1000 * st.quantile(lat, .5):7.0f} ms p99 {1000 * st.quantile(lat, .99):7.0f} ms   "
+          f"on {st.nodes_used(f.nodes.values())} nodes")
+    if f.refused or f.failed:
+        print(f"    refused at create: {len(f.refused)}, Failed: {len(f.failed)} "
+              f"(e.g. {next(iter({**f.refused, **f.failed}.values()))})")
+    ours = cpu_spent(dra).get("hami-kube-scheduler", 0.0) / max(1, len(d.bound))
+    trivial = cpu_spent(floor).get("kube-scheduler", 0.0) / max(1, len(f.bound))
+    print(f"  ratio floor/DRA: {st.ratio(rate, d.pods_per_second()):.2f}x   kube-scheduler CPU per pod: ours "
+          f"{1000 * ours:.2f} ms, the trivial claim's {1000 * trivial:.2f} ms ({st.ratio(ours, trivial):.2f}x)")
+    print(f"  floor API requests per pod: {requests_line(floor)}")
+    return rate
 
 
 def report_dra_path(dcu: Measured, pods: int) -> None:
@@ -371,27 +398,34 @@ def main() -> None:
     started = time.monotonic()
     values = yaml.safe_load(Path(args.values).read_text()) if args.values else None
     modes = [DEVICE_PLUGIN, DRA] if args.mode == "both" else [args.mode]
-    last: dict[str, tuple[int, int, float, float]] = {}
+    last: dict[str, tuple[Last, Last | None]] = {}
     for mode in modes:
         workdir = Path(args.workdir) / mode if args.workdir and len(modes) > 1 else args.workdir
         last[mode] = run_mode(mode, nodes, pods, args.register_interval, values, Path(workdir) if workdir else None)
     print(f"\nall done in {time.monotonic() - started:.0f} s")
     if DRA in last:
-        print(st.final_line(*last[DRA], label="scale-dra"))
+        dra, floor = last[DRA]
+        if floor is not None:
+            n, m, dra_rate, floor_rate = floor
+            print(f"scale-dra-floor: nodes={n} pods={m} dra_pods_per_s={dra_rate:.1f} "
+                  f"floor_pods_per_s={floor_rate:.1f} ratio={st.ratio(floor_rate, dra_rate):.2f}")
+        print(st.final_line(*dra, label="scale-dra"))
     if DEVICE_PLUGIN in last:
-        print(st.final_line(*last[DEVICE_PLUGIN]))
+        print(st.final_line(*last[DEVICE_PLUGIN][0]))
 
 
 def run_mode(mode: str, nodes: list[int], pods: list[int], register_interval: float, values: dict | None,
-             workdir: Path | None) -> tuple[int, int, float, float]:
+             workdir: Path | None) -> tuple[Last, Last | None]:
     """One cluster with the chart in `mode`, grown through the node counts, a plain and a DCU
-    burst at each; (nodes, pods, DCU pods/s, plain pods/s) of the largest."""
+    burst at each (and in DRA mode the floor's); (nodes, pods, DCU pods/s, plain pods/s) of the
+    largest, and (nodes, pods, DRA pods/s, floor pods/s) in DRA mode."""
     started = time.monotonic()
     print(f"\n{'DRA mode: ' if mode == DRA else ''}starting the real control plane, the chart (mode {mode}) and "
           f"kwok (load average {os.getloadavg()[0]:.1f}) ...", flush=True)
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
-    last = (0, 0, 0.0, 0.0)
+    last: Last = (0, 0, 0.0, 0.0)
+    floor_last: Last | None = None
     with KwokScale(workdir, register_interval=register_interval, values=values, mode=mode) as scale:
         print(f"  up in {time.monotonic() - started:.0f} s (Kubernetes {scale.cluster.kube_version})", flush=True)
         for n, m in zip(nodes, pods, strict=True):
@@ -402,8 +436,12 @@ def run_mode(mode: str, nodes: list[int], pods: list[int], register_interval: fl
             dcu = measure(scale, f"dcu-{n}", shapes, dcu=True, background=background)
             dcu_rate, plain_rate = report(n, plain, dcu, scale.extender_pid(), mode)
             last = (n, m, dcu_rate, plain_rate)
+            if mode == DRA:
+                scale.publish_floor()
+                floor = measure(scale, f"floor-{n}", shapes, dcu=False, background=background, floor=True)
+                floor_last = (n, m, dcu_rate, report_floor(dcu, floor))
     print(f"  {mode} done in {time.monotonic() - started:.0f} s", flush=True)
-    return last
+    return last, floor_last
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from e2e.realcluster import kwok, scalemix
+from e2e.realcluster import drafloor, kwok, scalemix
 from e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster
 from e2e.realcluster.controlplane import free_port
 from e2e.realcluster.dra_cluster import DraRealCluster
@@ -225,10 +225,32 @@ class KwokScale:
 
     # --- bursts --------------------------------------------------------------------------
 
+    def publish_floor(self) -> None:
+        """The trivial DRA driver's class, template and one slice per fake node (drafloor.py),
+        written by the admin: what the DRA floor burst's pods are allocated from."""
+        for path, body in ((f"{dra_names.RESOURCE_API}/deviceclasses", drafloor.device_class()),
+                           (f"{dra_names.RESOURCE_API}/namespaces/{NAMESPACE}/resourceclaimtemplates",
+                            drafloor.claim_template(NAMESPACE))):
+            self._create(path, body)
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            for done in [pool.submit(self._create, f"{dra_names.RESOURCE_API}/resourceslices",
+                                     drafloor.resource_slice(node, CARDS_PER_NODE)) for node in self.nodes]:
+                done.result()
+        self.say(f"  floor driver: {len(self.nodes)} trivial ResourceSlices in {time.monotonic() - started:.1f} s")
+
+    def _create(self, path: str, body: JSON) -> None:
+        try:
+            self.kube.request("POST", path, body=body)
+        except KubeError as exc:
+            if exc.status != 409:  # made for a smaller node count before
+                raise
+
     def burst(self, run: str, shapes: list[scalemix.Shape], dcu: bool, creators: int = 8, timeout: float = 900,
-              until_running: bool = True) -> Burst:
+              until_running: bool = True, floor: bool = False) -> Burst:
         """Create one pod per shape as fast as `creators` threads get them accepted, and wait
-        until every pod is bound (and Running, unless `until_running` is False) or Failed."""
+        until every pod is bound (and Running, unless `until_running` is False) or Failed.
+        `floor`: each pod the plain twin with one trivial DRA claim (drafloor.py)."""
         result = Burst(pods=len(shapes))
         watcher = _RunWatch(self, run, result)
         watcher.start()
@@ -236,7 +258,7 @@ class KwokScale:
 
         def create(i: int) -> None:
             name = names[i]
-            manifest = scalemix.manifest(name, shapes[i], run, dcu)
+            manifest = drafloor.pod(name, shapes[i], run) if floor else scalemix.manifest(name, shapes[i], run, dcu)
             result.created[name] = time.monotonic()
             try:
                 # The API server's own limit, not the client's 10 s: a create slowed by admission
