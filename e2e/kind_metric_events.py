@@ -134,6 +134,7 @@ def preemption_and_a_reused_device_id(b: KindBackend, at: Endpoints) -> None:
     one through /preempt on WORKERS[1]; a pod's app container gets its init container's device
     id from the kubelet on WORKERS[0]."""
     full, shared = WORKERS[1], WORKERS[0]
+    assert len(b.cards[shared]) >= 2, "the reused device id needs two cards on a worker"
     slots = int(b.kube.get_node(full)["status"]["allocatable"][b.naming.resources.count])
     priority_class(b, LOW, 10)
     priority_class(b, HIGH, 1000)
@@ -210,10 +211,11 @@ def just_after_a_plugin_cycle(b: KindBackend, node: str) -> None:
     time.sleep(1.0)  # the reconcile follows the publication: two reads of the API
 
 
-def lock_taken_over(b: KindBackend, at: Endpoints, identity: str, holder: str) -> None:
+def lock_taken_over(b: KindBackend, at: Endpoints, identity: str, holder: str) -> int:
     """A bind waits on a node locked for `holder` (Pending); the lock then names a pod that no
     longer exists, and the bind takes it over. Tried again (another pod) when the plugin's
-    reconcile released it first, which this box's load can make happen."""
+    reconcile released it first, which a loaded machine can make happen. Returns the attempt
+    that succeeded (0 first)."""
     node = WORKERS[1]
     for attempt in range(3):
         write_lock(b, node, lock_naming(b, holder), identity)
@@ -226,7 +228,7 @@ def lock_taken_over(b: KindBackend, at: Endpoints, identity: str, holder: str) -
         write_lock(b, node, lock_naming(b, f"promql-gone-{attempt}"), identity)
         wait_running(b, name, timeout=60)
         if metric(at.scheduler, "hami_dcu_scheduler_node_lock_takeovers_total", reason=HOLDER_GONE) > before:
-            return
+            return attempt
     raise AssertionError("no bind took over a lock whose holder was gone, in 3 attempts")
 
 
