@@ -48,6 +48,7 @@ from e2e import test_kind_dra as dra
 from e2e import test_kind_examples as examples
 from e2e.kindcluster import METRICS_PORT, RELEASE_NAMESPACE, WORKERS, KindBackend
 from e2e.scenarios import phase, wait_until
+from hami_dcu.common.kube import NotFoundError
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "e2e" / "upstream" / "build-prometheus.sh"
@@ -259,7 +260,10 @@ def causes_the_rare_events(b: KindBackend, at: events.Endpoints, identity: str) 
     leftovers = [p["metadata"]["name"] for p in b.kube.list_pods(namespace=b.namespace).items
                  if p["metadata"]["name"] != "promql-held"]
     for name in leftovers:
-        b.kube.delete_pod(b.namespace, name)
+        try:
+            b.kube.delete_pod(b.namespace, name)
+        except NotFoundError:
+            pass  # the preempted pod, gone between the list and now
     events.wait_gone(b, *leftovers)
 
 
