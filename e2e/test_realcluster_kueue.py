@@ -6,9 +6,9 @@ hami-scheduler and the device plugin.
 
 Two nodes of five K100_AI cards (40 slots). A ResourceFlavor of the DCU nodes (label dcu=on);
 ClusterQueues with quotas on hygon.com/dcunum, hygon.com/dcumem (MiB), hygon.com/dcucores
-(percent) and cpu (the plain pods' requests): cq-a and cq-b in the cohort dcu-pool, each with
-a LocalQueue in its own namespace (team-a, team-b); cq-p alone, preempting lower priorities;
-cq-bulk for the 40-pod measurement.
+(percent) and cpu (the plain pods' requests): cq-a and cq-b in the cohort dcu-pool (each
+reclaiming what it lent), each with a LocalQueue in its own namespace (team-a, team-b); cq-p
+alone, preempting lower priorities; cq-bulk for the 40-pod measurement.
 
 1. Held: a Job of cq-a (stopPolicy Hold) stays suspended, its Workload not admitted; no pod of
    it exists, and the extender counts nothing on any card and no node is locked. Released, its
@@ -18,6 +18,7 @@ cq-bulk for the 40-pod measurement.
 3. Borrowing: once room is made, the same Job is admitted by borrowing cq-b's unused dcumem.
 4. Preemption: a higher-priority Job of cq-p makes Kueue evict the lower one (its Job
    suspended, its pods deleted); the extender's cards hold the new pods' shares only.
+   Between queues: cq-b takes back, by eviction, the dcumem cq-a borrowed of its quota.
 5. Admission to Running for 40 DCU pods and 40 plain pods: printed, not asserted.
 
 Kueue's webhooks are not registered (e2e/realcluster/kueue_peer.py says why): the Jobs are
@@ -156,8 +157,10 @@ def _queues(kube: Kube) -> None:
         except ConflictError:
             pass
     kueue.resource_flavor(kube, FLAVOR, {"dcu": "on"})
-    kueue.cluster_queue(kube, "cq-a", FLAVOR, POOL_QUOTA, cohort=COHORT, held=True)
-    kueue.cluster_queue(kube, "cq-b", FLAVOR, POOL_QUOTA, cohort=COHORT)
+    # A queue of the cohort takes back what another borrowed of its nominal quota, by eviction.
+    reclaim = {"reclaimWithinCohort": "Any"}
+    kueue.cluster_queue(kube, "cq-a", FLAVOR, POOL_QUOTA, cohort=COHORT, preemption=reclaim, held=True)
+    kueue.cluster_queue(kube, "cq-b", FLAVOR, POOL_QUOTA, cohort=COHORT, preemption=reclaim)
     kueue.cluster_queue(kube, "cq-p", FLAVOR, POOL_QUOTA, preemption={"withinClusterQueue": "LowerPriority"})
     kueue.cluster_queue(kube, "cq-bulk", FLAVOR, BULK_QUOTA)
     kueue.local_queue(kube, TEAM_A, "lq-a", "cq-a")
@@ -278,6 +281,28 @@ def test_a_higher_priority_job_evicts_a_lower_one_and_gets_its_vdcus(world: Kueu
     # The low one first: with the high one gone first, Kueue would admit it again meanwhile.
     world.delete_job(TEAM_A, "low")
     world.delete_job(TEAM_A, "high")
+
+
+def test_a_queue_takes_back_what_the_other_borrowed(world: KueueWorld) -> None:
+    # cq-a runs 24000 MiB, 8000 of them borrowed from cq-b; cq-b's own 16000 Job reclaims them.
+    world.create_job(TEAM_A, kueue.queued_job("borrower", "lq-a", 2, dcu_spec(12000)))
+    borrower = world.wait_running(TEAM_A, "borrower", 2)
+    wait_until("the extender holds the borrower's shares", lambda: world.extender_holds(borrower), 30, 0.5)
+    world.create_job(TEAM_B, kueue.queued_job("owner", "lq-b", 2, dcu_spec(8000)))
+    wait_until("the borrower evicted", lambda: kueue.is_true(world.workload(TEAM_A, "borrower"), "Evicted"), 60, 0.5)
+    preempted = kueue.condition(world.workload(TEAM_A, "borrower"), "Preempted")
+    assert preempted is not None and preempted["status"] == "True", preempted
+    assert preempted.get("reason") == "InCohortReclamation", preempted
+    wait_until("the borrower's pods deleted", lambda: not world.pods(TEAM_A, "borrower"), 120, 0.5)
+    owner = world.wait_running(TEAM_B, "owner", 2)
+    wait_until("the extender holds the owner's shares only", lambda: world.extender_holds(owner), 30, 0.5)
+    # Requeued, it does not fit beside the owner (24000 + 16000 > 32000): suspended, no pods.
+    time.sleep(3)
+    assert world.job(TEAM_A, "borrower")["spec"]["suspend"] is True
+    assert not kueue.is_true(world.workload(TEAM_A, "borrower"), "Admitted")
+    assert world.pods(TEAM_A, "borrower") == []
+    world.delete_job(TEAM_A, "borrower")
+    world.delete_job(TEAM_B, "owner")
 
 
 def _time(stamp: str) -> float:
