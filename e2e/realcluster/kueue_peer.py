@@ -9,9 +9,9 @@ preemption are its controllers', and those are what sit in front of hami-dcu. Th
 suite are created as that webhook would leave them: `suspend: true` and the
 `kueue.x-k8s.io/queue-name` label. Registering them would put Kueue on the path of every
 pod and Job write of the cluster (its manifests name pod, Deployment and StatefulSet hooks
-too, failurePolicy Fail), for integrations not run here. The webhook server still runs (Kueue's
-manager will not start without it) with a serving pair signed by the cluster's CA; Kueue's
-internal certificate management is off.
+too, failurePolicy Fail), for integrations not run here. Kueue's manager starts its webhook
+server whether or not anything calls it, so it gets a serving pair signed by the cluster's CA;
+Kueue's internal certificate management is off.
 
 Kueue reads its metrics serving pair from a fixed path when its own certificate management is
 off (/etc/kueue/metrics/certs, where its Deployment mounts a Secret); the pair is written there
