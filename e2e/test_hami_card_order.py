@@ -25,7 +25,7 @@ import pytest
 from e2e.hami import cardorder
 from e2e.realcluster import hami
 
-pytestmark = pytest.mark.realcluster
+pytestmark = [pytest.mark.realcluster, pytest.mark.peer]  # a peer of the background build (.ci/run)
 
 
 def _spans_numa_nodes(case: cardorder.Case, picked: list[list[str]]) -> bool:

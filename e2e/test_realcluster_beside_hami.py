@@ -27,7 +27,7 @@ from hami_dcu.common import keys
 from hami_dcu.common.kube import KubeError
 
 _REASON = unavailable() or hami.why_unavailable()
-pytestmark = pytest.mark.realcluster
+pytestmark = [pytest.mark.realcluster, pytest.mark.peer]  # a peer of the background build (.ci/run)
 GPU_NODE = "gpu0"
 
 

@@ -21,7 +21,7 @@ from e2e.scenarios import ClusterBackend
 from hami_dcu.cli.localcluster.pods import default_cards
 
 _REASON = unavailable() or hami.why_unavailable()
-pytestmark = pytest.mark.realcluster
+pytestmark = [pytest.mark.realcluster, pytest.mark.peer]  # a peer of the background build (.ci/run)
 
 
 @pytest.fixture(scope="module")

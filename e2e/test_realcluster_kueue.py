@@ -50,7 +50,7 @@ from hami_dcu.common import keys
 from hami_dcu.common.kube import ConflictError, Kube
 
 _REASON = unavailable() or kueue.why_unavailable()
-pytestmark = pytest.mark.realcluster
+pytestmark = [pytest.mark.realcluster, pytest.mark.peer]  # a peer of the background build (.ci/run)
 JSON = dict[str, Any]
 NODES = ("node0", "node1")
 CARDS_PER_NODE = 5  # 4 slots a card: 40 on the two nodes, one per pod of the 40-pod Job

@@ -33,7 +33,7 @@ PODS = {DEVICE_PLUGIN: 100, DRA: 60}
 JOB_PODS = 40
 JOB_SHAPE = scalemix.Shape("share-2g-10", 1, 2000, 10)  # bench/realcluster.py's Job: one slot each
 _REASON = unavailable()
-pytestmark = pytest.mark.realcluster
+pytestmark = [pytest.mark.realcluster, pytest.mark.peer]  # a peer of the background build (.ci/run)
 
 
 @pytest.fixture(scope="module", params=[DEVICE_PLUGIN, DRA])

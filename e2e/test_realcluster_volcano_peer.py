@@ -36,7 +36,7 @@ from e2e.realcluster.processes import wait_for
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
 
 _REASON = unavailable() or volcano.why_unavailable()
-pytestmark = pytest.mark.realcluster
+pytestmark = [pytest.mark.realcluster, pytest.mark.peer]  # a peer of the background build (.ci/run)
 JSON = dict[str, Any]
 
 
