@@ -9,7 +9,7 @@ editable install reaches the folders through an import hook. mypy cannot follow 
 asks the installed package itself, through this interpreter's import system, where each package
 named in pyproject's [tool.setuptools] packages lives, lists that folder's modules under their
 import names and hands mypy exactly those files, checked with pyproject's [tool.mypy] settings.
-Errors therefore name the files in the repository (common/keys.py), not copies or links.
+Errors therefore name the files in the repository (common/protocol/keys.py), not copies or links.
 
 A package named in pyproject but not importable (an editable install older than the package)
 stops the run with the command that fixes it: a package silently left unchecked would be worse.

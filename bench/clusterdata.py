@@ -13,8 +13,14 @@ import random
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import ContainerDevice, NodeDevice, encode_node_devices, encode_pod_devices, encode_reported
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import (
+    ContainerDevice,
+    NodeDevice,
+    encode_node_devices,
+    encode_pod_devices,
+    encode_reported,
+)
 
 DCU = keys.DCU_NAMING  # the naming set this benchmark speaks
 

@@ -46,10 +46,10 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from benchlib import percentile, ratio_line
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
-from hami_dcu.common.kube import Kube
-from hami_dcu.common.nodelock import NodeLock
+from hami_dcu.common.io.kube import Kube
+from hami_dcu.common.io.nodelock import NodeLock
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import ContainerDevice, encode_pod_devices
 from hami_dcu.deviceplugin.api.v1beta1 import api_pb2, api_pb2_grpc
 from hami_dcu.deviceplugin.core import Paths
 from hami_dcu.deviceplugin.server import Servicer, socket_name

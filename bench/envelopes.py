@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from benchlib import ratio_line
 
-from hami_dcu.common import safejson
+from hami_dcu.common.protocol import safejson
 from hami_dcu.dra.records import PreparedClaim, PreparedDevice, VdevGrant, decode, encode
 from hami_dcu.scheduler.extender import parse_bind_args, parse_filter_args, parse_preemption_args
 from hami_dcu.webhook.schemas import load_review

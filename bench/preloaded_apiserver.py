@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from clusterdata import node_name, node_object, running_pods
 
 from hami_dcu.cli.localcluster.apiserver import LocalApiServer
-from hami_dcu.common import keys
-from hami_dcu.common.codec import encode_reported
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import encode_reported
 
 DCU = keys.DCU_NAMING  # the naming set this benchmark speaks
 

@@ -167,7 +167,7 @@ async def bench_filter(nodes: int, warm: int, cold: int, work: Path) -> None:
 def bench_job(pods: int, sequential: int) -> None:
     from hami_dcu.cli.localcluster.cluster import LocalCluster
     from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
-    from hami_dcu.common import keys
+    from hami_dcu.common.protocol import keys
 
     def running(kube, ns: str, label: str) -> int:
         items = kube.list_pods(namespace=ns, label_selector=f"bench={label}").items

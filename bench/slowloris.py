@@ -58,8 +58,8 @@ if (os.cpu_count() or 1) > 1:
     os.sched_setaffinity(0, {0})
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from hami_dcu.common import keys
-from hami_dcu.common.tls import ReloadingTLS
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.io.tls import ReloadingTLS
 from hami_dcu.webhook.decision import Settings
 from hami_dcu.webhook.server import build_app
 tls = ReloadingTLS(sys.argv[2], sys.argv[3])

@@ -70,7 +70,7 @@ BASELINE = """
 import base64, json, os, sys
 os.sched_setaffinity(0, {0})
 from aiohttp import web
-from hami_dcu.common.tls import ReloadingTLS
+from hami_dcu.common.io.tls import ReloadingTLS
 
 PATCH = base64.b64encode(json.dumps([{"op": "replace", "path": "/spec/schedulerName",
                                       "value": "hami-scheduler"}]).encode()).decode()

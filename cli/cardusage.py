@@ -3,8 +3,8 @@
 The inputs are what `hami-dcu status` lists from the API server: Node objects (the plugin's
 `hami.io/node-dcu-register` capacity, its `hami.io/node-handshake-dcu` report, the
 `hami.io/mutex.lock`) and Pod objects (`hami.io/dcu-devices-allocated`). Every wire value is
-read with the decoders of `hami_dcu.common.codec`, and a card's totals are counted by the
-extender's own rule, given the pod (`hami_dcu.common.counting.pod_holdings`), so what status
+read with the decoders of `hami_dcu.common.protocol.codec`, and a card's totals are counted by the
+extender's own rule, given the pod (`hami_dcu.common.protocol.counting.pod_holdings`), so what status
 shows is what the extender counts: a pod holds its share while it is not Succeeded/Failed,
 terminating pods included, init containers count by their peak, native sidecars beside the
 app containers.
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import (
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import (
     CodecError,
     PodDevices,
     decode_handshake,
@@ -29,9 +29,9 @@ from hami_dcu.common.codec import (
     decode_node_devices,
     decode_pod_devices,
 )
-from hami_dcu.common.counting import Usage, pod_holdings
-from hami_dcu.common.requests import names_dcu, pod_containers
-from hami_dcu.common.untrusted import shown
+from hami_dcu.common.protocol.counting import Usage, pod_holdings
+from hami_dcu.common.protocol.requests import names_dcu, pod_containers
+from hami_dcu.common.protocol.untrusted import shown
 
 JSON = dict[str, Any]
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})

@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from hami_dcu.cli.errors import EXIT_USAGE, say
-from hami_dcu.common import keys
-from hami_dcu.common.kube import Kube, NotFoundError, user_agent
+from hami_dcu.common.io.kube import Kube, NotFoundError, user_agent
+from hami_dcu.common.protocol import keys
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from typing import Any
 
 from hami_dcu.cli.localcluster.cluster import LocalCluster
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, events_for, pod_manifest
-from hami_dcu.common import keys
-from hami_dcu.common.cannotstart import CannotStart
-from hami_dcu.common.codec import decode_pod_devices
-from hami_dcu.common.kube import KubeError
+from hami_dcu.common.io.cannotstart import CannotStart
+from hami_dcu.common.io.kube import KubeError
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import decode_pod_devices
 
 EXAMPLES: list[tuple[str, list[Ctr], dict[str, str]]] = [
     ("train-15pct", [Ctr("main", 1, 2000, 15)], {}),

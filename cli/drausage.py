@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hami_dcu.common.dra import names
-from hami_dcu.common.dra.quantity import QuantityError, to_int
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.dra.quantity import QuantityError, to_int
 
 JSON = dict[str, Any]
 

@@ -20,9 +20,9 @@ import re
 import sys
 from collections.abc import Callable
 
-from hami_dcu.common.cannotstart import CannotStart
-from hami_dcu.common.errors import HamiDcuError
-from hami_dcu.common.kube import KubeConfigError, KubeError
+from hami_dcu.common.io.cannotstart import CannotStart
+from hami_dcu.common.io.kube import KubeConfigError, KubeError
+from hami_dcu.common.protocol.errors import HamiDcuError
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -94,7 +94,7 @@ def run_reporting(prog: str, run: Callable[[], int], debug: bool = False) -> int
     except OSError as exc:
         say(prog, os_error_message(exc))
         return EXIT_USAGE
-    except HamiDcuError as exc:  # any other failure we expect (common/errors.py): said as it is
+    except HamiDcuError as exc:  # any other failure we expect (common/protocol/errors.py): said as it is
         say(prog, str(exc))
         return EXIT_FAILED
     except Exception as exc:

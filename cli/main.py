@@ -20,10 +20,10 @@ from types import ModuleType
 
 from hami_dcu.cli.errors import EXIT_USAGE, run_reporting, say
 from hami_dcu.cli.startup import startup_problems
-from hami_dcu.common import keys
-from hami_dcu.common.errors import CliError
-from hami_dcu.common.logs import setup_logging
-from hami_dcu.common.version import installed_version
+from hami_dcu.common.io.logs import setup_logging
+from hami_dcu.common.io.version import installed_version
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.errors import CliError
 
 # gRPC's C core logs connection teardown at INFO on stderr; our own logs say what matters.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from hami_dcu.common import keys
-from hami_dcu.common.dra import names as dra_names
-from hami_dcu.common.keys import ResourceNames
-from hami_dcu.common.requests import RequestError, names_dcu, parse_container_request
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.dra import names as dra_names
+from hami_dcu.common.protocol.keys import ResourceNames
+from hami_dcu.common.protocol.requests import RequestError, names_dcu, parse_container_request
 
 JSON = dict[str, Any]
 NO_EVENT = "no scheduling event yet"

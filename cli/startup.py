@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hami_dcu.common.tls import pem_pair_problem
+from hami_dcu.common.io.tls import pem_pair_problem
 
 # Directories that must exist and that we read and write (the kubelet creates the plugin
 # dir; if it is missing, the plugin is on the wrong path or the kubelet is not running).

@@ -21,9 +21,9 @@ from hami_dcu.cli.drausage import DraUsage, dra_usage
 from hami_dcu.cli.errors import say
 from hami_dcu.cli.pending import PREEMPTION_REASON, held_jobs, pending_pods
 from hami_dcu.cli.statusview import FORMATS, render
-from hami_dcu.common import keys
-from hami_dcu.common.dra import names as dra_names
-from hami_dcu.common.kube import Kube, KubeError, NotFoundError, user_agent
+from hami_dcu.common.io.kube import Kube, KubeError, NotFoundError, user_agent
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.dra import names as dra_names
 
 PROG = "hami-dcu status"
 JSON = dict[str, Any]

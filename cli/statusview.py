@@ -23,8 +23,8 @@ from hami_dcu.cli.cardusage import ClusterUsage, LockInfo, NodeUsage, PluginRepo
 from hami_dcu.cli.drausage import ClaimShare, DraTaint, DraUsage
 from hami_dcu.cli.pending import PendingPod
 from hami_dcu.cli.tables import count_of, grouped_rows, shares_cell, table, usage_cells, usage_text
-from hami_dcu.common import keys
-from hami_dcu.common.codec import format_rfc3339
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import format_rfc3339
 
 FORMATS = ("table", "wide", "json", "yaml")
 

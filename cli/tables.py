@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from hami_dcu.common.untrusted import escape_controls
+from hami_dcu.common.protocol.untrusted import escape_controls
 
 NO_SHARE = ("-", "", "")  # the share cells of a wide row for a card nobody holds a share of
 

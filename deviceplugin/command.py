@@ -8,13 +8,13 @@ import signal
 import threading
 from pathlib import Path
 
-from hami_dcu.common import keys
-from hami_dcu.common.cannotstart import CannotStart
-from hami_dcu.common.connlimits import connection_limits_from
-from hami_dcu.common.failures import Component
-from hami_dcu.common.flagtypes import absolute_path
-from hami_dcu.common.kube import Kube, KubeError, user_agent
-from hami_dcu.common.metricsserver import serve
+from hami_dcu.common.io.cannotstart import CannotStart
+from hami_dcu.common.io.connlimits import connection_limits_from
+from hami_dcu.common.io.failures import Component
+from hami_dcu.common.io.flagtypes import absolute_path
+from hami_dcu.common.io.kube import Kube, KubeError, user_agent
+from hami_dcu.common.io.metricsserver import serve
+from hami_dcu.common.protocol import keys
 from hami_dcu.deviceplugin.core import Paths
 from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.deviceplugin.namingwatch import check_node_naming

@@ -18,9 +18,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from hami_dcu.common import keys
-from hami_dcu.common import lockpurpose as purpose
-from hami_dcu.common.codec import (
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol import lockpurpose as purpose
+from hami_dcu.common.protocol.codec import (
     CodecError,
     LockValue,
     NodeDevice,
@@ -28,9 +28,9 @@ from hami_dcu.common.codec import (
     encode_node_devices,
     encode_reported,
 )
-from hami_dcu.common.errors import DevicePluginError
-from hami_dcu.common.keys import Naming
-from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
+from hami_dcu.common.protocol.errors import DevicePluginError
+from hami_dcu.common.protocol.keys import Naming
+from hami_dcu.common.protocol.podchecks import CheckSettings, Stage, refusal_of
 from hami_dcu.deviceplugin import lockless
 from hami_dcu.deviceplugin import plan as planning
 from hami_dcu.node import layout
@@ -108,7 +108,7 @@ def find_pod(pods: Iterable[JSON], namespace: str | None, name: str | None) -> J
 
 
 def lock_value(node_obj: JSON) -> str | None:
-    """The node lock's value on `node_obj` (common/nodelock.py reads it the same way; that
+    """The node lock's value on `node_obj` (common/io/nodelock.py reads it the same way; that
     module also writes the lock, through the client this one never imports)."""
     value = ((node_obj.get("metadata") or {}).get("annotations") or {}).get(keys.NODE_LOCK)
     return value if isinstance(value, str) else None
@@ -158,7 +158,8 @@ class PluginCore:
         self.resource = resource or naming.resources.count
         self.names = keys.ResourceNames(self.resource, naming.resources.memory, naming.resources.cores)
         self.volcano_scheduler = volcano_scheduler
-        self.checks = CheckSettings(self.names)  # admission's checks, again before serving (common/podchecks.py)
+        # admission's checks, again before serving (common/protocol/podchecks.py)
+        self.checks = CheckSettings(self.names)
 
     # --- which pod ---------------------------------------------------------------------------
 

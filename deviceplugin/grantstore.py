@@ -22,8 +22,8 @@ from typing import Any
 
 from marshmallow import ValidationError, fields, post_load, validate
 
-from hami_dcu.common.errors import DevicePluginError
-from hami_dcu.common.schema import Strict, one_line
+from hami_dcu.common.protocol.errors import DevicePluginError
+from hami_dcu.common.protocol.schema import Strict, one_line
 from hami_dcu.node.allocator import PIPES_PER_CARD, VDEVS_PER_NODE
 from hami_dcu.node.vdev import (
     VDEV_CONF,

@@ -27,11 +27,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import CodecError, decode_pod_devices
-from hami_dcu.common.errors import DevicePluginError
-from hami_dcu.common.keys import ResourceNames
-from hami_dcu.common.requests import pod_asks_for_count
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import CodecError, decode_pod_devices
+from hami_dcu.common.protocol.errors import DevicePluginError
+from hami_dcu.common.protocol.keys import ResourceNames
+from hami_dcu.common.protocol.requests import pod_asks_for_count
 from hami_dcu.deviceplugin.plan import card_of_fake_id, who
 
 JSON = dict[str, Any]

@@ -1,7 +1,7 @@
 """Prometheus metrics of one device plugin process (one registry per plugin, so several
 plugins in one process, as in the local cluster, never share counters).
 
-Served on `--metrics-bind` when given (`GET /metrics`, common/metricsserver.py); tests read the
+Served on `--metrics-bind` when given (`GET /metrics`, common/io/metricsserver.py); tests read the
 registry directly.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from hami_dcu.common.podlatency import bound_to_allocated
+from hami_dcu.common.io.podlatency import bound_to_allocated
 
 
 class PluginMetrics:

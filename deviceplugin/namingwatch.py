@@ -1,5 +1,5 @@
 """The device plugin's start-up look for components of the other naming set on its own node
-(common/namingcheck.py): its Node and the pods bound to it, a log line and a Warning event
+(common/protocol/namingcheck.py): its Node and the pods bound to it, a log line and a Warning event
 on the node. Only the own node: a look at the whole cluster from every plugin would cost
 one cluster-wide list per node at each rollout."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import logging
 
-from hami_dcu.common.keys import Naming
-from hami_dcu.common.kube import Kube, KubeError
-from hami_dcu.common.namingcheck import EVENT_REASON, find_traces, report
+from hami_dcu.common.io.kube import Kube, KubeError
+from hami_dcu.common.protocol.keys import Naming
+from hami_dcu.common.protocol.namingcheck import EVENT_REASON, find_traces, report
 
 log = logging.getLogger(__name__)
 

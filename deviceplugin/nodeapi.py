@@ -11,9 +11,9 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from hami_dcu.common import keys
-from hami_dcu.common.kube import ConflictError, Kube, KubeError, NotFoundError, UnreachableError
-from hami_dcu.common.nodelock import LockError, NodeLock
+from hami_dcu.common.io.kube import ConflictError, Kube, KubeError, NotFoundError, UnreachableError
+from hami_dcu.common.io.nodelock import LockError, NodeLock
+from hami_dcu.common.protocol import keys
 from hami_dcu.deviceplugin.core import AllocateFailed
 
 log = logging.getLogger(__name__)

@@ -12,11 +12,17 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import CodecError, ContainerDevice, PodDevices, decode_pod_devices, encode_pod_devices
-from hami_dcu.common.errors import DevicePluginError
-from hami_dcu.common.keys import Naming
-from hami_dcu.common.requests import pod_asks_for_count, pod_containers
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import (
+    CodecError,
+    ContainerDevice,
+    PodDevices,
+    decode_pod_devices,
+    encode_pod_devices,
+)
+from hami_dcu.common.protocol.errors import DevicePluginError
+from hami_dcu.common.protocol.keys import Naming
+from hami_dcu.common.protocol.requests import pod_asks_for_count, pod_containers
 from hami_dcu.node.discovery import DcuCard
 
 JSON = dict[str, Any]

@@ -17,7 +17,7 @@ from typing import NoReturn
 
 import grpc
 
-from hami_dcu.common.failures import Component, FailureReporter
+from hami_dcu.common.io.failures import Component, FailureReporter
 from hami_dcu.deviceplugin.api.v1beta1 import api_pb2, api_pb2_grpc
 from hami_dcu.deviceplugin.core import ContainerResponse
 from hami_dcu.deviceplugin.plan import fake_device_id
@@ -158,7 +158,7 @@ class Servicer(api_pb2_grpc.DevicePluginServicer):
         return api_pb2.AllocateResponse(container_responses=[to_proto(r) for r in responses])
 
     def _abort(self, context: grpc.ServicerContext, exc: Exception, subject: str) -> NoReturn:
-        """End the call as common/errors.py's rule answers `exc`: an expected failure with its
+        """End the call as common/protocol/errors.py's rule answers `exc`: an expected failure with its
         own code (an AllocateFailed: FAILED_PRECONDITION) and message, a bug with INTERNAL."""
         failure = self.failures.failed(exc, subject)
         context.abort(grpc.StatusCode[failure.grpc_code], failure.message)

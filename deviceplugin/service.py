@@ -20,15 +20,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from hami_dcu.common import keys
-from hami_dcu.common import lockpurpose as purpose
-from hami_dcu.common.codec import LockValue
-from hami_dcu.common.errors import Failure, judge
-from hami_dcu.common.failures import Component
-from hami_dcu.common.keys import Naming
-from hami_dcu.common.kube import Kube, KubeError, NotFoundError
-from hami_dcu.common.podlatency import DEVICE_PLUGIN
-from hami_dcu.common.podtimes import bound_at, seconds_between
+from hami_dcu.common.io.failures import Component
+from hami_dcu.common.io.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.io.podlatency import DEVICE_PLUGIN
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol import lockpurpose as purpose
+from hami_dcu.common.protocol.codec import LockValue
+from hami_dcu.common.protocol.errors import Failure, judge
+from hami_dcu.common.protocol.keys import Naming
+from hami_dcu.common.protocol.podtimes import bound_at, seconds_between
 from hami_dcu.deviceplugin import advicereads, lockless
 from hami_dcu.deviceplugin import plan as planning
 from hami_dcu.deviceplugin.core import (
@@ -335,7 +335,7 @@ class PluginService:
     def _fail(self, call: Serving, exc: Exception) -> Failure:
         """Undo what this call granted and mark its pod failed; how `exc` is answered."""
         self.vdevs.undo(call.written)
-        failure = judge(exc, Component.DEVICE_PLUGIN)  # the one rule (common/errors.py)
+        failure = judge(exc, Component.DEVICE_PLUGIN)  # the one rule (common/protocol/errors.py)
         for pending_write in (call.release, call.last_write):  # "failed" must land after them
             if pending_write is not None:
                 with contextlib.suppress(Exception):

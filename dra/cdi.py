@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hami_dcu.common.dra import names
+from hami_dcu.common.protocol.dra import names
 from hami_dcu.dra.records import PreparedClaim
 from hami_dcu.node import layout
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hami_dcu.common.dra import names
-from hami_dcu.common.dra.quantity import QuantityError, to_int
-from hami_dcu.common.errors import DraError
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.dra.quantity import QuantityError, to_int
+from hami_dcu.common.protocol.errors import DraError
 from hami_dcu.node.discovery import DcuCard
 
 JSON = dict[str, Any]

@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from hami_dcu.common.dra import names
+from hami_dcu.common.protocol.dra import names
 from hami_dcu.dra.records import PreparedClaim, PreparedDevice
 from hami_dcu.node.discovery import DcuCard
 

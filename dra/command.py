@@ -11,13 +11,13 @@ import threading
 import time
 from pathlib import Path
 
-from hami_dcu.common import keys
-from hami_dcu.common.cannotstart import CannotStart
-from hami_dcu.common.connlimits import connection_limits_from
-from hami_dcu.common.failures import Component
-from hami_dcu.common.flagtypes import absolute_path, positive_seconds
-from hami_dcu.common.kube import Kube, KubeError, user_agent
-from hami_dcu.common.metricsserver import serve
+from hami_dcu.common.io.cannotstart import CannotStart
+from hami_dcu.common.io.connlimits import connection_limits_from
+from hami_dcu.common.io.failures import Component
+from hami_dcu.common.io.flagtypes import absolute_path, positive_seconds
+from hami_dcu.common.io.kube import Kube, KubeError, user_agent
+from hami_dcu.common.io.metricsserver import serve
+from hami_dcu.common.protocol import keys
 from hami_dcu.dra.core import DraPaths, DriverCore
 from hami_dcu.dra.ledger import QuotaLedger
 from hami_dcu.dra.server import POD_UID, KubeletPluginServer

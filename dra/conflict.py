@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hami_dcu.common.dra.quantity import QuantityError, to_int
+from hami_dcu.common.protocol.dra.quantity import QuantityError, to_int
 
 
 def device_plugin_serving(node: dict[str, Any], count_resources: tuple[str, ...]) -> str | None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from hami_dcu.common.errors import DraError
+from hami_dcu.common.protocol.errors import DraError
 from hami_dcu.dra import cdi
 from hami_dcu.dra.claims import ClaimRefused, Share, cards_by_device, plan_claim, who
 from hami_dcu.dra.holdings import conflict

@@ -1,4 +1,4 @@
-"""The DRA half of the pod-latency histograms (common/podlatency.py): once a claim is
+"""The DRA half of the pod-latency histograms (common/io/podlatency.py): once a claim is
 prepared, for each pod it is reserved for, how long ago the pod was bound (bound-to-allocated)
 and how long it waited to be bound (create-to-bound, from its PodScheduled condition).
 
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from hami_dcu.common.kube import Kube, KubeError
-from hami_dcu.common.podlatency import DRA
-from hami_dcu.common.podtimes import bound_at, created_at, seconds_between
+from hami_dcu.common.io.kube import Kube, KubeError
+from hami_dcu.common.io.podlatency import DRA
+from hami_dcu.common.protocol.podtimes import bound_at, created_at, seconds_between
 from hami_dcu.dra.metrics import DriverMetrics
 
 log = logging.getLogger(__name__)

@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from hami_dcu.common.keys import ResourceNames
-from hami_dcu.common.kube import ConflictError, Kube, KubeError, NotFoundError
-from hami_dcu.common.quota import QuotaLimits, limits_from
+from hami_dcu.common.io.kube import ConflictError, Kube, KubeError, NotFoundError
+from hami_dcu.common.protocol.keys import ResourceNames
+from hami_dcu.common.protocol.quota import QuotaLimits, limits_from
 from hami_dcu.dra import quotagate
 from hami_dcu.dra.core import PrepareFailed
 from hami_dcu.dra.quotagate import Entry, Held

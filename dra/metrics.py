@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
-from hami_dcu.common.podlatency import bound_to_allocated, create_to_bound
+from hami_dcu.common.io.podlatency import bound_to_allocated, create_to_bound
 
 
 class DriverMetrics:

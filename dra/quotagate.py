@@ -18,7 +18,7 @@ is the commit point: written before the vDCU is made, removed after it is freed.
 
 What a claim holds is counted as the webhook counts an allocated claim: memory in MiB, cores as
 compute units over the card's in % of one card (exact fractions), adminAccess nothing; the
-limits are read as the webhook reads them (common/quota.py: `limits_from`, `exceeded`). A
+limits are read as the webhook reads them (common/protocol/quota.py: `limits_from`, `exceeded`). A
 namespace without a DCU limit has no ledger entries and costs one cached read of its quotas.
 Claims prepared before their namespace had a DCU quota are not in the ledger (the webhook
 still counts them at admission).
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from hami_dcu.common.keys import ResourceNames
-from hami_dcu.common.quota import QuotaLimits, exceeded
+from hami_dcu.common.protocol.keys import ResourceNames
+from hami_dcu.common.protocol.quota import QuotaLimits, exceeded
 from hami_dcu.dra.claims import Share
 
 JSON = dict[str, Any]

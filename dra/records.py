@@ -18,11 +18,11 @@ from typing import Any
 
 from marshmallow import ValidationError, fields, post_dump, post_load, pre_load, validate
 
-from hami_dcu.common import safejson
-from hami_dcu.common.dra import names
-from hami_dcu.common.errors import DraError
-from hami_dcu.common.schema import JsonBoolean, Strict, load, one_line
-from hami_dcu.common.untrusted import shown
+from hami_dcu.common.protocol import safejson
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.errors import DraError
+from hami_dcu.common.protocol.schema import JsonBoolean, Strict, load, one_line
+from hami_dcu.common.protocol.untrusted import shown
 from hami_dcu.node.vdev import VdevDir, VdevSpec, write_atomic
 
 log = logging.getLogger(__name__)

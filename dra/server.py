@@ -4,7 +4,7 @@ plugins_registry directory, where the kubelet's plugin watcher finds it.
 
 This module only translates between gRPC and the driver (`Prepare`/`Unprepare` callables);
 it makes no decision. Each claim of a call gets its own answer: one claim refused never
-fails the others. A bug (common/errors.py's rule) is no refusal: it ends the whole call with
+fails the others. A bug (common/protocol/errors.py's rule) is no refusal: it ends the whole call with
 INTERNAL, its traceback logged naming the claim and counted; the kubelet retries the call, and
 the claims prepared in it are answered again from their records.
 
@@ -33,8 +33,8 @@ from typing import Any
 import grpc
 from prometheus_client import CollectorRegistry
 
-from hami_dcu.common.dra import names
-from hami_dcu.common.failures import Component, FailureReporter
+from hami_dcu.common.io.failures import Component, FailureReporter
+from hami_dcu.common.protocol.dra import names
 from hami_dcu.dra.api.pluginregistration import api_pb2 as reg_pb2
 from hami_dcu.dra.api.pluginregistration import api_pb2_grpc as reg_grpc
 from hami_dcu.dra.api.v1 import api_pb2 as v1_pb2

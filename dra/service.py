@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from hami_dcu.common.dra import names
-from hami_dcu.common.keys import Naming
-from hami_dcu.common.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.io.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.keys import Naming
 from hami_dcu.dra import claimstatus, quotagate, slices
 from hami_dcu.dra.claims import ClaimRefused, plan_claim
 from hami_dcu.dra.conflict import device_plugin_serving

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_dcu.common.dra import names
-from hami_dcu.common.dra.quantity import canonical
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.dra.quantity import canonical
 from hami_dcu.node.discovery import DcuCard
 from hami_dcu.node.health import SMI_UNHEALTHY, Problem
 

@@ -7,7 +7,7 @@ access (monitoring) holds nothing.
 
 from __future__ import annotations
 
-from hami_dcu.common.dra import names
+from hami_dcu.common.protocol.dra import names
 from hami_dcu.dra.core import DriverCore
 from hami_dcu.node.usage import CardFacts, Held, NodeView, VdevFacts
 

@@ -26,7 +26,7 @@ from e2e import invariants
 from hami_dcu.cli.localcluster.apiserver.faults import WRITE_METHODS
 from hami_dcu.cli.localcluster.cluster import LocalCluster
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
-from hami_dcu.common.kube import ConflictError, Kube, KubeError
+from hami_dcu.common.io.kube import ConflictError, Kube, KubeError
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

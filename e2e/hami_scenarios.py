@@ -30,7 +30,7 @@ from e2e.scenarios import (
 )
 from hami_dcu.cli.cardusage import cluster_usage
 from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 
 JSON = dict[str, Any]
 HAMI_SCHEDULER = hami.SCHEDULER_NAME

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import decode_node_devices, decode_pod_devices
-from hami_dcu.common.dra.quantity import to_int
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import decode_node_devices, decode_pod_devices
+from hami_dcu.common.protocol.dra.quantity import to_int
 
 JSON = dict[str, Any]
 FINISHED = ("Succeeded", "Failed")

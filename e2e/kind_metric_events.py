@@ -45,13 +45,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from e2e.kindcluster import RELEASE_NAMESPACE, WORKERS, KindBackend
 from e2e.scenarios import allocation, phase, wait_running, wait_until
 from hami_dcu.cli.localcluster.pods import POD_IMAGE
-from hami_dcu.common import keys
-from hami_dcu.common.codec import LockValue, encode_lock
-from hami_dcu.common.kube import NotFoundError
+from hami_dcu.common.io.kube import NotFoundError
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import LockValue, encode_lock
 
 JSON = dict[str, Any]
 LOW, HIGH = "hami-e2e-promql-low", "hami-e2e-promql-high"
-HOLDER_GONE = "holder-gone"  # hami_dcu.common.lockpurpose.HOLDER_GONE, the reason every lock here ends with
+HOLDER_GONE = "holder-gone"  # hami_dcu.common.protocol.lockpurpose.HOLDER_GONE, the reason every lock here ends with
 # The device plugin's cycle on kind (registerIntervalSeconds): a publication, then a reconcile.
 PLUGIN_CYCLE = 5.0
 

@@ -29,9 +29,9 @@ from e2e.realcluster import hami
 from e2e.scenarios import wait_until
 from e2e.tools import helm_and_kubectl
 from hami_dcu.cli.localcluster.pods import MockCard, default_cards
-from hami_dcu.common import keys
-from hami_dcu.common.dra import names
-from hami_dcu.common.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.io.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.dra import names
 
 ROOT = Path(__file__).resolve().parent.parent
 KIND_DIR = ROOT / "e2e" / "kind"

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hami_dcu.cli.localcluster.pods import Ctr, MockCard, events_for, pod_manifest
-from hami_dcu.common import keys
-from hami_dcu.common.codec import decode_node_devices, decode_pod_devices
-from hami_dcu.common.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.io.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import decode_node_devices, decode_pod_devices
 
 DCU = keys.DCU_NAMING  # the naming set the shared scenarios speak
 

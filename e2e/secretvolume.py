@@ -1,7 +1,7 @@
 """A Secret mounted as files, kept up to date the way the kubelet does it.
 
 In a cluster the kubelet rewrites a Secret volume's files some time after the Secret changes
-(its sync period, about a minute); the servers reload the files (common/tls.py). The local
+(its sync period, about a minute); the servers reload the files (common/io/tls.py). The local
 cluster has no kubelet for its own servers, so tests that rotate a Secret use this: `sync()`
 copies the Secret's keys to files atomically (certs.write_pem_files), `start()` does so on
 an interval from a thread, which is the kubelet's lag made short.
@@ -15,7 +15,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from hami_dcu.common.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.io.kube import Kube, KubeError, NotFoundError
 from hami_dcu.webhook.certs import write_pem_files
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class SecretVolume:
             return False
         # One file after the other: unlike the kubelet's swap of the whole volume (its ..data
         # symlink), a reader can see the new certificate beside the old key, which the
-        # servers' reload must survive (common/tls.py).
+        # servers' reload must survive (common/io/tls.py).
         write_pem_files(self.directory, wanted)
         self._written = wanted
         log.info("secret volume %s/%s: updated %s", self.namespace, self.name, ", ".join(sorted(changed)))

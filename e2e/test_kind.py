@@ -40,7 +40,7 @@ from e2e.scenarios import (
     wait_until,
 )
 from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 

@@ -21,8 +21,8 @@ import pytest
 from e2e.kindcluster import CARDS_PER_NODE, WORKERS, KindBackend, usage_of
 from e2e.scenarios import phase, wait_until
 from hami_dcu.cli.localcluster.pods import POD_IMAGE
-from hami_dcu.common.dra import names
-from hami_dcu.common.kube import KubeError, NotFoundError
+from hami_dcu.common.io.kube import KubeError, NotFoundError
+from hami_dcu.common.protocol.dra import names
 
 pytestmark = pytest.mark.kind
 JSON = dict[str, Any]

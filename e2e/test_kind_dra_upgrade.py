@@ -25,7 +25,7 @@ import yaml
 from e2e.kindcluster import RELEASE, RELEASE_NAMESPACE, ROOT, WORKERS, KindBackend
 from e2e.scenarios import wait_until
 from hami_dcu.cli.localcluster.pods import POD_IMAGE
-from hami_dcu.common.dra import names
+from hami_dcu.common.protocol.dra import names
 
 pytestmark = pytest.mark.kind
 JSON = dict[str, Any]

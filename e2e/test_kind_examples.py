@@ -31,9 +31,9 @@ from e2e.kindcluster import WORKERS, KindBackend
 from e2e.scenarios import allocation, card_of, wait_running, wait_until
 from e2e.volcano_scenarios import SERVED, outcome, place_together, the_node, volcano
 from hami_dcu.cli.localcluster.pods import POD_IMAGE
-from hami_dcu.common import keys
-from hami_dcu.common.codec import ContainerDevice
-from hami_dcu.common.kube import KubeError, NotFoundError
+from hami_dcu.common.io.kube import KubeError, NotFoundError
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import ContainerDevice
 
 JSON = dict[str, Any]
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"

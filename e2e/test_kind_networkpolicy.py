@@ -24,7 +24,7 @@ from e2e import kind_netpol
 from e2e.kindcluster import METRICS_PORT, RELEASE_NAMESPACE, WORKERS, KindBackend
 from e2e.scenarios import wait_running
 from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 
 pytestmark = pytest.mark.kind
 

@@ -22,7 +22,7 @@ import pytest
 from e2e.kindcluster import WORKERS, KindBackend
 from e2e.scenarios import allocation, wait_running
 from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 
 pytestmark = pytest.mark.kind
 

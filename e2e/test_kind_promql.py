@@ -48,7 +48,7 @@ from e2e import test_kind_dra as dra
 from e2e import test_kind_examples as examples
 from e2e.kindcluster import METRICS_PORT, RELEASE_NAMESPACE, WORKERS, KindBackend
 from e2e.scenarios import phase, wait_until
-from hami_dcu.common.kube import NotFoundError
+from hami_dcu.common.io.kube import NotFoundError
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "e2e" / "upstream" / "build-prometheus.sh"

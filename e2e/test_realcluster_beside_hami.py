@@ -23,8 +23,8 @@ from e2e.realcluster import hami
 from e2e.realcluster.cluster import BESIDE_HAMI_SCHEDULER, RELEASE, SYSTEM_NAMESPACE, RealCluster, unavailable
 from e2e.scenarios import allocation, wait_running, wait_until
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
-from hami_dcu.common import keys
-from hami_dcu.common.kube import KubeError
+from hami_dcu.common.io.kube import KubeError
+from hami_dcu.common.protocol import keys
 
 _REASON = unavailable() or hami.why_unavailable()
 pytestmark = [pytest.mark.realcluster, pytest.mark.peer]  # a peer of the background build (.ci/run)

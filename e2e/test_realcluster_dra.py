@@ -26,9 +26,9 @@ from e2e.realcluster.cluster import RELEASE, unavailable
 from e2e.realcluster.dra_cluster import DraRealCluster
 from e2e.scenarios import phase, wait_until
 from hami_dcu.cli.localcluster.pods import MockCard
-from hami_dcu.common.dra import names
-from hami_dcu.common.dra.quantity import to_int
-from hami_dcu.common.kube import KubeError, NotFoundError
+from hami_dcu.common.io.kube import KubeError, NotFoundError
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.dra.quantity import to_int
 from hami_dcu.node.vdev import parse_dirname
 from hami_dcu.webhook.decision import DRA, Settings, review
 

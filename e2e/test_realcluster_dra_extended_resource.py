@@ -31,9 +31,9 @@ from e2e.realcluster.dra_cluster import DraRealCluster
 from e2e.scenarios import wait_until
 from e2e.tools import ROOT
 from hami_dcu.cli.localcluster.pods import MockCard
-from hami_dcu.common import keys
-from hami_dcu.common.dra import names
-from hami_dcu.common.kube import KubeError, NotFoundError
+from hami_dcu.common.io.kube import KubeError, NotFoundError
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.dra import names
 
 JSON = dict[str, Any]
 NODE = "node0"

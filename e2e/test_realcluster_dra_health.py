@@ -31,7 +31,7 @@ from e2e.scenarios import phase, wait_until
 from e2e.tools import ROOT
 from hami_dcu.cli.localcluster.pods import MockCard
 from hami_dcu.cli.main import main as cli_main
-from hami_dcu.common.dra import names
+from hami_dcu.common.protocol.dra import names
 from hami_dcu.dra.slices import UNHEALTHY_TAINT
 
 JSON = dict[str, Any]

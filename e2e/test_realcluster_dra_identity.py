@@ -25,8 +25,8 @@ from e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, unavailable
 from e2e.realcluster.dra_cluster import DraRealCluster
 from e2e.scenarios import wait_until
 from hami_dcu.cli.localcluster.pods import MockCard
-from hami_dcu.common.dra import names
-from hami_dcu.common.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.io.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.protocol.dra import names
 
 JSON = dict[str, Any]
 NODE, OTHER_NODE = "node0", "node1"

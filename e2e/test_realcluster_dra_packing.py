@@ -23,7 +23,7 @@ from e2e.realcluster.cluster import unavailable
 from e2e.realcluster.dra_cluster import DraRealCluster
 from e2e.scenarios import wait_until
 from hami_dcu.cli.localcluster.pods import Ctr, MockCard, pod_manifest
-from hami_dcu.common.dra import names
+from hami_dcu.common.protocol.dra import names
 
 JSON = dict[str, Any]
 NODES = [f"node{i}" for i in range(4)]

@@ -28,9 +28,9 @@ import pytest
 from e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster, unavailable
 from e2e.scenarios import phase, wait_until
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
-from hami_dcu.common import keys
-from hami_dcu.common.codec import encode_reported
-from hami_dcu.common.kube import Kube, KubeError
+from hami_dcu.common.io.kube import Kube, KubeError
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import encode_reported
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 

@@ -46,8 +46,8 @@ from e2e.realcluster.upstream import BuildUnavailable
 from e2e.scenarios import allocation, wait_until
 from e2e.usage_agreement import extender_totals
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
-from hami_dcu.common import keys
-from hami_dcu.common.kube import ConflictError, Kube
+from hami_dcu.common.io.kube import ConflictError, Kube
+from hami_dcu.common.protocol import keys
 
 _REASON = unavailable() or kueue.why_unavailable()
 pytestmark = [pytest.mark.realcluster, pytest.mark.peer]  # a peer of the background build (.ci/run)

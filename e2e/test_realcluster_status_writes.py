@@ -21,8 +21,8 @@ import pytest
 from e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster, unavailable
 from e2e.scenarios import SCENARIOS, Scenario, phase, wait_until
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
-from hami_dcu.common import keys, writers
-from hami_dcu.common.kube import MERGE_PATCH, Kube, KubeError
+from hami_dcu.common.io.kube import MERGE_PATCH, Kube, KubeError
+from hami_dcu.common.protocol import keys, writers
 
 JSON = dict[str, Any]
 DCU = keys.DCU_NAMING

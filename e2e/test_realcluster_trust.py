@@ -26,11 +26,11 @@ import pytest
 from e2e.realcluster.cluster import IMAGE_REPOSITORY, IMAGE_TAG, RELEASE, SYSTEM_NAMESPACE, RealCluster, unavailable
 from e2e.scenarios import phase, wait_until
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
-from hami_dcu.common import keys, writers
-from hami_dcu.common.codec import encode_reported
-from hami_dcu.common.kube import Kube, KubeError
-from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
-from hami_dcu.common.writers import BINDING, NODE, POD, Caller, Identities
+from hami_dcu.common.io.kube import Kube, KubeError
+from hami_dcu.common.protocol import keys, writers
+from hami_dcu.common.protocol.codec import encode_reported
+from hami_dcu.common.protocol.podchecks import CheckSettings, Stage, refusal_of
+from hami_dcu.common.protocol.writers import BINDING, NODE, POD, Caller, Identities
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 
@@ -375,7 +375,7 @@ def _cases(cluster: RealCluster, bound_pod: JSON) -> list[tuple[str, str, Kube, 
 
 def test_the_webhook_rule_and_the_admission_policies_agree(cluster: RealCluster) -> None:
     """Each case goes through the real API server (dry run: nothing changes) and through
-    common/writers.py, which the webhook runs: the same verdict, and the same words."""
+    common/protocol/writers.py, which the webhook runs: the same verdict, and the same words."""
     cluster.clear_pods()
     # A DCU pod: on a pod without DCUs the keys HAMi shares with us are HAMi's to write (issue 21).
     cluster.kube.create_pod(cluster.namespace, pod_manifest("subject", [Ctr("main", 1, 1000, 10)]))

@@ -27,8 +27,8 @@ from e2e.volcano_scenarios import (
     volcano,
 )
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
-from hami_dcu.common import keys
-from hami_dcu.common.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.io.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.protocol import keys
 
 _REASON = unavailable()
 pytestmark = pytest.mark.realcluster

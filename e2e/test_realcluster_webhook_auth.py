@@ -33,8 +33,8 @@ from e2e.realcluster.dra_cluster import DraRealCluster
 from e2e.realcluster.pki import KeyPair, Pki
 from e2e.scenarios import wait_until
 from hami_dcu.cli.localcluster.pods import MockCard
-from hami_dcu.common.dra import names
-from hami_dcu.common.kube import KubeError
+from hami_dcu.common.io.kube import KubeError
+from hami_dcu.common.protocol.dra import names
 
 JSON = dict[str, Any]
 NODE = "node0"

@@ -24,7 +24,7 @@ import pytest
 
 from e2e.realcluster.cluster import RealCluster, unavailable
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
-from hami_dcu.common.kube import Kube, KubeError
+from hami_dcu.common.io.kube import Kube, KubeError
 
 PER_CLIENT = 2
 WORKERS = 8

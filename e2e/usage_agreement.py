@@ -11,8 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hami_dcu.cli.cardusage import cluster_usage
 from hami_dcu.cli.status import LIVE_PODS
-from hami_dcu.common.keys import Naming
-from hami_dcu.common.kube import Kube
+from hami_dcu.common.io.kube import Kube
+from hami_dcu.common.protocol.keys import Naming
 
 Totals = dict[tuple[str, str], tuple[int, int, int]]  # (node, card) -> (slots, memory MiB, cores %)
 _FAMILIES = {"hami_dcu_card_allocated_slots": 0, "hami_dcu_card_allocated_memory_mib": 1,

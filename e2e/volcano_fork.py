@@ -30,8 +30,8 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import (
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import (
     ContainerDevice,
     decode_handshake,
     encode_pod_devices,

@@ -30,7 +30,7 @@ from e2e.scenarios import (
 )
 from e2e.volcano_standin import DEFAULT_IDENTITY, VolcanoStandIn
 from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 
 JSON = dict[str, Any]
 HCU = fork.NAMING  # the naming set of a cluster in Volcano mode, and of these scenarios

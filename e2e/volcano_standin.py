@@ -33,9 +33,9 @@ from typing import Any
 from kubernetes import client as k8s_client
 
 from e2e import volcano_fork as fork
-from hami_dcu.common import keys
-from hami_dcu.common.codec import ContainerDevice, format_rfc3339
-from hami_dcu.common.kube import ConflictError, Kube, KubeError, NotFoundError
+from hami_dcu.common.io.kube import ConflictError, Kube, KubeError, NotFoundError
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import ContainerDevice, format_rfc3339
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

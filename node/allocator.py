@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hami_dcu.common.errors import NodeError
+from hami_dcu.common.protocol.errors import NodeError
 from hami_dcu.node.vdev import VdevDir
 
 PIPES_PER_CARD = 20

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hami_dcu.common import keys
-from hami_dcu.common.keys import Naming
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.keys import Naming
 from hami_dcu.node.numa import read_numa_node
 from hami_dcu.node.smi import Card
 

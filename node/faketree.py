@@ -14,7 +14,7 @@ import os
 import stat
 from pathlib import Path
 
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 from hami_dcu.node.smi import Card
 
 OTHER_VENDOR = "0x1002"

@@ -8,10 +8,10 @@ import argparse
 import logging
 import os
 
-from hami_dcu.common import keys
-from hami_dcu.common.connlimits import add_connection_arguments
-from hami_dcu.common.flagtypes import optional_absolute_path
-from hami_dcu.common.keys import Naming
+from hami_dcu.common.io.connlimits import add_connection_arguments
+from hami_dcu.common.io.flagtypes import optional_absolute_path
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.keys import Naming
 from hami_dcu.node import layout
 from hami_dcu.node.discovery import DcuCard, discover
 from hami_dcu.node.faketree import lay_out

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from hami_dcu.common.errors import NodeError
+from hami_dcu.common.protocol.errors import NodeError
 from hami_dcu.node.api.podresources.v1 import api_pb2, api_pb2_grpc
 
 log = logging.getLogger(__name__)

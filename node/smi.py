@@ -19,7 +19,7 @@ from typing import Protocol
 
 import yaml
 
-from hami_dcu.common.errors import NodeError
+from hami_dcu.common.protocol.errors import NodeError
 from hami_dcu.node import libpath
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from hami_dcu.common.failures import FailureReporter
+from hami_dcu.common.io.failures import FailureReporter
 from hami_dcu.node.podresources import ContainerHoldings, PodResourcesClient, PodResourcesError
 from hami_dcu.node.usage import Names, NodeView, usage_samples
 from hami_dcu.node.usagesmi import CardQuery, Readings, UsageError, UsageReader, VdevQuery

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry
 
-from hami_dcu.common.failures import Component, FailureReporter
+from hami_dcu.common.io.failures import Component, FailureReporter
 from hami_dcu.node.podresources import PodResourcesClient
 from hami_dcu.node.smi import RsmiBackend, SmiError
 from hami_dcu.node.usage import NodeView

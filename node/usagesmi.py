@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from hami_dcu.common.errors import NodeError
+from hami_dcu.common.protocol.errors import NodeError
 from hami_dcu.node import libpath
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ API server's webhook calls and the kubelet's probes, or Prometheus), which never
 Every answer to /filter and /bind is HTTP 200 with the error, if any, in `Error`: kube-scheduler
 reads a body only from a 200 (any other status is a transport failure to it). One bad request
 never takes the server down: it gets its own Error and nothing changes. The one exception is
-a bug of ours (common/errors.py's rule): a 500 with a short message, its traceback logged
+a bug of ours (common/protocol/errors.py's rule): a 500 with a short message, its traceback logged
 naming the pod and counted in hami_dcu_internal_errors_total; kube-scheduler retries the pod
 as it would after an Error.
 """
@@ -24,9 +24,9 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from hami_dcu.common import safejson
-from hami_dcu.common.body import BODY_DEADLINE, BodyError, read_body
-from hami_dcu.common.failures import Component, FailureReporter
+from hami_dcu.common.io.body import BODY_DEADLINE, BodyError, read_body
+from hami_dcu.common.io.failures import Component, FailureReporter
+from hami_dcu.common.protocol import safejson
 from hami_dcu.scheduler.extender import WireError, parse_bind_args, parse_filter_args, parse_preemption_args
 from hami_dcu.scheduler.service import SchedulerService
 

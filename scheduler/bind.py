@@ -56,14 +56,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import encode_pod_devices, encode_unix_seconds
-from hami_dcu.common.kube import AsyncKube, ConflictError, KubeError, UnreachableError
-from hami_dcu.common.nodelock import NodeLock
-from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
-from hami_dcu.common.podlatency import DEVICE_PLUGIN  # the extender binds only device-plugin pods
-from hami_dcu.common.podtimes import created_at, seconds_between
-from hami_dcu.common.requests import RequestError
+from hami_dcu.common.io.kube import AsyncKube, ConflictError, KubeError, UnreachableError
+from hami_dcu.common.io.nodelock import NodeLock
+from hami_dcu.common.io.podlatency import DEVICE_PLUGIN  # the extender binds only device-plugin pods
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import encode_pod_devices, encode_unix_seconds
+from hami_dcu.common.protocol.podchecks import CheckSettings, Stage, refusal_of
+from hami_dcu.common.protocol.podtimes import created_at, seconds_between
+from hami_dcu.common.protocol.requests import RequestError
 from hami_dcu.scheduler.bindattempt import (
     AlreadyBound,
     Attempt,

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from hami_dcu.common.errors import SchedulerError
-from hami_dcu.common.kube import AsyncKube, KubeError, NotFoundError
-from hami_dcu.common.nodelock import DEFAULT_BIND_WINDOW
+from hami_dcu.common.io.kube import AsyncKube, KubeError, NotFoundError
+from hami_dcu.common.io.nodelock import DEFAULT_BIND_WINDOW
+from hami_dcu.common.protocol.errors import SchedulerError
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.cacherecords import Assumption
 from hami_dcu.scheduler.extender import BindArgs

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from hami_dcu.common.kube import AsyncKube, KubeError
-from hami_dcu.common.nodelock import Held, LockContention, LockError, LockStale, LockUncertain, NodeLock
+from hami_dcu.common.io.kube import AsyncKube, KubeError
+from hami_dcu.common.io.nodelock import Held, LockContention, LockError, LockStale, LockUncertain, NodeLock
 from hami_dcu.scheduler.bindattempt import AlreadyBound, Attempt, BindError, BindSettings, check_current, read_pod
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.cacherecords import NodeView

@@ -36,10 +36,10 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable
 from datetime import datetime, timedelta
 
-from hami_dcu.common import keys
-from hami_dcu.common import lockpurpose as purpose
-from hami_dcu.common.counting import start_order
-from hami_dcu.common.keys import Naming
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol import lockpurpose as purpose
+from hami_dcu.common.protocol.counting import start_order
+from hami_dcu.common.protocol.keys import Naming
 from hami_dcu.scheduler.cacherecords import (
     JSON,
     NOT_SEEN_YET,

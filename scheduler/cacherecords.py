@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from hami_dcu.common import keys
-from hami_dcu.common import lockpurpose as purpose
-from hami_dcu.common.codec import (
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol import lockpurpose as purpose
+from hami_dcu.common.protocol.codec import (
     CodecError,
     LockValue,
     PodDevices,
@@ -23,9 +23,9 @@ from hami_dcu.common.codec import (
     decode_node_devices,
     decode_pod_devices,
 )
-from hami_dcu.common.counting import StartOrder, Usage, collapse, start_order
-from hami_dcu.common.keys import Naming
-from hami_dcu.common.requests import DcuRequest, RequestError, names_dcu, parse_pod_requests, pod_containers
+from hami_dcu.common.protocol.counting import StartOrder, Usage, collapse, start_order
+from hami_dcu.common.protocol.keys import Naming
+from hami_dcu.common.protocol.requests import DcuRequest, RequestError, names_dcu, parse_pod_requests, pod_containers
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss
 from hami_dcu.scheduler.handshake import HandshakeSeen
@@ -159,7 +159,7 @@ class PodRecord:
 
 @dataclass(frozen=True, slots=True)
 class WaitingPod:
-    """A DCU pod not bound to a node yet: what it asks (common/quota.py `requested` reads it)."""
+    """A DCU pod not bound to a node yet: what it asks (common/protocol/quota.py `requested` reads it)."""
 
     namespace: str
     requests: tuple[DcuRequest | None, ...]

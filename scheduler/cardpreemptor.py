@@ -28,7 +28,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
-from hami_dcu.common.kube import AsyncKube, KubeError, NotFoundError
+from hami_dcu.common.io.kube import AsyncKube, KubeError, NotFoundError
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.cacherecords import NodeView
 from hami_dcu.scheduler.cardvictims import Budget, Choice, Holder, choose

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from hami_dcu.common.counting import Usage
+from hami_dcu.common.protocol.counting import Usage
 from hami_dcu.scheduler.fit import CardSpec
 
 # (model, slots, memory, cores, health, used slots, used memory, used cores)

@@ -32,19 +32,20 @@ from datetime import timedelta
 
 from aiohttp import web
 
-from hami_dcu.common import gcpolicy, keys
-from hami_dcu.common.connlimits import (
+from hami_dcu.common.io import gcpolicy
+from hami_dcu.common.io.connlimits import (
     DEFAULT_LIMITS,
     ConnectionLimits,
     add_connection_arguments,
     connection_limits_from,
 )
-from hami_dcu.common.flagtypes import positive_int, positive_seconds
-from hami_dcu.common.guardedsite import serve_guarded
-from hami_dcu.common.kube import AsyncKube, Kube, KubeConfigError, user_agent
-from hami_dcu.common.preferences import CARD_WORDS
-from hami_dcu.common.tls import ReloadingTLS, add_client_auth_arguments
-from hami_dcu.common.writer_flags import add_identity_arguments, identities_from
+from hami_dcu.common.io.flagtypes import positive_int, positive_seconds
+from hami_dcu.common.io.guardedsite import serve_guarded
+from hami_dcu.common.io.kube import AsyncKube, Kube, KubeConfigError, user_agent
+from hami_dcu.common.io.tls import ReloadingTLS, add_client_auth_arguments
+from hami_dcu.common.io.writer_flags import add_identity_arguments, identities_from
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.preferences import CARD_WORDS
 from hami_dcu.scheduler import policy
 from hami_dcu.scheduler.app import build_app, build_side_app
 from hami_dcu.scheduler.bind import BindSettings

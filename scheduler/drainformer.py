@@ -20,9 +20,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from hami_dcu.common.dra import names
-from hami_dcu.common.keys import QUOTA_RESERVATION
-from hami_dcu.common.kube import AsyncKube
+from hami_dcu.common.io.kube import AsyncKube
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.keys import QUOTA_RESERVATION
 from hami_dcu.scheduler.drausage import DraUsage
 from hami_dcu.scheduler.listwatch import list_and_watch, list_pages
 from hami_dcu.scheduler.seenreservations import SeenReservations

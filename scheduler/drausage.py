@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hami_dcu.common.dra import names
-from hami_dcu.common.dra.quantity import QuantityError, to_int
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.dra.quantity import QuantityError, to_int
 
 JSON = dict[str, Any]
 DeviceKey = tuple[str, str]  # (pool, device)

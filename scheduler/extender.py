@@ -5,7 +5,7 @@ kube-scheduler sends and expects CapitalCase keys (the Go types have no JSON tag
 decodes case-insensitively, so we accept any case (`GoStruct`) and always emit CapitalCase
 (docs/architecture.md, Wire formats). Nested Kubernetes objects keep their camelCase. The pod
 and the nodes are Kubernetes objects, not envelope: they are taken as they came, checked
-only in the fields we read (`common/podshape.py`; a node's metadata.name), and a 5,000-name
+only in the fields we read (`common/protocol/podshape.py`; a node's metadata.name), and a 5,000-name
 NodeNames list is checked in one pass, not item by item.
 """
 
@@ -18,11 +18,11 @@ from typing import Any
 
 from marshmallow import ValidationError, fields, post_load, pre_load, validates_schema
 
-from hami_dcu.common.errors import SchedulerError
-from hami_dcu.common.names import is_label, is_subdomain
-from hami_dcu.common.podshape import pod_shape_problem
-from hami_dcu.common.schema import MAX_PROBLEMS, NOT_AN_OBJECT, JsonObject, Strict, load, one_line
-from hami_dcu.common.untrusted import shown
+from hami_dcu.common.protocol.errors import SchedulerError
+from hami_dcu.common.protocol.names import is_label, is_subdomain
+from hami_dcu.common.protocol.podshape import pod_shape_problem
+from hami_dcu.common.protocol.schema import MAX_PROBLEMS, NOT_AN_OBJECT, JsonObject, Strict, load, one_line
+from hami_dcu.common.protocol.untrusted import shown
 
 JSON = dict[str, Any]
 # Kubernetes sets UIDs (36-character UUIDs); this only keeps out what no UID looks like.

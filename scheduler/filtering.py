@@ -24,12 +24,12 @@ from datetime import datetime, timedelta
 from itertools import compress
 from typing import Any
 
-from hami_dcu.common import keys
-from hami_dcu.common.counting import StartOrder, Usage, start_order
-from hami_dcu.common.keys import Naming, ResourceNames
-from hami_dcu.common.podchecks import Refusal
-from hami_dcu.common.preferences import SelectionError, WeightsError, parse_weights
-from hami_dcu.common.requests import DcuRequest, RequestError, parse_pod_requests, pod_containers
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.counting import StartOrder, Usage, start_order
+from hami_dcu.common.protocol.keys import Naming, ResourceNames
+from hami_dcu.common.protocol.podchecks import Refusal
+from hami_dcu.common.protocol.preferences import SelectionError, WeightsError, parse_weights
+from hami_dcu.common.protocol.requests import DcuRequest, RequestError, parse_pod_requests, pod_containers
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.cacherecords import NodeView
@@ -425,6 +425,6 @@ def invalid_request(node_names: Iterable[str], error: RequestError) -> FilterOut
 
 
 def refused_everywhere(node_names: Iterable[str], refusal: Refusal) -> FilterOutcome:
-    """A pod admission refuses (common/podchecks.py) fails on every node with admission's words."""
+    """A pod admission refuses (common/protocol/podchecks.py) fails on every node with admission's words."""
     rejection = NodeRejection(Code.POD_REFUSED, refusal.message)
     return FilterOutcome(failed={name: rejection for name in node_names})

@@ -16,9 +16,9 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
-from hami_dcu.common.podtimes import created_at
-from hami_dcu.common.requests import RequestError
+from hami_dcu.common.protocol.podchecks import CheckSettings, Stage, refusal_of
+from hami_dcu.common.protocol.podtimes import created_at
+from hami_dcu.common.protocol.requests import RequestError
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.extender import FilterArgs, filter_result
 from hami_dcu.scheduler.filtering import (
@@ -46,7 +46,7 @@ class FilterEnv:
     """What the steps consult: the extender's settings, its cache, its filter and quota book."""
 
     settings: FilterSettings
-    checks: CheckSettings  # admission's checks, asked again at placement (common/podchecks.py)
+    checks: CheckSettings  # admission's checks, asked again at placement (common/protocol/podchecks.py)
     cache: ClusterCache
     filter: Filter
     quotas: QuotaBook

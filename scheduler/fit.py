@@ -32,13 +32,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import ContainerDevice, PodDevices
-from hami_dcu.common.counting import StartOrder, Usage, collapse
-from hami_dcu.common.keys import Naming
-from hami_dcu.common.preferences import names_no_type, selection_entries
-from hami_dcu.common.requests import DcuRequest
-from hami_dcu.common.untrusted import shown
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import ContainerDevice, PodDevices
+from hami_dcu.common.protocol.counting import StartOrder, Usage, collapse
+from hami_dcu.common.protocol.keys import Naming
+from hami_dcu.common.protocol.preferences import names_no_type, selection_entries
+from hami_dcu.common.protocol.requests import DcuRequest
+from hami_dcu.common.protocol.untrusted import shown
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.reasons import SUMMARY_PHRASE, CardRejection, Code, primary_code
 
@@ -72,7 +72,7 @@ class Selection:
 
     @classmethod
     def from_annotations(cls, annotations: Mapping[str, str], naming: Naming) -> Selection:
-        """Raises SelectionError for a list longer than common/preferences.py bounds: each
+        """Raises SelectionError for a list longer than common/protocol/preferences.py bounds: each
         entry is matched against every card weighed, so it is refused before any is."""
         def entries(key: str) -> tuple[str, ...]:
             return selection_entries(key, annotations.get(key))
@@ -151,7 +151,7 @@ def fit_pod(
     weights: policies.Weights = policies.DEFAULT_WEIGHTS,
 ) -> PodFit | PodMiss:
     """Place every container of the pod on `cards` whose current holdings are `used`
-    (counted as common.counting counts: sidecars run beside what starts after them)."""
+    (counted as common.protocol.counting counts: sidecars run beside what starts after them)."""
     # what is on the cards plus the sidecars placed so far, then plus the app containers
     running = [[u.slots, u.memory, u.cores] for u in used]
     # HAMi's card list for the app containers: each sorts it in place, and equal cards keep

@@ -33,8 +33,8 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import decode_handshake
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import decode_handshake
 
 HANDSHAKE_TTL = timedelta(seconds=60)
 

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from hami_dcu.common.kube import AsyncKube
+from hami_dcu.common.io.kube import AsyncKube
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.cacherecords import NeedlessLock, PodRelist
 from hami_dcu.scheduler.listwatch import list_and_watch, list_pages

@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from hami_dcu.common.kube import AsyncKube, GoneError, ObjectList
+from hami_dcu.common.io.kube import AsyncKube, GoneError, ObjectList
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from hami_dcu.common import lockpurpose as purpose
+from hami_dcu.common.protocol import lockpurpose as purpose
 from hami_dcu.scheduler.cacherecords import NeedlessLock, NodeEntry, PodKey, lock_key
 from hami_dcu.scheduler.nodetable import NodeTable
 from hami_dcu.scheduler.placements import Placements

@@ -21,10 +21,10 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from hami_dcu.common import lockpurpose as purpose
-from hami_dcu.common.codec import CodecError, LockValue, decode_lock
-from hami_dcu.common.kube import AsyncKube, KubeError, NotFoundError
-from hami_dcu.common.nodelock import LockError, NodeLock
+from hami_dcu.common.io.kube import AsyncKube, KubeError, NotFoundError
+from hami_dcu.common.io.nodelock import LockError, NodeLock
+from hami_dcu.common.protocol import lockpurpose as purpose
+from hami_dcu.common.protocol.codec import CodecError, LockValue, decode_lock
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.cacherecords import NeedlessLock
 from hami_dcu.scheduler.metrics import SchedulerMetrics

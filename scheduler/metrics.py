@@ -7,7 +7,7 @@ collected from the cache at scrape time (never stale): per card its capacity and
 beside what is allocated, so utilisation is one division; per node whether its lock is held
 and for how long; per namespace what its pods hold (beside a ResourceQuota);
 pods by bind phase; the drift relists repaired. With TLS, the serving
-certificate's expiry (common/certmetrics.py).
+certificate's expiry (common/io/certmetrics.py).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from hami_dcu.common.certmetrics import CertificateExpiry
-from hami_dcu.common.counting import Usage
-from hami_dcu.common.podlatency import create_to_bound
+from hami_dcu.common.io.certmetrics import CertificateExpiry
+from hami_dcu.common.io.podlatency import create_to_bound
+from hami_dcu.common.protocol.counting import Usage
 from hami_dcu.scheduler.cache import ClusterCache
 
 # One request's time in this process: /filter at 5,000 nodes takes a few ms, /bind two API

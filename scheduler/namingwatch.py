@@ -1,4 +1,4 @@
-"""The scheduler's start-up look for components of the other naming set (common/namingcheck.py):
+"""The scheduler's start-up look for components of the other naming set (common/protocol/namingcheck.py):
 one list of nodes and one of Pending pods, a log line and Warning events on what shows it."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from hami_dcu.common.keys import Naming
-from hami_dcu.common.kube import AsyncKube, KubeError
-from hami_dcu.common.namingcheck import EVENT_REASON, find_traces, report
+from hami_dcu.common.io.kube import AsyncKube, KubeError
+from hami_dcu.common.protocol.keys import Naming
+from hami_dcu.common.protocol.namingcheck import EVENT_REASON, find_traces, report
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

@@ -12,7 +12,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Collection
 
-from hami_dcu.common.counting import Usage
+from hami_dcu.common.protocol.counting import Usage
 from hami_dcu.scheduler.cacherecords import Holding, NodeEntry
 from hami_dcu.scheduler.cardstates import CardStateTable
 

@@ -38,7 +38,7 @@ before the pod is placed. binpack (default) picks the highest score among fittin
 spread the lowest; ties go to the node name ascending.
 
 Per-pod overrides: `hami.io/node-scheduler-policy` (one word) and
-`hami.io/gpu-scheduler-policy` (a word or a comma chain), parsed in common/preferences.py.
+`hami.io/gpu-scheduler-policy` (a word or a comma chain), parsed in common/protocol/preferences.py.
 A value with any word HAMi does not know (or a blank one) is ignored as a whole and the
 configured default stands; the webhook warns about it at admission (webhook/advice.py), so
 the fallback is never silent. HAMi v2.10 compares the raw value instead: a single unknown
@@ -51,8 +51,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hami_dcu.common import keys
-from hami_dcu.common.preferences import (
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.preferences import (
     BINPACK,
     MUTEX,
     NODE_WORDS,
@@ -62,11 +62,11 @@ from hami_dcu.common.preferences import (
 )
 
 # Re-exported: the scheduler names the card-policy vocabulary through this module.
-from hami_dcu.common.preferences import DEFAULT_WEIGHTS as DEFAULT_WEIGHTS
-from hami_dcu.common.preferences import SPREAD as SPREAD
-from hami_dcu.common.preferences import CardPolicy as CardPolicy
-from hami_dcu.common.preferences import Weights as Weights
-from hami_dcu.common.preferences import parse_card_policy as parse_card_policy
+from hami_dcu.common.protocol.preferences import DEFAULT_WEIGHTS as DEFAULT_WEIGHTS
+from hami_dcu.common.protocol.preferences import SPREAD as SPREAD
+from hami_dcu.common.protocol.preferences import CardPolicy as CardPolicy
+from hami_dcu.common.protocol.preferences import Weights as Weights
+from hami_dcu.common.protocol.preferences import parse_card_policy as parse_card_policy
 
 POLICIES = NODE_WORDS  # node policies
 DEFAULT_NODE_POLICY = BINPACK

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from hami_dcu.common.quota import quota_key
+from hami_dcu.common.protocol.quota import quota_key
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.quotas import QuotaBook, namespace_used
 

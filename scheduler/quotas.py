@@ -1,5 +1,5 @@
 """Namespace DCU quotas in the extender: the ResourceQuota objects the watch delivers, and
-what each namespace's live DCU pods hold (no I/O; the rules are in common/quota.py).
+what each namespace's live DCU pods hold (no I/O; the rules are in common/protocol/quota.py).
 
 `/filter` checks every fitting node's placement against the namespace's limits (a whole
 card counts its real memory there); the filter is synchronous and records its choice as an
@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from hami_dcu.common.keys import ResourceNames
-from hami_dcu.common.quota import Amount, QuotaLimits, Reservations, exceeded, limits_from, requested
+from hami_dcu.common.protocol.keys import ResourceNames
+from hami_dcu.common.protocol.quota import Amount, QuotaLimits, Reservations, exceeded, limits_from, requested
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.fit import PodFit
 from hami_dcu.scheduler.reasons import Code, NodeRejection

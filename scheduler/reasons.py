@@ -32,7 +32,7 @@ class Code(StrEnum):
     NODE_DEGRADED = "NodeDegraded"
     POD_REQUEST_INVALID = "PodRequestInvalid"
     POD_QUOTA_EXCEEDED = "QuotaExceeded"
-    # admission's checks (common/podchecks.py) refuse the pod: it arrived without the webhook
+    # admission's checks (common/protocol/podchecks.py) refuse the pod: it arrived without the webhook
     POD_REFUSED = "PodRefused"
 
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from hami_dcu.common.kube import AsyncKube, KubeError
-from hami_dcu.common.podchecks import CheckSettings, Refusal, Stage, refusal_of
-from hami_dcu.common.podlatency import DEVICE_PLUGIN, DRA
-from hami_dcu.common.requests import RequestError
+from hami_dcu.common.io.kube import AsyncKube, KubeError
+from hami_dcu.common.io.podlatency import DEVICE_PLUGIN, DRA
+from hami_dcu.common.protocol.podchecks import CheckSettings, Refusal, Stage, refusal_of
+from hami_dcu.common.protocol.requests import RequestError
 from hami_dcu.scheduler import filtersteps
 from hami_dcu.scheduler.bind import Binder, BindSettings
 from hami_dcu.scheduler.cache import ClusterCache

@@ -10,9 +10,9 @@ import os
 import threading
 from pathlib import Path
 
-from hami_dcu.common.cannotstart import CannotStart
-from hami_dcu.common.errors import CliError
-from hami_dcu.common.kube import Kube, KubeError, user_agent
+from hami_dcu.common.io.cannotstart import CannotStart
+from hami_dcu.common.io.kube import Kube, KubeError, user_agent
+from hami_dcu.common.protocol.errors import CliError
 from hami_dcu.scheduler.tokenmint import (
     SA_DIR,
     Minted,

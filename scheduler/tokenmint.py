@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hami_dcu.common.kube import Kube
+from hami_dcu.common.io.kube import Kube
 
 # The kubelet renews projected tokens at 80 % of their life: so do we.
 RENEW_AT = 0.8

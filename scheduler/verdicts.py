@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hami_dcu.common.requests import DcuRequest
+from hami_dcu.common.protocol.requests import DcuRequest
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.cardstates import CardStateTable
 from hami_dcu.scheduler.fit import PodMiss, Selection, check_card, describe

@@ -5,7 +5,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from hami_dcu.common.kube import Kube
+from hami_dcu.common.io.kube import Kube
 
 # Shared 2-core CI machines: a slow example is not a failure. Properties, not timings, are tested.
 settings.register_profile("ci", deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import (
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import (
     CodecError,
     ContainerDevice,
     LockValue,

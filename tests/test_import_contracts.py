@@ -42,10 +42,10 @@ def test_the_contracts_hold():
 @pytest.mark.parametrize("contract", [
     # dra stands on node: a plain module-level import.
     'name = "probe"\ntype = "forbidden"\nsource_modules = ["hami_dcu.dra"]\nforbidden_modules = ["hami_dcu.node"]',
-    # The cluster side reads DRA mode's vocabulary from common.dra (so a kept contract against
+    # The cluster side reads DRA mode's vocabulary from common.protocol.dra (so a kept contract against
     # hami_dcu.dra is not an empty graph's).
     'name = "probe"\ntype = "forbidden"\nsource_modules = ["hami_dcu.webhook", "hami_dcu.scheduler", "hami_dcu.cli"]\n'
-    'forbidden_modules = ["hami_dcu.common.dra"]',
+    'forbidden_modules = ["hami_dcu.common.protocol.dra"]',
     # The extender's command imports the webhook inside a function.
     'name = "probe"\ntype = "forbidden"\nsource_modules = ["hami_dcu.scheduler"]\n'
     'forbidden_modules = ["hami_dcu.webhook"]',

@@ -1,8 +1,8 @@
 """Namespace quotas on DCU totals, the pure rules (HAMi's pkg/device/quota.go behaviour)."""
 
-from hami_dcu.common.keys import DCU_NAMING
-from hami_dcu.common.quota import Amount, Limit, QuotaLimits, exceeded, limits_from, requested
-from hami_dcu.common.requests import DcuRequest
+from hami_dcu.common.protocol.keys import DCU_NAMING
+from hami_dcu.common.protocol.quota import Amount, Limit, QuotaLimits, exceeded, limits_from, requested
+from hami_dcu.common.protocol.requests import DcuRequest
 
 DEFAULT_RESOURCES = DCU_NAMING.resources
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from hami_dcu.common.keys import DCU_NAMING, ResourceNames
-from hami_dcu.common.requests import (
+from hami_dcu.common.protocol.keys import DCU_NAMING, ResourceNames
+from hami_dcu.common.protocol.requests import (
     DcuRequest,
     RequestError,
     asks_for_count,

@@ -17,7 +17,7 @@ def test_every_installed_module_is_checked_under_its_import_name_at_its_real_fil
     sources = typecheck.all_sources(typecheck.installed_packages(ROOT / "pyproject.toml"))
     modules = {s.module: s.path for s in sources}
     assert len(modules) == len(sources)  # each module once
-    assert modules["hami_dcu.common.keys"] == "common/keys.py"
+    assert modules["hami_dcu.common.protocol.keys"] == "common/protocol/keys.py"
     assert modules["hami_dcu.scheduler"] == "scheduler/__init__.py"
     # The generated stub, not the untyped module it describes.
     assert modules["hami_dcu.deviceplugin.api.v1beta1.api_pb2"] == "deviceplugin/api/v1beta1/api_pb2.pyi"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from hami_dcu.common import keys
-from hami_dcu.common.preferences import (
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.preferences import (
     CARD_WORDS,
     CARD_WORDS_WITHOUT_EFFECT,
     NODE_WORDS,
@@ -23,7 +23,7 @@ from hami_dcu.common.preferences import (
     parse_weights,
     unknown_card_words,
 )
-from hami_dcu.common.untrusted import shown
+from hami_dcu.common.protocol.untrusted import shown
 
 WARNING_MAX = 120
 

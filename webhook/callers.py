@@ -10,7 +10,7 @@ CA signed, and /webhook answers a review only over a connection that presented o
 `--client-name`, one naming an allowed subject); the probes on the same port stay open to the
 kubelet. Without it every caller is unproven, and the webhook acts accordingly: it creates
 nothing while reviewing (webhook/draclaims.py) and its quota refusals carry no figures of the
-namespace's quota (common/quota.py).
+namespace's quota (common/protocol/quota.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from hami_dcu.common.untrusted import shown
+from hami_dcu.common.protocol.untrusted import shown
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from hami_dcu.common.kube import ConflictError, Kube, KubeError, NotFoundError
+from hami_dcu.common.io.kube import ConflictError, Kube, KubeError, NotFoundError
 
 log = logging.getLogger(__name__)
 

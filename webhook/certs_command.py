@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from hami_dcu.common.kube import Kube, user_agent
+from hami_dcu.common.io.kube import Kube, user_agent
 from hami_dcu.webhook.certs import ca_secret_name, ensure
 
 

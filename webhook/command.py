@@ -11,14 +11,15 @@ from collections.abc import Sequence
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from hami_dcu.common import gcpolicy, keys
-from hami_dcu.common.cannotstart import CannotStart
-from hami_dcu.common.certmetrics import CertificateExpiry
-from hami_dcu.common.connlimits import ConnectionLimits, add_connection_arguments, connection_limits_from
-from hami_dcu.common.guardedsite import serve_guarded
-from hami_dcu.common.tls import ReloadingTLS, add_client_auth_arguments
-from hami_dcu.common.writer_flags import add_identity_arguments, identities_from
-from hami_dcu.common.writers import Identities
+from hami_dcu.common.io import gcpolicy
+from hami_dcu.common.io.cannotstart import CannotStart
+from hami_dcu.common.io.certmetrics import CertificateExpiry
+from hami_dcu.common.io.connlimits import ConnectionLimits, add_connection_arguments, connection_limits_from
+from hami_dcu.common.io.guardedsite import serve_guarded
+from hami_dcu.common.io.tls import ReloadingTLS, add_client_auth_arguments
+from hami_dcu.common.io.writer_flags import add_identity_arguments, identities_from
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.writers import Identities
 from hami_dcu.webhook.callers import ApiServerAddresses, ClientAuth
 from hami_dcu.webhook.decision import Settings
 from hami_dcu.webhook.server import build_app
@@ -118,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     app = build_app(settings_from(args), registry, body_deadline=limits.body_timeout, client_auth=client_auth,
                     api_server=api_server)
     # What is loaded now lives as long as the process: out of the collector's sight, so no
-    # full collection ever walks it in the middle of reviews (common/gcpolicy.py).
+    # full collection ever walks it in the middle of reviews (common/io/gcpolicy.py).
     gcpolicy.tune()
     gcpolicy.settle("startup")
 

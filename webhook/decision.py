@@ -1,10 +1,10 @@
 """The admission decision for one pod: pure, no I/O.
 
 A pod *uses DCU* when any container or init container asks for a DCU, or names a DCU resource
-in a way that cannot be honoured (common/podchecks.py, `DcuPod.asks`; a lone `dcunum: 0` asks
+in a way that cannot be honoured (common/protocol/podchecks.py, `DcuPod.asks`; a lone `dcunum: 0` asks
 for nothing). Such a pod is routed to hami-scheduler, or denied with a message that says what
 to change. Pods that do not use DCU pass untouched. In DRA mode the pod is instead rewritten
-to ask through ResourceClaims (common/dra/translate.py); the templates it names are returned in the
+to ask through ResourceClaims (common/protocol/dra/translate.py); the templates it names are returned in the
 decision, for the shell to create: this module does no I/O.
 """
 
@@ -16,13 +16,13 @@ from typing import Any
 
 import jsonpatch
 
-from hami_dcu.common import keys
-from hami_dcu.common.dra.translate import TranslateError, extended_resource_claim, translate
-from hami_dcu.common.podchecks import CheckSettings, DcuPod, Stage, dcu_pod, first_refusal
-from hami_dcu.common.preferences import selection_problem
-from hami_dcu.common.quota import Amount, Reservations
-from hami_dcu.common.requests import RequestError
-from hami_dcu.common.writers import Identities
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.dra.translate import TranslateError, extended_resource_claim, translate
+from hami_dcu.common.protocol.podchecks import CheckSettings, DcuPod, Stage, dcu_pod, first_refusal
+from hami_dcu.common.protocol.preferences import selection_problem
+from hami_dcu.common.protocol.quota import Amount, Reservations
+from hami_dcu.common.protocol.requests import RequestError
+from hami_dcu.common.protocol.writers import Identities
 from hami_dcu.webhook.advice import scheduling_warnings
 from hami_dcu.webhook.draquota import ClaimShapeError, claim_shape_problem
 from hami_dcu.webhook.quotacheck import QuotaLookup, quota_verdict
@@ -44,12 +44,12 @@ class Settings:
     naming: keys.Naming = field(kw_only=True)
     # Resource names other than the naming set's (--resource-count and the like); None: the set's.
     resource_names: keys.ResourceNames | None = None
-    # Who may write allocation state (common/writers.py); nobody when not configured.
+    # Who may write allocation state (common/protocol/writers.py); nobody when not configured.
     identities: Identities = field(default_factory=Identities)
     # Namespace DCU quotas and use (webhook/quotacheck.py); none when the webhook runs alone.
     quota: QuotaLookup | None = None
     # Volcano mode in the extender's process: admitted pods count from their admission, a whole
-    # card as the largest card registered (common/quota.py, scheduler/quotas.py). None: as placed.
+    # card as the largest card registered (common/protocol/quota.py, scheduler/quotas.py). None: as placed.
     reservations: Reservations | None = None
     # devicePlugin: route DCU pods to the extender; dra: rewrite them into claims (docs/architecture.md,
     # DRA mode).
@@ -135,14 +135,14 @@ def not_a_dcu_pod(a: Admission) -> Decision | None:
 
 
 def deny_rules(a: Admission) -> Decision | None:
-    """The rules every stage shares (common/podchecks.py), as at creation."""
+    """The rules every stage shares (common/protocol/podchecks.py), as at creation."""
     checks = CheckSettings(a.settings.resources, a.settings.scheduler_name)
     refused = first_refusal(a.parsed, checks, Stage.CREATE)
     return None if refused is None else _deny(refused.check, refused.message)
 
 
 def selection_lists(a: Admission) -> Decision | None:
-    """Card selection lists longer than the extender reads (common/preferences.py), in either
+    """Card selection lists longer than the extender reads (common/protocol/preferences.py), in either
     naming set's keys as the author wrote them: refused in every mode, with the parser's words."""
     problem = selection_problem((a.original.get("metadata") or {}).get("annotations") or {})
     return None if problem is None else _deny("selection-too-long", problem)

@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hami_dcu.common.dra import names
-from hami_dcu.common.kube import KubeError
+from hami_dcu.common.io.kube import KubeError
+from hami_dcu.common.protocol.dra import names
 from hami_dcu.webhook.draclaims import DraClaims, ForeignTemplate
 from hami_dcu.webhook.pendingtemplates import decode
 

@@ -3,7 +3,7 @@ decision needs to turn a cores percentage into compute units, and the quota to t
 units back into a percentage), a namespace's ResourceClaims (what its quota counts), and the
 get-or-create of the ResourceClaimTemplates a rewritten pod names. The decision itself stays pure (decision.py).
 
-Templates are named by a hash of their spec (common/dra/translate.py): creating is idempotent, and a
+Templates are named by a hash of their spec (common/protocol/dra/translate.py): creating is idempotent, and a
 create racing another replica's (409) finds the same template. A template found under the name
 is reused only when it is ours (webhook/templatetrust.py): anyone who can create templates in
 the namespace can compute the name. A review with dryRun creates nothing (the configuration
@@ -33,10 +33,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hami_dcu.common.dra import names
-from hami_dcu.common.errors import WebhookError
-from hami_dcu.common.keys import QUOTA_RESERVATION
-from hami_dcu.common.kube import AsyncKube, ConflictError, KubeError, NotFoundError
+from hami_dcu.common.io.kube import AsyncKube, ConflictError, KubeError, NotFoundError
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.errors import WebhookError
+from hami_dcu.common.protocol.keys import QUOTA_RESERVATION
 from hami_dcu.webhook.draquota import ClaimAmount, PublishedCards, published_cards
 from hami_dcu.webhook.templatetrust import foreign_template
 

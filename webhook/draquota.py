@@ -1,7 +1,7 @@
 """The namespace DCU quota in DRA mode (pure, no I/O): what a namespace's ResourceClaims of our
 driver hold, what a new claim (or a rewritten pod's claims) asks, in the quota's own units.
 
-The quota is written as in device-plugin mode (common/quota.py): `limits.<memory resource>` in
+The quota is written as in device-plugin mode (common/protocol/quota.py): `limits.<memory resource>` in
 MiB and `limits.<cores resource>` in percent of one card. Claims speak capacity: memory in
 bytes and cores in compute units of whichever card they land on. So:
 
@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from hami_dcu.common.dra import names
-from hami_dcu.common.dra.quantity import QuantityError, to_int
-from hami_dcu.common.dra.translate import pinned_units
-from hami_dcu.common.errors import WebhookError
-from hami_dcu.common.keys import ResourceNames
-from hami_dcu.common.quota import Amount, QuotaLimits, exceeded
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.dra.quantity import QuantityError, to_int
+from hami_dcu.common.protocol.dra.translate import pinned_units
+from hami_dcu.common.protocol.errors import WebhookError
+from hami_dcu.common.protocol.keys import ResourceNames
+from hami_dcu.common.protocol.quota import Amount, QuotaLimits, exceeded
 
 JSON = dict[str, Any]
 WHOLE = Fraction(100)

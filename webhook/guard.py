@@ -1,5 +1,5 @@
 """The webhook's half of the one-writer rule: which object an AdmissionRequest writes, and
-whether its writer may (common/writers.py decides; this module only reads the request).
+whether its writer may (common/protocol/writers.py decides; this module only reads the request).
 
 Where no ValidatingAdmissionPolicy can run (Kubernetes below 1.30, or the chart's policies
 switched off), the chart registers the webhook for pod UPDATEs and Bindings too, and this is
@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_dcu.common import keys, writers
-from hami_dcu.common.requests import names_dcu, pod_containers
-from hami_dcu.common.writers import Caller, Identities
+from hami_dcu.common.protocol import keys, writers
+from hami_dcu.common.protocol.requests import names_dcu, pod_containers
+from hami_dcu.common.protocol.writers import Caller, Identities
 
 _RESOURCE_OF_KIND = {"Pod": "pods", "Binding": "pods", "Node": "nodes"}
 # Either naming set: a pod of the other set is renamed into ours at CREATE, and its allocation
-# is hami-dcu's to write as much as one of ours (common/keys.py).
+# is hami-dcu's to write as much as one of ours (common/protocol/keys.py).
 _NAMINGS = (keys.DCU_NAMING, keys.HCU_NAMING)
 _ALLOCATION_KEYS = keys.DCU_NAMING.pod_allocation_keys | keys.HCU_NAMING.pod_allocation_keys
 

@@ -9,11 +9,11 @@ pod stored (webhook/deferredtemplates.py). A forged review stores no pod, so it 
 The pod's author can write this annotation too, on a pod that never met the webhook. So the
 extender creates a template from it only when
 * the pod names it (`spec.resourceClaims[].resourceClaimTemplateName`);
-* its name is the hash of its spec (common/dra/translate.py): under that name only that spec is ever
+* its name is the hash of its spec (common/protocol/dra/translate.py): under that name only that spec is ever
   created, which a template of that name found later must equal anyway (webhook/templatetrust.py);
 * its spec has exactly the shape the webhook writes: one request `dcu` of the DeviceClass
   dra.hygon.com, ExactCount, a count, optional `memory`/`cores` capacity, optional card-size
-  selectors as common/dra/translate.py writes them (or `firstAvailable` alternatives of that shape);
+  selectors as common/protocol/dra/translate.py writes them (or `firstAvailable` alternatives of that shape);
   nothing else (no admin access, no config, no other class, no claim metadata).
 The worst an author gets is then what a pod of that shape gets through the webhook: a template
 in the pod's own namespace, whose claims the namespace DCU quota still judges one by one.
@@ -26,9 +26,9 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-from hami_dcu.common import safejson
-from hami_dcu.common.dra import names
-from hami_dcu.common.dra.translate import MAX_SUBREQUESTS, REQUEST, pinned_units, template_name, template_of
+from hami_dcu.common.protocol import safejson
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.dra.translate import MAX_SUBREQUESTS, REQUEST, pinned_units, template_name, template_of
 
 JSON = dict[str, Any]
 MAX_VALUE = 64 * 1024  # a pod names at most a template per container: a few KiB at most
@@ -38,7 +38,7 @@ _CORES = re.compile(r"[1-9][0-9]{0,5}")
 
 
 def encode(templates: list[JSON]) -> str:
-    """The annotation's value for `templates` (as common/dra/translate.py writes them)."""
+    """The annotation's value for `templates` (as common/protocol/dra/translate.py writes them)."""
     return json.dumps({t["metadata"]["name"]: t["spec"] for t in templates}, sort_keys=True,
                       separators=(",", ":"))
 

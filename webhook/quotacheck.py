@@ -1,4 +1,4 @@
-"""Admission's namespace-quota check (common/quota.py has the rules). The limits and what
+"""Admission's namespace-quota check (common/protocol/quota.py has the rules). The limits and what
 the namespace holds come from a `QuotaLookup`: the extender's watch-fed view when the
 webhook runs in the extender's process (the chart's layout), none when it runs alone (the
 extender still checks at filter time).
@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hami_dcu.common import keys
-from hami_dcu.common.keys import ResourceNames
-from hami_dcu.common.quota import Amount, QuotaLimits, Reservations, exceeded, quota_key, requested
-from hami_dcu.common.requests import RequestError, parse_pod_requests, sidecar_positions
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.keys import ResourceNames
+from hami_dcu.common.protocol.quota import Amount, QuotaLimits, Reservations, exceeded, quota_key, requested
+from hami_dcu.common.protocol.requests import RequestError, parse_pod_requests, sidecar_positions
 
 JSON = dict[str, Any]
 QuotaLookup = Callable[[str], tuple[QuotaLimits, Amount] | None]

@@ -15,7 +15,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from hami_dcu.common.keys import Naming, other_naming
+from hami_dcu.common.protocol.keys import Naming, other_naming
 
 JSON = dict[str, Any]
 _SECTIONS = ("limits", "requests")

@@ -4,7 +4,7 @@ wire contract (docs/architecture.md, Wire formats).
 
 Only the envelope is declared. The objects it carries (the pod, the old pod, userInfo) are
 `JsonObject` fields, handed on untouched: the pod fields a decision reads are checked by
-`common/podshape.py`, and a full pod schema would cost more than the decision itself. One
+`common/protocol/podshape.py`, and a full pod schema would cost more than the decision itself. One
 schema instance serves every review (building one costs more than a load). `load_review`
 returns the review with only the fields we read, defaults filled in, and refuses anything
 else with every problem named by its path, e.g. `request.uid: Missing data for required field.`
@@ -18,9 +18,9 @@ from typing import Any
 
 from marshmallow import ValidationError, fields, validate
 
-from hami_dcu.common import safejson
-from hami_dcu.common.errors import WebhookError
-from hami_dcu.common.schema import JsonBoolean, JsonObject, Strict, load, one_line
+from hami_dcu.common.protocol import safejson
+from hami_dcu.common.protocol.errors import WebhookError
+from hami_dcu.common.protocol.schema import JsonBoolean, JsonObject, Strict, load, one_line
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")

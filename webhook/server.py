@@ -11,12 +11,12 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from hami_dcu.common.body import BODY_DEADLINE, BodyError, read_body
-from hami_dcu.common.errors import Failure
-from hami_dcu.common.failures import Component, FailureReporter
-from hami_dcu.common.kube import KubeError
-from hami_dcu.common.podshape import pod_shape_problem
-from hami_dcu.common.untrusted import shown
+from hami_dcu.common.io.body import BODY_DEADLINE, BodyError, read_body
+from hami_dcu.common.io.failures import Component, FailureReporter
+from hami_dcu.common.io.kube import KubeError
+from hami_dcu.common.protocol.errors import Failure
+from hami_dcu.common.protocol.podshape import pod_shape_problem
+from hami_dcu.common.protocol.untrusted import shown
 from hami_dcu.webhook import guard
 from hami_dcu.webhook.callers import ApiServerAddresses, ClientAuth
 from hami_dcu.webhook.decision import DRA, Decision, Settings, claim_kind, review, review_claim
@@ -223,7 +223,7 @@ QUOTA_REFUSED = "quota-exceeded"
 def _brief_quota(reviewed: Reviewed, proven: bool) -> Reviewed:
     """A quota refusal answered to a caller not proven the API server's names no quota, limit or
     use: anyone reaching the webhook's port could read them for any namespace by posting a
-    review. The namespace's owner reads them with kubectl (common/quota.py has the full words,
+    review. The namespace's owner reads them with kubectl (common/protocol/quota.py has the full words,
     which the extender's own refusals, seen in the pod's events, keep)."""
     decision = reviewed.decision
     if proven or decision.allowed or decision.reason != QUOTA_REFUSED:
@@ -249,7 +249,7 @@ def _decide(request: dict[str, Any], pod: dict[str, Any], is_pod: bool, settings
     if not meta.get("namespace") and isinstance(request.get("namespace"), str) and request["namespace"]:
         # A pod being created need not name its namespace yet; the request does (the quota is per namespace).
         pod = {**pod, "metadata": {**meta, "namespace": request["namespace"]}}
-    # The pod's shape was checked in `load` (common/podshape.py): whatever else `review` raises
+    # The pod's shape was checked in `load` (common/protocol/podshape.py): whatever else `review` raises
     # is a bug of ours, answered 500 by the shell, never passed off as the caller's mistake.
     return review(pod, settings)
 
@@ -275,7 +275,7 @@ def add_webhook_routes(app: web.Application, settings: Settings, registry: Colle
                        client_auth: ClientAuth | None = None, api_server: ApiServerAddresses | None = None) -> None:
     """Mount `POST /webhook` on `app` (the scheduler does this with --serve-webhook). In DRA
     mode `dra` reads the card sizes and creates the templates rewritten pods name. With
-    `client_auth` (and a listener whose TLS asks for client certificates, common/tls.py) only a
+    `client_auth` (and a listener whose TLS asks for client certificates, common/io/tls.py) only a
     caller presenting the API server's certificate is answered (webhook/callers.py). Without
     it, with `api_server`, only a review from those addresses holds quota while its object is
     stored."""
@@ -328,7 +328,7 @@ def add_webhook_routes(app: web.Application, settings: Settings, registry: Colle
             subject = f"admission review of {loaded.kind} {loaded.who} from {request.remote}"
             return web.json_response(await review_body(loaded, proven=client_auth is not None,
                                                        holds_quota=holds_quota(request.remote)))
-        except Exception as exc:  # expected or a bug: common/errors.py's rule tells them apart
+        except Exception as exc:  # expected or a bug: common/protocol/errors.py's rule tells them apart
             failure = failures.failed(exc, subject)
             metrics.reviews.labels("rejected", _rejection(failure)).inc()
             return web.json_response({"error": failure.message}, status=failure.http_status)

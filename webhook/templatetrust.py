@@ -1,7 +1,7 @@
 """Whether a ResourceClaimTemplate found under the name the webhook would give one is ours to
 reuse (pure, no I/O).
 
-The webhook names its templates by a hash of their spec (common/dra/translate.py), so anyone able to
+The webhook names its templates by a hash of their spec (common/protocol/dra/translate.py), so anyone able to
 create templates in a namespace can compute the name a request shape will use and plant a
 template there first: a share rewritten to name it would then get whatever that template asks
 (a whole card, another device class, claim labels of its choosing). A template is reused only
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hami_dcu.common.dra import names
-from hami_dcu.common.dra.quantity import canonical
-from hami_dcu.common.untrusted import shown
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.dra.quantity import canonical
+from hami_dcu.common.protocol.untrusted import shown
 
 JSON = dict[str, Any]
 

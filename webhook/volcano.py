@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hami_dcu.common.keys import ResourceNames
-from hami_dcu.common.requests import RequestError, parse_container_request
+from hami_dcu.common.protocol.keys import ResourceNames
+from hami_dcu.common.protocol.requests import RequestError, parse_container_request
 
 JSON = dict[str, Any]
 # Every Hygon card has at most 64 GiB, so a GiB figure is at most 64: anything below this is

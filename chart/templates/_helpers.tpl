@@ -61,7 +61,7 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "hami-dcu.fullname" . 
 {{- define "hami-dcu.draDriverIdentity" -}}
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "hami-dcu.fullname" . }}-dra-driver
 {{- end -}}
-{{/* The DRA driver's name (hami_dcu.common.dra.names.DRIVER), which its ResourceSlices carry. */}}
+{{/* The DRA driver's name (hami_dcu.common.protocol.dra.names.DRIVER), which its ResourceSlices carry. */}}
 {{- define "hami-dcu.draDriverName" -}}dra.hygon.com{{- end -}}
 {{- define "hami-dcu.kubeSchedulerIdentity" -}}
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "hami-dcu.fullname" . }}-kube-scheduler
@@ -152,14 +152,14 @@ requests (the webhook renames the other set's names to the configured set's). */
 {{- end -}}
 
 {{/* CEL: a ResourceClaim (object.spec) or ResourceClaimTemplate (object.spec.spec) with a
-device request of the DeviceClass dra.hygon.com (hami_dcu.common.dra.names), exactly or among its
+device request of the DeviceClass dra.hygon.com (hami_dcu.common.protocol.dra.names), exactly or among its
 firstAvailable alternatives. */}}
 {{- define "hami-dcu.claimAsksDcuCel" -}}
 {{- $ours := "(has(r.exactly) && r.exactly.deviceClassName == 'dra.hygon.com') || (has(r.firstAvailable) && r.firstAvailable.exists(s, s.deviceClassName == 'dra.hygon.com'))" -}}
 {{- printf "(has(object.spec.devices) && has(object.spec.devices.requests) && object.spec.devices.requests.exists(r, %s)) || (has(object.spec.spec) && has(object.spec.spec.devices) && has(object.spec.spec.devices.requests) && object.spec.spec.devices.requests.exists(r, %s))" $ours $ours -}}
 {{- end -}}
 
-{{/* The resource names of the naming set (value naming; hami_dcu.common.keys): every
+{{/* The resource names of the naming set (value naming; hami_dcu.common.protocol.keys): every
 component is given --naming and reads pods with these names only. */}}
 {{- define "hami-dcu.naming" -}}{{ .Values.naming | default "dcu" }}{{- end -}}
 {{/* DRA mode: "true" when the DeviceClass names the count resource as its extendedResourceName
@@ -179,7 +179,7 @@ true
 {{- define "hami-dcu.coresResource" -}}hygon.com/{{ include "hami-dcu.naming" . }}cores{{- end -}}
 
 
-{{/* The annotation keys of the one-writer rule (hami_dcu.common.writers), both naming sets, as
+{{/* The annotation keys of the one-writer rule (hami_dcu.common.protocol.writers), both naming sets, as
 CEL lists, sorted. */}}
 {{- define "hami-dcu.podKeysCel" -}}
 ['hami.io/bind-phase', 'hami.io/bind-time', 'hami.io/dcu-devices-allocated', 'hami.io/dcu-devices-to-allocate', 'hami.io/hcu-devices-allocated', 'hami.io/hcu-devices-to-allocate', 'hami.io/vgpu-node', 'hami.io/vgpu-time']
@@ -249,7 +249,7 @@ has(object.status) == has(oldObject.status) && (!has(object.status) || (object.s
 (has(object.metadata.annotations) && k in object.metadata.annotations) != (oldObject != null && has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations) || (has(object.metadata.annotations) && k in object.metadata.annotations && oldObject != null && has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && object.metadata.annotations[k] != oldObject.metadata.annotations[k])
 {{- end -}}
 
-{{/* The connection limits of every HTTP port (value httpLimits; hami_dcu.common.connlimits),
+{{/* The connection limits of every HTTP port (value httpLimits; hami_dcu.common.io.connlimits),
 as flags, one per line for an args list (the device plugin's mock command joins them). */}}
 {{- define "hami-dcu.httpLimitFlags" -}}
 {{- with .Values.httpLimits -}}

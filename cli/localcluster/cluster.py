@@ -36,10 +36,10 @@ from hami_dcu.cli.localcluster.kubelet import LocalKubelet
 from hami_dcu.cli.localcluster.pods import MockCard, default_cards
 from hami_dcu.cli.localcluster.scheduler_loop import SchedulerLoop
 from hami_dcu.cli.localcluster.servers import AppThread, free_port
-from hami_dcu.common import keys
-from hami_dcu.common.kube import AsyncKube, Kube
-from hami_dcu.common.tls import ReloadingTLS
-from hami_dcu.common.writers import NODE_NAME_EXTRA, Identities
+from hami_dcu.common.io.kube import AsyncKube, Kube
+from hami_dcu.common.io.tls import ReloadingTLS
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.writers import NODE_NAME_EXTRA, Identities
 from hami_dcu.deviceplugin.command import NodeLoop
 from hami_dcu.deviceplugin.core import Paths
 from hami_dcu.deviceplugin.server import DevicePluginServer

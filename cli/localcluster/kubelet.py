@@ -23,10 +23,10 @@ from typing import Any
 
 import grpc
 
-from hami_dcu.common import keys
-from hami_dcu.common.errors import CliError
-from hami_dcu.common.kube import Kube, KubeError, NotFoundError
-from hami_dcu.common.requests import pod_containers
+from hami_dcu.common.io.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.errors import CliError
+from hami_dcu.common.protocol.requests import pod_containers
 from hami_dcu.deviceplugin.api.v1beta1 import api_pb2, api_pb2_grpc
 
 log = logging.getLogger(__name__)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hami_dcu.common import keys
-from hami_dcu.common.kube import Kube
+from hami_dcu.common.io.kube import Kube
+from hami_dcu.common.protocol import keys
 
 JSON = dict[str, Any]
 # The image every example pod names. The local cluster's kubelet never runs it; kind has no

@@ -27,8 +27,8 @@ from typing import Any
 
 import aiohttp
 
-from hami_dcu.common import keys
-from hami_dcu.common.kube import AsyncKube, Kube, KubeError
+from hami_dcu.common.io.kube import AsyncKube, Kube, KubeError
+from hami_dcu.common.protocol import keys
 from hami_dcu.scheduler.events import EventLimiter
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from e2e.realcluster.cluster import RealCluster
 from e2e.realcluster.preemption import HIGH, LOW, _priority_class
 from e2e.scenarios import assert_no_card_over_capacity, phase, wait_running, wait_until
 from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 
 HOLDERS = {"a1": (0, 30000), "a2": (0, 25520), "b1": (1, 20000), "b2": (1, 20000), "b3": (1, 15520)}
 PDB_PATH = "/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"

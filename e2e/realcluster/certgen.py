@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from hami_dcu.common.kube import Kube, NotFoundError
+from hami_dcu.common.io.kube import Kube, NotFoundError
 
 
 def _pem(cert: x509.Certificate) -> bytes:

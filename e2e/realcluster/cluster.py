@@ -36,8 +36,8 @@ from e2e.realcluster.runtime import Images, PodRuntime
 from e2e.scenarios import phase
 from e2e.tools import ROOT, helm_and_kubectl
 from hami_dcu.cli.localcluster.pods import MockCard, default_cards
-from hami_dcu.common import keys
-from hami_dcu.common.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.io.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.protocol import keys
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

@@ -16,9 +16,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from e2e.realcluster.scalestats import quantile
-from hami_dcu.common import keys
-from hami_dcu.common.codec import CodecError, decode_lock
-from hami_dcu.common.kube import Kube, KubeError
+from hami_dcu.common.io.kube import Kube, KubeError
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import CodecError, decode_lock
 
 LOCK, UNLOCK, BOUND, ALLOCATED = "lock", "unlock", "bound", "allocated"
 # (from, to) of every step reported, in cycle order.

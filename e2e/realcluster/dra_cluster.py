@@ -18,8 +18,8 @@ from e2e.realcluster.cluster import PLUGIN_SOCKET_DIR, RealCluster, _merge
 from e2e.realcluster.dra_kubelet import DraKubelet, host_path_resolver
 from e2e.realcluster.processes import wait_for
 from e2e.realcluster.runtime import Images, PodRuntime
-from hami_dcu.common.dra import names
-from hami_dcu.common.kube import Kube, NotFoundError
+from hami_dcu.common.io.kube import Kube, NotFoundError
+from hami_dcu.common.protocol.dra import names
 
 JSON = dict[str, Any]
 REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"

@@ -36,7 +36,7 @@ from e2e.realcluster.dra_client import (
     resolve_cdi,
 )
 from e2e.realcluster.kubelet import RealKubelet
-from hami_dcu.common.kube import KubeError, NotFoundError
+from hami_dcu.common.io.kube import KubeError, NotFoundError
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

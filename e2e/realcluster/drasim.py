@@ -37,8 +37,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from e2e.realcluster.nodesim import impersonating, run_simulator, served_cards
 from hami_dcu.cli.localcluster.pods import MockCard
-from hami_dcu.common import keys
-from hami_dcu.common.kube import GoneError, Kube, KubeError, NotFoundError
+from hami_dcu.common.io.kube import GoneError, Kube, KubeError, NotFoundError
+from hami_dcu.common.protocol import keys
 from hami_dcu.dra.core import DraPaths, DriverCore, PrepareFailed
 from hami_dcu.dra.latency import PodLatency
 from hami_dcu.dra.metrics import DriverMetrics

@@ -22,7 +22,7 @@ from e2e.realcluster import upstream
 from e2e.realcluster.processes import wait_for
 from e2e.tools import ROOT
 from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
-from hami_dcu.common.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.io.kube import Kube, KubeError, NotFoundError
 
 BUILD_SCRIPT = ROOT / "e2e" / "upstream" / "build-hami.sh"
 TARBALL = "hami-v2.10.0-src.tar.gz"

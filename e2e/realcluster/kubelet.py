@@ -26,7 +26,7 @@ from typing import Any
 
 from e2e.realcluster.runtime import PodRuntime, RunningPod
 from hami_dcu.cli.localcluster.kubelet import LocalKubelet
-from hami_dcu.common.kube import Kube, KubeError, NotFoundError
+from hami_dcu.common.io.kube import Kube, KubeError, NotFoundError
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

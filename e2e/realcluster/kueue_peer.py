@@ -33,7 +33,7 @@ from e2e.realcluster.controlplane import free_port
 from e2e.realcluster.pki import Pki
 from e2e.realcluster.processes import Process, wait_for
 from e2e.tools import ROOT
-from hami_dcu.common.kube import ConflictError, Kube, NotFoundError
+from hami_dcu.common.io.kube import ConflictError, Kube, NotFoundError
 
 BUILD_SCRIPT = ROOT / "e2e" / "upstream" / "build-kueue.sh"
 VERSION = "v0.17.0"

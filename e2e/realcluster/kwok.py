@@ -24,7 +24,7 @@ import yaml
 from e2e.realcluster import scalemix, upstream
 from e2e.realcluster.processes import Process
 from e2e.tools import ROOT
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 
 BUILD_SCRIPT = ROOT / "e2e" / "upstream" / "build-kwok.sh"
 JSON = dict[str, Any]

@@ -51,9 +51,9 @@ from e2e.realcluster.processes import Process, wait_for
 from e2e.realcluster.scalestats import Burst
 from e2e.tools import ROOT
 from hami_dcu.cli.localcluster.pods import default_cards
-from hami_dcu.common import keys
-from hami_dcu.common.dra import names as dra_names
-from hami_dcu.common.kube import GoneError, Kube, KubeError, NotFoundError
+from hami_dcu.common.io.kube import GoneError, Kube, KubeError, NotFoundError
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.dra import names as dra_names
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

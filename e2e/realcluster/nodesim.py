@@ -50,9 +50,9 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
 from hami_dcu.cli.localcluster.pods import MockCard, default_cards
-from hami_dcu.common import keys
-from hami_dcu.common.kube import GoneError, Kube, KubeError, NotFoundError, load_api_client
-from hami_dcu.common.requests import pod_containers
+from hami_dcu.common.io.kube import GoneError, Kube, KubeError, NotFoundError, load_api_client
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.requests import pod_containers
 from hami_dcu.deviceplugin.core import AllocateFailed, Paths
 from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.deviceplugin.plan import fake_device_id

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 
-from hami_dcu.common.kube import GoneError, Kube, KubeError
+from hami_dcu.common.io.kube import GoneError, Kube, KubeError
 
 BOUND, RUNNING = "bound", "Running"
 

@@ -16,7 +16,7 @@ import time
 from e2e.realcluster.cluster import RealCluster
 from e2e.scenarios import assert_no_card_over_capacity, phase, wait_running, wait_until
 from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
-from hami_dcu.common.kube import NotFoundError
+from hami_dcu.common.io.kube import NotFoundError
 
 LOW, HIGH = "hami-e2e-low", "hami-e2e-high"
 

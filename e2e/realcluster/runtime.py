@@ -32,7 +32,7 @@ from typing import Any
 
 from e2e.realcluster.network import PodNetwork
 from e2e.realcluster.processes import Process
-from hami_dcu.common.kube import Kube
+from hami_dcu.common.io.kube import Kube
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 
 JSON = dict[str, Any]
 FAKE_NODE_LABEL = "hami-dcu.io/fake-node"  # set on every kwok node: "kwok"

@@ -15,9 +15,9 @@ import yaml
 from e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster
 from e2e.scenarios import allocation, assert_no_card_over_capacity, assert_no_lock_left, phase, wait_running, wait_until
 from hami_dcu.cli.localcluster.pods import Ctr, events_for, pod_manifest
-from hami_dcu.common import keys
-from hami_dcu.common.codec import LockValue, encode_lock
-from hami_dcu.common.kube import KubeError
+from hami_dcu.common.io.kube import KubeError
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import LockValue, encode_lock
 
 SCHEDULER_DEPLOYMENT = "hami-dcu-scheduler"
 

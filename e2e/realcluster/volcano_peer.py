@@ -24,7 +24,7 @@ from e2e.realcluster import upstream
 from e2e.realcluster.controlplane import free_port
 from e2e.realcluster.processes import Process, wait_for
 from e2e.tools import ROOT
-from hami_dcu.common.kube import ConflictError, Kube, NotFoundError
+from hami_dcu.common.io.kube import ConflictError, Kube, NotFoundError
 
 BUILD_SCRIPT = ROOT / "e2e" / "upstream" / "build-volcano.sh"
 TARBALL = "volcano-v1.15.1-src.tar.gz"

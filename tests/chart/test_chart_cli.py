@@ -12,7 +12,7 @@ from chart_paths import CHART
 from e2e.tools import IMAGE_REPOSITORY, SET_IMAGE
 from hami_dcu.cli.main import build_parser
 from hami_dcu.cli.startup import CHART_BOUNDS, chart_bound_problems
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 

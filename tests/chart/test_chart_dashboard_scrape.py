@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 
 from chart_paths import CHART
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import NodeDevice, encode_node_devices, encode_reported
-from hami_dcu.common.kube import AsyncKube
-from hami_dcu.common.metricsserver import serve
+from hami_dcu.common.io.kube import AsyncKube
+from hami_dcu.common.io.metricsserver import serve
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import NodeDevice, encode_node_devices, encode_reported
 from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.dra.metrics import DriverMetrics
 from hami_dcu.node.usage import CardFacts, NodeView, VdevFacts

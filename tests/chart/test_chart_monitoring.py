@@ -9,7 +9,7 @@ from chart_paths import CHART
 from prometheus_client import CollectorRegistry
 
 from e2e.tools import SET_IMAGE
-from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.dra.metrics import DriverMetrics
 from hami_dcu.node.usage import NodeView

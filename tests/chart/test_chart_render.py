@@ -146,7 +146,7 @@ def test_pod_updates_and_bindings_are_reviewed_where_no_policy_runs(render, kube
 def test_the_status_write_condition_is_the_one_writer_rules_keys(render):
     """The matchCondition lists every key writers.POD_KEYS guards, so no write the webhook would
     refuse skips it."""
-    from hami_dcu.common import writers
+    from hami_dcu.common.protocol import writers
 
     hooks = {h["name"]: h for h in by_kind(render("--set", "admissionPolicy.enabled=false"),
                                            "MutatingWebhookConfiguration")["webhooks"]}

@@ -6,7 +6,7 @@ import re
 
 from chart_paths import ROOT
 
-from hami_dcu.common.dra import names
+from hami_dcu.common.protocol.dra import names
 from hami_dcu.deviceplugin.server import socket_name
 
 SECURITY = (ROOT / "SECURITY.md").read_text()
@@ -24,7 +24,7 @@ def routes(path: str) -> set[str]:
 
 def test_every_route_and_socket_is_in_what_listens_where():
     listeners = section("What listens where")
-    served = routes("scheduler/app.py") | routes("webhook/server.py") | routes("common/metricsserver.py")
+    served = routes("scheduler/app.py") | routes("webhook/server.py") | routes("common/io/metricsserver.py")
     assert {"/filter", "/bind", "/preempt", "/prioritize", "/webhook", "/metrics", "/healthz"} <= served
     missing = sorted(p for p in served if f"`{p}`" not in listeners)
     assert not missing, f"served but not in SECURITY.md, What listens where: {missing}"

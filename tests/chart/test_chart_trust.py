@@ -11,7 +11,7 @@ import yaml
 from chart_paths import CHART
 
 from e2e.tools import SET_IMAGE
-from hami_dcu.common import keys, writers
+from hami_dcu.common.protocol import keys, writers
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 
@@ -142,7 +142,7 @@ def cel_lists(expression: str) -> list[list[str]]:
 
 
 def test_admission_policies_name_exactly_the_shared_keys_and_identities(render):
-    """The CEL states common/writers.py's rule: the same keys, the same identities."""
+    """The CEL states common/protocol/writers.py's rule: the same keys, the same identities."""
     docs = render()
     writers_policy = named(docs, "ValidatingAdmissionPolicy", "hami-dcu-allocation-writers")
     condition = writers_policy["spec"]["matchConditions"][0]["expression"]

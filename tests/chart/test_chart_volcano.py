@@ -8,7 +8,7 @@ import pytest
 from chart_paths import CHART
 
 from e2e.tools import SET_IMAGE
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 from hami_dcu.deviceplugin import lockless
 
 VOLCANO = ["--set", "naming=hcu", "--set", "volcano.enabled=true"]

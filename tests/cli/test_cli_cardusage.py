@@ -4,8 +4,8 @@ from datetime import UTC, datetime, timedelta
 
 from hami_dcu.cli.cardusage import cluster_usage
 from hami_dcu.cli.statusview import age, render, summary_line
-from hami_dcu.common import keys
-from hami_dcu.common.codec import (
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import (
     ContainerDevice,
     LockValue,
     NodeDevice,

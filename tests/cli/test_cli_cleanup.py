@@ -1,7 +1,7 @@
 """`hami-dcu cleanup`: what the chart's post-delete hook runs, and the operator's node cleanup."""
 
 from hami_dcu.cli.main import main
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 

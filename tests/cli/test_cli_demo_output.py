@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from hami_dcu.cli import demo
-from hami_dcu.common import keys
-from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import ContainerDevice, encode_pod_devices
 
 JSON = dict[str, Any]
 

@@ -9,9 +9,9 @@ from hami_dcu.cli.drausage import dra_usage, rule_selects
 from hami_dcu.cli.pending import NO_EVENT, pending_pods
 from hami_dcu.cli.status import _taint_rules
 from hami_dcu.cli.statusview import as_document, render
-from hami_dcu.common.dra import names
-from hami_dcu.common.keys import DCU_NAMING
-from hami_dcu.common.kube import KubeError, NotFoundError
+from hami_dcu.common.io.kube import KubeError, NotFoundError
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.dra import slices
 from hami_dcu.node.discovery import DcuCard, DrmNodes
 from hami_dcu.node.health import SMI_UNHEALTHY, Problem

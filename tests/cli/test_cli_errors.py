@@ -15,7 +15,7 @@ import pytest
 from ctrl_c import interruptible
 
 from hami_dcu.cli.errors import EXIT_FAILED, run_reporting
-from hami_dcu.common.codec import CodecError
+from hami_dcu.common.protocol.codec import CodecError
 from hami_dcu.webhook import certs
 
 HAMI_DCU = str(Path(sys.executable).parent / "hami-dcu")
@@ -246,7 +246,7 @@ def _raises(exc: BaseException):
 
 
 def test_an_expected_failure_is_its_message_and_a_bug_is_named_as_one(capsys):
-    # common/errors.py's rule: a HamiDcuError is something the world did, said as it is...
+    # common/protocol/errors.py's rule: a HamiDcuError is something the world did, said as it is...
     assert run_reporting("hami-dcu status", _raises(CodecError("hami.io/x", "a,b", "not a number"))) == EXIT_FAILED
     said = capsys.readouterr().err
     assert said.startswith("hami-dcu status: ") and "unexpected" not in said and "not a number" in said

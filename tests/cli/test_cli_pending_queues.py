@@ -4,7 +4,7 @@ which pods the extender evicted for a pod (issue 37, item 3)."""
 from datetime import UTC, datetime, timedelta
 
 from hami_dcu.cli.pending import NO_EVENT, held_jobs, pending_pods
-from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.protocol.keys import DCU_NAMING
 
 DCU = DCU_NAMING
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)

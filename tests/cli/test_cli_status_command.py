@@ -11,8 +11,8 @@ import pytest
 
 from e2e.tools import helm_and_kubectl
 from hami_dcu.cli.main import main
-from hami_dcu.common import keys
-from hami_dcu.common.codec import ContainerDevice, NodeDevice, encode_node_devices, encode_pod_devices
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import ContainerDevice, NodeDevice, encode_node_devices, encode_pod_devices
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 

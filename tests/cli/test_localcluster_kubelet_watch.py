@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hami_dcu.cli.localcluster.kubelet import LocalKubelet
-from hami_dcu.common.kube import GoneError
+from hami_dcu.common.io.kube import GoneError
 
 JSON = dict[str, Any]
 

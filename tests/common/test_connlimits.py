@@ -1,11 +1,11 @@
-"""The connection book (common/connlimits.py): who gets a place, who waits parked, who is
+"""The connection book (common/io/connlimits.py): who gets a place, who waits parked, who is
 pushed out, and when parked sockets give up. Pure: time is passed in."""
 
 import argparse
 
 import pytest
 
-from hami_dcu.common.connlimits import (
+from hami_dcu.common.io.connlimits import (
     EVICTION_GRACE,
     ConnectionBook,
     ConnectionLimits,

@@ -1,4 +1,4 @@
-"""The one rule for failures (common/errors.py) and the hierarchy it stands on: every exception
+"""The one rule for failures (common/protocol/errors.py) and the hierarchy it stands on: every exception
 hami-dcu defines descends from HamiDcuError through its component's base, so "expected" is
 one isinstance, and a bug is anything else."""
 
@@ -13,7 +13,9 @@ import pkgutil
 import pytest
 from prometheus_client import CollectorRegistry
 
-from hami_dcu.common.errors import (
+from hami_dcu.common.io.failures import Component, FailureReporter, internal_errors
+from hami_dcu.common.io.kube import ConflictError, KubeError, UnreachableError
+from hami_dcu.common.protocol.errors import (
     CliError,
     DevicePluginError,
     DraError,
@@ -24,8 +26,6 @@ from hami_dcu.common.errors import (
     is_expected,
     judge,
 )
-from hami_dcu.common.failures import Component, FailureReporter, internal_errors
-from hami_dcu.common.kube import ConflictError, KubeError, UnreachableError
 
 # The node-side mechanisms live in deviceplugin/ until the node/ layer holds them.
 BASES = {"common": HamiDcuError, "webhook": WebhookError, "scheduler": SchedulerError, "dra": DraError,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from hami_dcu.common import gcpolicy
+from hami_dcu.common.io import gcpolicy
 
 
 class Cycle:

@@ -10,7 +10,7 @@ import ssl
 import pytest
 from aiohttp import web
 
-from hami_dcu.common import gcpolicy, guardedsite
+from hami_dcu.common.io import gcpolicy, guardedsite
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""A kept-alive connection is the client's to close (common/connlimits.py, common/guardedsite.py):
+"""A kept-alive connection is the client's to close (common/io/connlimits.py, common/io/guardedsite.py):
 a newer connection of the same client at its cap waits, and aiohttp's own keep-alive timeout
 does not end an idle connection before our deadline does. Found in CI: kube-apiserver's
 reviews failed with "connection reset by peer" in a burst (e2e/test_realcluster_webhook_burst.py)."""
@@ -9,8 +9,8 @@ import asyncio
 
 from aiohttp import web
 
-from hami_dcu.common.connlimits import EVICTION_GRACE, ConnectionLimits
-from hami_dcu.common.guardedsite import serve_guarded
+from hami_dcu.common.io.connlimits import EVICTION_GRACE, ConnectionLimits
+from hami_dcu.common.io.guardedsite import serve_guarded
 
 
 async def ok(_: web.Request) -> web.Response:

@@ -3,9 +3,9 @@
 
 import pytest
 
-from hami_dcu.common.codec import ContainerDevice, decode_pod_devices, encode_pod_devices
-from hami_dcu.common.keys import DCU_NAMING
-from hami_dcu.common.requests import RequestError, parse_container_request
+from hami_dcu.common.protocol.codec import ContainerDevice, decode_pod_devices, encode_pod_devices
+from hami_dcu.common.protocol.keys import DCU_NAMING
+from hami_dcu.common.protocol.requests import RequestError, parse_container_request
 
 DCU = DCU_NAMING.resources
 

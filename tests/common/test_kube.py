@@ -5,8 +5,7 @@ import socket
 
 import pytest
 
-from hami_dcu.common import keys
-from hami_dcu.common.kube import (
+from hami_dcu.common.io.kube import (
     ConflictError,
     GoneError,
     Kube,
@@ -15,6 +14,7 @@ from hami_dcu.common.kube import (
     UnreachableError,
     load_api_client,
 )
+from hami_dcu.common.protocol import keys
 
 
 def pod_body(name: str, node: str | None = None) -> dict:

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from hami_dcu.common.kube import Kube, user_agent
+from hami_dcu.common.io.kube import Kube, user_agent
 
 
 @pytest.fixture

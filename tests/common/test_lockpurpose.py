@@ -4,9 +4,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from hami_dcu.common import keys
-from hami_dcu.common import lockpurpose as purpose
-from hami_dcu.common.codec import LockValue
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol import lockpurpose as purpose
+from hami_dcu.common.protocol.codec import LockValue
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 TIMEOUT = timedelta(seconds=300)

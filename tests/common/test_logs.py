@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from hami_dcu.common.logs import UtcFormatter
+from hami_dcu.common.io.logs import UtcFormatter
 
 
 def record(created: float, message: str = "pod default/p: allowed") -> logging.LogRecord:

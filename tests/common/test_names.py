@@ -2,7 +2,7 @@
 
 import pytest
 
-from hami_dcu.common.names import is_label, is_subdomain
+from hami_dcu.common.protocol.names import is_label, is_subdomain
 
 
 @pytest.mark.parametrize("name", ["a", "n1", "web-0", "0", "a" * 63])

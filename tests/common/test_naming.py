@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from hami_dcu.common import keys, writers
-from hami_dcu.common.codec import decode_node_devices
-from hami_dcu.common.requests import DcuRequest, parse_container_request
+from hami_dcu.common.protocol import keys, writers
+from hami_dcu.common.protocol.codec import decode_node_devices
+from hami_dcu.common.protocol.requests import DcuRequest, parse_container_request
 
 ROOT = Path(__file__).resolve().parents[2]
-KEYS_MODULE = "hami_dcu.common.keys"
+KEYS_MODULE = "hami_dcu.common.protocol.keys"
 
 
 def test_the_table_of_the_reference():
@@ -109,10 +109,10 @@ def _python_files() -> list[Path]:
 
 
 def _keys_aliases(tree: ast.Module) -> set[str]:
-    """The names a module binds to the keys module (`from hami_dcu.common import keys as k`...)."""
+    """The names a module binds to the keys module (`from hami_dcu.common.protocol import keys as k`...)."""
     aliases = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "hami_dcu.common":
+        if isinstance(node, ast.ImportFrom) and node.module == "hami_dcu.common.protocol":
             aliases |= {a.asname or a.name for a in node.names if a.name == "keys"}
         elif isinstance(node, ast.Import):
             aliases |= {a.asname for a in node.names if a.name == KEYS_MODULE and a.asname}
@@ -163,7 +163,7 @@ def _writes_to_keys(tree: ast.Module) -> list[str]:
 
 def test_no_module_assigns_a_keys_attribute():
     """Every reader of a key sees the same value at any time: nothing (product, harness or
-    test) rebinds, deletes or monkeypatches a name of common/keys.py."""
+    test) rebinds, deletes or monkeypatches a name of common/protocol/keys.py."""
     offenders = {}
     for path in _python_files():
         found = _writes_to_keys(ast.parse(path.read_text(), str(path)))
@@ -173,15 +173,15 @@ def test_no_module_assigns_a_keys_attribute():
 
 
 def test_the_check_sees_each_way_of_rewriting_keys():
-    source = ("from hami_dcu.common import keys as k\nimport hami_dcu.common.keys as kk\n"
+    source = ("from hami_dcu.common.protocol import keys as k\nimport hami_dcu.common.protocol.keys as kk\n"
               "k.NODE_LOCK = 'x'\nkk.NODE_LOCK += 'y'\ndel k.NODE_LOCK\nsetattr(k, 'NODE_LOCK', 'z')\n"
-              "monkeypatch.setattr('hami_dcu.common.keys.NODE_LOCK', 'w')\nk.NAMINGS['x'] = 1\n"
+              "monkeypatch.setattr('hami_dcu.common.protocol.keys.NODE_LOCK', 'w')\nk.NAMINGS['x'] = 1\n"
               "a, k.POD_NODE = 1, 2\nannotations[k.NODE_LOCK] = 'read, not written'\n")
     assert len(_writes_to_keys(ast.parse(source))) == 7
 
 
 def test_keys_holds_no_global_statement_and_no_function_that_binds_module_names():
-    tree = ast.parse((ROOT / "common" / "keys.py").read_text())
+    tree = ast.parse((ROOT / "common" / "protocol" / "keys.py").read_text())
     assert [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Global | ast.Nonlocal)] == []
     # Module-level statements only define: constants, classes, functions, imports.
     for statement in tree.body:

@@ -1,7 +1,7 @@
 """Start-up detection of components of the other naming set (pure part)."""
 
-from hami_dcu.common import keys
-from hami_dcu.common.namingcheck import find_traces, report
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.namingcheck import find_traces, report
 
 
 def node(name: str, **annotations: str) -> dict:

@@ -5,10 +5,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import decode_lock
-from hami_dcu.common.kube import Kube
-from hami_dcu.common.nodelock import LockContention, NodeLock
+from hami_dcu.common.io.kube import Kube
+from hami_dcu.common.io.nodelock import LockContention, NodeLock
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import decode_lock
 
 
 def make_pod(kube: Kube, name: str, namespace: str = "default") -> None:

@@ -1,9 +1,9 @@
 """Releasing the node lock as HAMi's ReleaseNodeLock does, where we follow it (issue 24), and
 where we keep our own rule (README, "Where we differ from HAMi v2.10")."""
 
-from hami_dcu.common import keys
-from hami_dcu.common.kube import Kube
-from hami_dcu.common.nodelock import NodeLock
+from hami_dcu.common.io.kube import Kube
+from hami_dcu.common.io.nodelock import NodeLock
+from hami_dcu.common.protocol import keys
 
 
 def set_lock(kube: Kube, node: str, value: str) -> None:

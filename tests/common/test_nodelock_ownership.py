@@ -5,11 +5,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from hami_dcu.common import keys
-from hami_dcu.common import lockpurpose as purpose
-from hami_dcu.common.codec import decode_lock
-from hami_dcu.common.kube import Kube, KubeError
-from hami_dcu.common.nodelock import LockContention, LockUncertain, NodeLock
+from hami_dcu.common.io.kube import Kube, KubeError
+from hami_dcu.common.io.nodelock import LockContention, LockUncertain, NodeLock
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol import lockpurpose as purpose
+from hami_dcu.common.protocol.codec import decode_lock
 
 
 def make_pod(kube: Kube, name: str) -> None:

@@ -1,11 +1,11 @@
-"""Admission's checks, one by one, and the order and stages they run in (common/podchecks.py)."""
+"""Admission's checks, one by one, and the order and stages they run in (common/protocol/podchecks.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from hami_dcu.common import keys
-from hami_dcu.common.podchecks import (
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.podchecks import (
     CHECKS,
     CheckSettings,
     Stage,

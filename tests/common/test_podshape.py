@@ -2,7 +2,7 @@
 
 import pytest
 
-from hami_dcu.common.podshape import pod_shape_problem
+from hami_dcu.common.protocol.podshape import pod_shape_problem
 
 
 def pod(**spec_fields):

@@ -5,9 +5,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import CodecError, decode_unix_seconds, encode_unix_seconds
-from hami_dcu.common.podtimes import bound_at, created_at, scheduled_at, seconds_between
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import CodecError, decode_unix_seconds, encode_unix_seconds
+from hami_dcu.common.protocol.podtimes import bound_at, created_at, scheduled_at, seconds_between
 
 AT = datetime(2025, 8, 7, 2, 0, 1, tzinfo=UTC)
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_dcu.common.safejson import JsonError, depth_exceeds, loads
+from hami_dcu.common.protocol.safejson import JsonError, depth_exceeds, loads
 
 
 def nest(depth: int) -> object:

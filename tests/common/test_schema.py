@@ -4,7 +4,7 @@ JSON objects passed on untouched, and booleans only as JSON writes them."""
 import pytest
 from marshmallow import ValidationError, fields
 
-from hami_dcu.common.schema import MAX_PROBLEMS, JsonBoolean, JsonObject, Strict, one_line
+from hami_dcu.common.protocol.schema import MAX_PROBLEMS, JsonBoolean, JsonObject, Strict, one_line
 
 
 class Inner(Strict):

@@ -1,10 +1,10 @@
-"""common/untrusted.shown: what a tenant wrote, made safe for logs, Events and terminals."""
+"""common/protocol/untrusted.shown: what a tenant wrote, made safe for logs, Events and terminals."""
 
 from __future__ import annotations
 
 import pytest
 
-from hami_dcu.common.untrusted import ELLIPSIS, escape_controls, shown
+from hami_dcu.common.protocol.untrusted import ELLIPSIS, escape_controls, shown
 
 
 def test_a_plain_word_is_shown_as_written():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from hami_dcu.common import keys, writers
-from hami_dcu.common.writers import BINDING, NODE, POD, Caller, Identities
+from hami_dcu.common.protocol import keys, writers
+from hami_dcu.common.protocol.writers import BINDING, NODE, POD, Caller, Identities
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 
@@ -180,7 +180,7 @@ def test_volcano_writes_what_its_hygon_deviceshare_writes_and_nothing_else(kind,
 def test_the_lock_writers_come_from_the_command_line():
     import argparse
 
-    from hami_dcu.common.writer_flags import add_identity_arguments, identities_from
+    from hami_dcu.common.io.writer_flags import add_identity_arguments, identities_from
     parser = argparse.ArgumentParser()
     add_identity_arguments(parser)
     args = parser.parse_args(["--scheduler-identity", SCHEDULER, "--node-lock-user", "u1", "--node-lock-user", "u2",

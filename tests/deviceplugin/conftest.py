@@ -9,10 +9,10 @@ import yaml
 from dp_helpers import CARDS
 
 from hami_dcu.cli.localcluster.kubelet import short_socket_dir
-from hami_dcu.common import keys
-from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
-from hami_dcu.common.kube import Kube
-from hami_dcu.common.nodelock import NodeLock
+from hami_dcu.common.io.kube import Kube
+from hami_dcu.common.io.nodelock import NodeLock
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import ContainerDevice, encode_pod_devices
 from hami_dcu.deviceplugin.core import Paths
 from hami_dcu.deviceplugin.service import PluginService
 from hami_dcu.node.discovery import discover

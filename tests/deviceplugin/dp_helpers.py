@@ -1,6 +1,6 @@
 """Small builders shared by the device plugin tests."""
 
-from hami_dcu.common.codec import ContainerDevice
+from hami_dcu.common.protocol.codec import ContainerDevice
 
 # The mock cards of the test node (conftest lays them out; tests import them from here, as
 # `from conftest import` resolves to another folder's conftest when folders run together).

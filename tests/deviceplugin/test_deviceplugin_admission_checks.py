@@ -9,10 +9,10 @@ import re
 import pytest
 from dp_helpers import dev
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
-from hami_dcu.common.nodelock import NodeLock
-from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
+from hami_dcu.common.io.nodelock import NodeLock
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import ContainerDevice, encode_pod_devices
+from hami_dcu.common.protocol.podchecks import CheckSettings, Stage, refusal_of
 from hami_dcu.deviceplugin.core import AllocateFailed
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak

@@ -10,8 +10,8 @@ import pytest
 from dp_helpers import dev
 from test_deviceplugin_allocate_path import OverlapKube
 
-from hami_dcu.common import keys
-from hami_dcu.common.nodelock import NodeLock
+from hami_dcu.common.io.nodelock import NodeLock
+from hami_dcu.common.protocol import keys
 from hami_dcu.deviceplugin import advicereads
 from hami_dcu.deviceplugin.advicereads import AdviceReads, reusable
 from hami_dcu.deviceplugin.core import AllocateFailed

@@ -5,7 +5,7 @@ import re
 import pytest
 from dp_helpers import dev
 
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 from hami_dcu.deviceplugin.core import AllocateFailed, Ambiguous
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
@@ -473,7 +473,7 @@ def test_a_lock_whose_holder_is_done_is_released_and_the_holder_never_marked_fai
 
 def test_a_lock_whose_holder_is_not_bound_yet_is_left_alone(dcu_node):
     """Its bind is between the lock and the Binding: the call is another pod's."""
-    from hami_dcu.common.nodelock import NodeLock
+    from hami_dcu.common.io.nodelock import NodeLock
 
     core = dcu_node.core()
     dcu_node.kube.create_pod("default", {"metadata": {"name": "p", "annotations": {"keep": "me"}},
@@ -535,7 +535,7 @@ def test_grants_from_before_the_state_dir_are_adopted_by_their_directory_name(dc
 def test_a_to_allocate_that_disagrees_with_the_scheduler_is_refused(dcu_node, rewrite):
     """Issue 11, finding 2: a post-bind edit of dcu-devices-to-allocate was served as written.
     Allocate serves only what -allocated (the scheduler's record) says."""
-    from hami_dcu.common.codec import encode_pod_devices
+    from hami_dcu.common.protocol.codec import encode_pod_devices
 
     core = dcu_node.core()
     dcu_node.bind("p", [("c", [dev("S1", 1000, 10)])])

@@ -11,9 +11,9 @@ import threading
 import pytest
 from dp_helpers import dev
 
-from hami_dcu.common import keys
-from hami_dcu.common.kube import Kube
-from hami_dcu.common.nodelock import NodeLock
+from hami_dcu.common.io.kube import Kube
+from hami_dcu.common.io.nodelock import NodeLock
+from hami_dcu.common.protocol import keys
 from hami_dcu.deviceplugin.core import AllocateFailed
 
 

@@ -10,8 +10,8 @@ from dp_helpers import CARDS
 
 from hami_dcu.cli.localcluster.kubelet import LocalKubelet, short_socket_dir
 from hami_dcu.cli.main import build_parser
-from hami_dcu.common import keys
-from hami_dcu.common.metricsserver import serve
+from hami_dcu.common.io.metricsserver import serve
+from hami_dcu.common.protocol import keys
 from hami_dcu.deviceplugin import command
 from hami_dcu.node.smi import FALLBACK_MODEL
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from dp_helpers import dev
 
-from hami_dcu.common import keys
-from hami_dcu.common import lockpurpose as purpose
-from hami_dcu.common.codec import ContainerDevice, decode_node_devices, encode_pod_devices
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol import lockpurpose as purpose
+from hami_dcu.common.protocol.codec import ContainerDevice, decode_node_devices, encode_pod_devices
 from hami_dcu.deviceplugin.core import (
     UNSERVED_CARD,
     AllocateFailed,

@@ -1,4 +1,4 @@
-"""The device plugin answers Allocate by common/errors.py's rule: a bug is gRPC INTERNAL with a
+"""The device plugin answers Allocate by common/protocol/errors.py's rule: a bug is gRPC INTERNAL with a
 short message, its traceback logged naming the pod and node, counted, and the pod still marked
 failed with its lock released; an expected refusal is FAILED_PRECONDITION with its message, no
 traceback, uncounted; a call the kubelet should never send is refused as it always was."""
@@ -12,7 +12,7 @@ import grpc
 import pytest
 from dp_helpers import dev
 
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 from hami_dcu.deviceplugin import plan
 from hami_dcu.deviceplugin.api.v1beta1 import api_pb2, api_pb2_grpc
 from hami_dcu.deviceplugin.server import DevicePluginServer

@@ -8,7 +8,7 @@ import yaml
 from dp_helpers import dev
 
 from hami_dcu.cli.localcluster.kubelet import LocalKubelet
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 from hami_dcu.deviceplugin.api.v1beta1 import api_pb2, api_pb2_grpc
 from hami_dcu.deviceplugin.server import DevicePluginServer
 from hami_dcu.node.smi import MockBackend

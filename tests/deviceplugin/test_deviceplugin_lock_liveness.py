@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from dp_helpers import dev
 
-from hami_dcu.common import keys
-from hami_dcu.common import lockpurpose as purpose
-from hami_dcu.common.kube import KubeError
-from hami_dcu.common.nodelock import NodeLock
+from hami_dcu.common.io.kube import KubeError
+from hami_dcu.common.io.nodelock import NodeLock
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol import lockpurpose as purpose
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 

@@ -3,7 +3,7 @@ HAMi's ParseInt does; a vDCU of -1 MiB must never be created)."""
 
 import pytest
 
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 from hami_dcu.deviceplugin.plan import AllocateRefused, plan_container
 from hami_dcu.node.discovery import DcuCard, DrmNodes
 from hami_dcu.node.smi import Card

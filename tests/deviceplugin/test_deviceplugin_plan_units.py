@@ -3,8 +3,8 @@ node loop's pacing."""
 
 import pytest
 
-from hami_dcu.common import keys
-from hami_dcu.common.keys import DCU_NAMING, HCU_NAMING
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.keys import DCU_NAMING, HCU_NAMING
 from hami_dcu.deviceplugin.lockless import awaiting_pods
 from hami_dcu.deviceplugin.plan import cu_count, preferred_ids, rival_pods
 

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from dp_helpers import dev
 
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 from hami_dcu.deviceplugin.api.v1beta1 import api_pb2, api_pb2_grpc
 from hami_dcu.deviceplugin.server import MAX_STREAMS, DevicePluginServer
 

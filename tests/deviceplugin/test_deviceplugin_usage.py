@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami_dcu.cli.localcluster.kubelet import short_socket_dir
-from hami_dcu.common.failures import Component, FailureReporter
-from hami_dcu.common.metricsserver import serve
+from hami_dcu.common.io.failures import Component, FailureReporter
+from hami_dcu.common.io.metricsserver import serve
 from hami_dcu.deviceplugin.usageview import plugin_view
 from hami_dcu.node.api.podresources.v1 import api_pb2 as pr
 from hami_dcu.node.api.podresources.v1 import api_pb2_grpc

@@ -5,8 +5,8 @@ import pytest
 from dp_helpers import dev
 
 from hami_dcu.cli.startup import volcano_problems
-from hami_dcu.common import keys
-from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import ContainerDevice, encode_pod_devices
 from hami_dcu.deviceplugin.core import AllocateFailed, Ambiguous
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from hami_dcu.common.dra import names
-from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.dra.core import DraPaths
 from hami_dcu.node.discovery import DcuCard, discover
 from hami_dcu.node.faketree import lay_out

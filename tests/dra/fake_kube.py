@@ -3,7 +3,7 @@ the ResourceSlice, one Node, events. The real API server is exercised by the e2e
 
 import copy
 
-from hami_dcu.common.kube import ConflictError, KubeError, NotFoundError, UnreachableError
+from hami_dcu.common.io.kube import ConflictError, KubeError, NotFoundError, UnreachableError
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 

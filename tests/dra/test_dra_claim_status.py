@@ -5,8 +5,8 @@ import pytest
 from dra_helpers import CARDS, DEV0, DEV1, NODE, claim, node_cards, paths, result
 from fake_kube import FakeKube
 
-from hami_dcu.common.dra import names
-from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.dra import claimstatus
 from hami_dcu.dra.core import DriverCore, PrepareFailed
 from hami_dcu.dra.records import PreparedClaim, PreparedDevice, VdevGrant

@@ -9,7 +9,7 @@ from fake_kube import FakeKube
 
 from hami_dcu.cli.localcluster.kubelet import short_socket_dir
 from hami_dcu.cli.main import build_parser
-from hami_dcu.common.dra import names
+from hami_dcu.common.protocol.dra import names
 from hami_dcu.dra.command import DriverLoop, build
 from hami_dcu.dra.server import ClaimRef
 

@@ -6,7 +6,7 @@ import json
 import pytest
 from dra_helpers import CARDS, DEV0, DEV1, NODE, claim, node_cards, paths, result
 
-from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.dra.cdi import spec_file_name
 from hami_dcu.dra.core import DriverCore, PrepareFailed
 from hami_dcu.dra.records import RecordStore

@@ -1,4 +1,4 @@
-"""The DRA driver answers the kubelet by common/errors.py's rule: a bug ends the call with gRPC
+"""The DRA driver answers the kubelet by common/protocol/errors.py's rule: a bug ends the call with gRPC
 INTERNAL and a short message, its traceback logged naming the claim, counted in the driver's
 registry; an expected refusal is that claim's error alone, one log line, uncounted; a claim
 that names a device this node does not serve is refused as it always was."""
@@ -16,8 +16,8 @@ from dra_helpers import NODE, claim, node_cards, paths, result
 from fake_kube import FakeKube
 
 from hami_dcu.cli.localcluster.kubelet import short_socket_dir
-from hami_dcu.common.keys import DCU_NAMING
-from hami_dcu.common.kube import UnreachableError
+from hami_dcu.common.io.kube import UnreachableError
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.dra import core as core_module
 from hami_dcu.dra.api.v1 import api_pb2 as v1_pb2
 from hami_dcu.dra.api.v1 import api_pb2_grpc as v1_grpc

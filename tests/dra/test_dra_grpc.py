@@ -13,8 +13,8 @@ from fake_kube import FakeKube
 
 from e2e.realcluster.dra_client import CdiError, DraEndpoint, register, resolve_cdi
 from hami_dcu.cli.localcluster.kubelet import short_socket_dir
-from hami_dcu.common.dra import names
-from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.dra.core import DriverCore
 from hami_dcu.dra.server import KubeletPluginServer
 from hami_dcu.dra.service import DriverService

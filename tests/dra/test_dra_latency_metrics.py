@@ -9,7 +9,7 @@ import pytest
 from dra_helpers import NODE, claim, node_cards, paths, result
 from fake_kube import FakeKube
 
-from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.dra.core import DriverCore, PrepareFailed
 from hami_dcu.dra.latency import PODS_PER_CLAIM, PodLatency, reserved_pods
 from hami_dcu.dra.metrics import DriverMetrics

@@ -6,8 +6,8 @@ import pytest
 from dra_helpers import NODE, claim, node_cards, paths, result
 from fake_kube import FakeKube
 
-from hami_dcu.common.keys import DCU_NAMING
-from hami_dcu.common.quota import Limit, QuotaLimits
+from hami_dcu.common.protocol.keys import DCU_NAMING
+from hami_dcu.common.protocol.quota import Limit, QuotaLimits
 from hami_dcu.dra import quotagate
 from hami_dcu.dra.claims import cards_by_device, plan_claim
 from hami_dcu.dra.core import DriverCore, PrepareFailed

@@ -19,8 +19,8 @@ from fake_kube import FakeKube
 from e2e.realcluster.dra_client import register
 from hami_dcu.cli.localcluster.kubelet import short_socket_dir
 from hami_dcu.cli.main import build_parser
-from hami_dcu.common.dra import names
-from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.dra import quotagate
 from hami_dcu.dra.cdi import spec_file_name
 from hami_dcu.dra.command import DriverLoop, build

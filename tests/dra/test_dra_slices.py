@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from dra_helpers import CARDS, DEV0, DEV1, NODE, node_cards
 
-from hami_dcu.common.dra import names
+from hami_dcu.common.protocol.dra import names
 from hami_dcu.dra import slices
 from hami_dcu.node.health import (
     DEVICE_NODE_MISSING,

@@ -3,8 +3,8 @@
 import jsonpatch
 import pytest
 
-from hami_dcu.common.dra.translate import TranslateError, compute_units, pod_claim_name, translate
-from hami_dcu.common.requests import RequestError
+from hami_dcu.common.protocol.dra.translate import TranslateError, compute_units, pod_claim_name, translate
+from hami_dcu.common.protocol.requests import RequestError
 
 
 def pod(*containers, claims=None):

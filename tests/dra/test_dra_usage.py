@@ -3,7 +3,7 @@ the CDI ids (or the claim and device names) the kubelet reports per container.""
 
 from dra_helpers import DEV0, DEV1, NODE, claim, node_cards, paths, result
 
-from hami_dcu.common.dra import names
+from hami_dcu.common.protocol.dra import names
 from hami_dcu.dra.core import DriverCore
 from hami_dcu.dra.usageview import driver_view
 from hami_dcu.node.podresources import Claim, ClaimDevice, ContainerHoldings

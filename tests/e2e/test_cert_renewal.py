@@ -31,9 +31,9 @@ from hami_dcu.cli.localcluster.cluster import (
 )
 from hami_dcu.cli.localcluster.servers import AppThread, free_port
 from hami_dcu.cli.main import main
-from hami_dcu.common import keys
-from hami_dcu.common.kube import Kube, KubeError
-from hami_dcu.common.tls import ReloadingTLS
+from hami_dcu.common.io.kube import Kube, KubeError
+from hami_dcu.common.io.tls import ReloadingTLS
+from hami_dcu.common.protocol import keys
 from hami_dcu.webhook import certs
 from hami_dcu.webhook.decision import Settings as WebhookSettings
 from hami_dcu.webhook.server import build_app as build_webhook_app

@@ -8,8 +8,8 @@ from e2e import invariants
 from e2e.realcluster import kwok, scalemix
 from e2e.realcluster.drasim import NotReady, check_claim, pod_claim_names
 from e2e.realcluster.kwokscale import DRA, fake_node
-from hami_dcu.common import keys
-from hami_dcu.common.dra import names
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.dra import names
 
 
 def test_a_dra_fake_node_offers_no_dcu_resource_so_the_driver_does_not_stand_back():

@@ -6,7 +6,7 @@ import socket
 from e2e.scenarios import wait_running
 from hami_dcu.cli.localcluster.cluster import LocalCluster
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 
 
 def test_restart_moves_the_extender_when_its_port_was_taken():

@@ -5,7 +5,7 @@ import os
 import stat
 
 from hami_dcu.cli.localcluster.cluster import LocalCluster
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 
 
 def test_local_cluster_webhook_key_is_0400_and_ca_key_stays_in_the_secret():

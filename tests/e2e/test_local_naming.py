@@ -6,8 +6,8 @@ Nothing in the test process is switched to build it."""
 from e2e.scenarios import wait_running
 from hami_dcu.cli.localcluster.cluster import LocalCluster
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
-from hami_dcu.common import keys
-from hami_dcu.common.codec import decode_node_devices, decode_pod_devices
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import decode_node_devices, decode_pod_devices
 
 HCU = keys.HCU_NAMING
 

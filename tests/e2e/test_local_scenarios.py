@@ -9,7 +9,7 @@ from e2e.scenarios import SCENARIOS, Scenario
 from e2e.usage_agreement import disagreement
 from hami_dcu.cli.localcluster.cluster import LocalCluster
 from hami_dcu.cli.localcluster.pods import default_cards
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 
 
 def assert_status_agrees_with_the_extender(cluster: LocalCluster, timeout: float = 15.0) -> None:

@@ -17,9 +17,9 @@ from e2e.scenarios import wait_running, wait_until
 from hami_dcu.cli.localcluster.cluster import EXTENDER_IDENTITY, WEBHOOK_CONFIG, LocalCluster
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, events_for, pod_manifest
 from hami_dcu.cli.localcluster.servers import free_port
-from hami_dcu.common import keys
-from hami_dcu.common.kube import Kube, KubeError
-from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
+from hami_dcu.common.io.kube import Kube, KubeError
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.podchecks import CheckSettings, Stage, refusal_of
 from hami_dcu.webhook import certs
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 from e2e.realcluster.nodesim import NodeSimulator, impersonating
 from e2e.scenarios import wait_until
 from hami_dcu.cli.localcluster.pods import Ctr, default_cards, pod_manifest
-from hami_dcu.common import keys
-from hami_dcu.common.codec import ContainerDevice, decode_node_devices, encode_pod_devices, encode_unix_seconds
-from hami_dcu.common.kube import Kube
-from hami_dcu.common.nodelock import NodeLock
+from hami_dcu.common.io.kube import Kube
+from hami_dcu.common.io.nodelock import NodeLock
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import ContainerDevice, decode_node_devices, encode_pod_devices, encode_unix_seconds
 
 NS = "default"
 DCU = keys.DCU_NAMING

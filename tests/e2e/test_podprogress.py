@@ -8,7 +8,7 @@ import pytest
 
 from e2e.realcluster.podprogress import BOUND, RUNNING, PodProgress
 from hami_dcu.cli.localcluster.apiserver import LocalApiServer
-from hami_dcu.common.kube import Kube
+from hami_dcu.common.io.kube import Kube
 
 NS = "bench"
 

@@ -4,7 +4,7 @@ narrowed pod-ready stage, and the arithmetic bench/scale.py prints."""
 from e2e.realcluster import kwok, scalemix
 from e2e.realcluster import scalestats as st
 from e2e.realcluster.kwokscale import fake_node
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 
 NAMES = keys.DCU_NAMING.resources
 LIMITS = NAMES.all()

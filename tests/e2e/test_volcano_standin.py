@@ -7,9 +7,9 @@ import pytest
 
 from e2e import volcano_fork as fork
 from e2e.volcano_standin import VolcanoRefused, VolcanoStandIn
-from hami_dcu.common import keys
-from hami_dcu.common.codec import ContainerDevice, NodeDevice, decode_pod_devices, encode_node_devices
-from hami_dcu.common.kube import Kube
+from hami_dcu.common.io.kube import Kube
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import ContainerDevice, NodeDevice, decode_pod_devices, encode_node_devices
 
 NOW = datetime(2026, 11, 24, 6, 0, 0, tzinfo=UTC)
 HCU = keys.HCU_NAMING

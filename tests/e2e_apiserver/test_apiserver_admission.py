@@ -6,7 +6,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from hami_dcu.cli.localcluster.apiserver import AdmissionDenied
-from hami_dcu.common.kube import Kube, KubeError
+from hami_dcu.common.io.kube import Kube, KubeError
 
 
 def pod(name, labels=None):

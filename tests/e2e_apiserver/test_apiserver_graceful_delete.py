@@ -4,7 +4,7 @@ a DELETE only marks a bound pod; its kubelet stops it and deletes it with grace 
 import pytest
 
 from hami_dcu.cli.localcluster.apiserver import LocalApiServer
-from hami_dcu.common.kube import Kube
+from hami_dcu.common.io.kube import Kube
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 import pytest
 
 from hami_dcu.cli.localcluster.apiserver.faults import ERROR_AFTER_COMMIT, LOST_AFTER_COMMIT, Faults
-from hami_dcu.common.kube import Kube, KubeError, UnreachableError
+from hami_dcu.common.io.kube import Kube, KubeError, UnreachableError
 
 
 @pytest.fixture

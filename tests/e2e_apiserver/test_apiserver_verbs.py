@@ -9,7 +9,7 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
 from hami_dcu.cli.localcluster.apiserver import AdmissionDenied
-from hami_dcu.common.kube import KubeError, NotFoundError
+from hami_dcu.common.io.kube import KubeError, NotFoundError
 
 
 def pod(name, node=None, labels=None):

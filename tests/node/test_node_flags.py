@@ -5,7 +5,7 @@ import argparse
 import pytest
 import yaml
 
-from hami_dcu.common.keys import DCU_NAMING, HCU_NAMING
+from hami_dcu.common.protocol.keys import DCU_NAMING, HCU_NAMING
 from hami_dcu.deviceplugin import command as deviceplugin_command
 from hami_dcu.dra import command as dra_command
 from hami_dcu.node.flags import add_node_arguments, make_backend, served_cards

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.node.discovery import discover
 from hami_dcu.node.faketree import lay_out
 from hami_dcu.node.health import (

@@ -1,8 +1,8 @@
 """Each card's NUMA node comes from sysfs, whatever the SMI backend says (HAMi's plugin
 always registered 0); -1 (no NUMA information) reads as 0."""
 
-from hami_dcu.common.codec import NodeDevice, decode_node_devices, encode_node_devices
-from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.protocol.codec import NodeDevice, decode_node_devices, encode_node_devices
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.node.discovery import discover
 from hami_dcu.node.faketree import lay_out
 from hami_dcu.node.numa import numa_node_path, read_numa_node

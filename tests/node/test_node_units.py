@@ -8,7 +8,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.node.allocator import AllocationError, NodeState, lowest_free_bits
 from hami_dcu.node.discovery import discover, drm_nodes_by_bus_id
 from hami_dcu.node.faketree import lay_out

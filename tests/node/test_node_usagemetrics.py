@@ -6,7 +6,7 @@ import argparse
 
 from prometheus_client import CollectorRegistry
 
-from hami_dcu.common.failures import Component
+from hami_dcu.common.io.failures import Component
 from hami_dcu.node import usagemetrics
 from hami_dcu.node.flags import add_node_arguments
 from hami_dcu.node.podresources import DEFAULT_SOCKET

@@ -5,7 +5,7 @@ from collections.abc import AsyncIterator
 import pytest
 from scheduler_helpers import dcu_settings
 
-from hami_dcu.common.kube import AsyncKube
+from hami_dcu.common.io.kube import AsyncKube
 from hami_dcu.scheduler.app import build_app
 from hami_dcu.scheduler.bind import BindSettings
 from hami_dcu.scheduler.service import SchedulerService

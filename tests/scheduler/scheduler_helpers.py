@@ -8,16 +8,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import (
+from hami_dcu.common.io.kube import AsyncKube, Kube, KubeError
+from hami_dcu.common.io.nodelock import LockError, NodeLock
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import (
     NodeDevice,
     decode_node_devices,
     decode_pod_devices,
     encode_node_devices,
     encode_reported,
 )
-from hami_dcu.common.kube import AsyncKube, Kube, KubeError
-from hami_dcu.common.nodelock import LockError, NodeLock
 from hami_dcu.scheduler.filtering import FilterSettings
 from hami_dcu.scheduler.service import ServiceSettings
 

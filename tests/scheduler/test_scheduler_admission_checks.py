@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from scheduler_helpers import bind_args, create_nodes, dcu_pod, filter_args, lock_of, until
 
-from hami_dcu.common import keys
-from hami_dcu.common.podchecks import CheckSettings, Stage, refusal_of
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.podchecks import CheckSettings, Stage, refusal_of
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 

@@ -3,8 +3,8 @@ failure path (the lock is released every time)."""
 
 from scheduler_helpers import bind_args, create_nodes, dcu_pod, filter_args, lock_of, until
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import decode_lock, decode_pod_devices
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import decode_lock, decode_pod_devices
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 

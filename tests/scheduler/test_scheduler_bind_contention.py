@@ -11,9 +11,9 @@ import logging
 import pytest
 from scheduler_helpers import bind_args, create_nodes, dcu_pod, dcu_settings, filter_args, lock_of, until
 
-from hami_dcu.common import keys
-from hami_dcu.common.kube import AsyncKube, Kube
-from hami_dcu.common.nodelock import LockStale, NodeLock
+from hami_dcu.common.io.kube import AsyncKube, Kube
+from hami_dcu.common.io.nodelock import LockStale, NodeLock
+from hami_dcu.common.protocol import keys
 from hami_dcu.scheduler.app import build_app
 from hami_dcu.scheduler.bind import BindSettings
 from hami_dcu.scheduler.service import SchedulerService

@@ -5,7 +5,7 @@ has must not apply there."""
 import pytest
 
 from hami_dcu.cli.main import build_parser
-from hami_dcu.common.connlimits import ConnectionBook, connection_limits_from
+from hami_dcu.common.io.connlimits import ConnectionBook, connection_limits_from
 from hami_dcu.scheduler.command import SCHEDULER_MAX_CONNECTIONS, bind_listener
 
 

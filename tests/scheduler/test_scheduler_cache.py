@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, multiple, rule
 from scheduler_helpers import node_object
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import encode_pod_devices
-from hami_dcu.common.counting import StartOrder, Usage
-from hami_dcu.common.keys import DCU_NAMING
-from hami_dcu.common.requests import DcuRequest
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import encode_pod_devices
+from hami_dcu.common.protocol.counting import StartOrder, Usage
+from hami_dcu.common.protocol.keys import DCU_NAMING
+from hami_dcu.common.protocol.requests import DcuRequest
 from hami_dcu.scheduler.cache import ClusterCache, NeedlessLock
 from hami_dcu.scheduler.fit import PodFit, Selection, fit_pod
 from hami_dcu.scheduler.policy import CardPolicy

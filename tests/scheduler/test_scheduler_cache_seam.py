@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 
 from scheduler_helpers import dcu_pod, dcu_settings, filter_args, node_object
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
-from hami_dcu.common.counting import Usage
-from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import ContainerDevice, encode_pod_devices
+from hami_dcu.common.protocol.counting import Usage
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.scheduler import filtersteps, nodetable
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.extender import parse_filter_args

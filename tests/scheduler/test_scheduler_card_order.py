@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 import pytest
 from scheduler_helpers import dcu_pod
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import NodeDevice, encode_node_devices, encode_pod_devices, encode_reported
-from hami_dcu.common.counting import StartOrder, Usage
-from hami_dcu.common.keys import DCU_NAMING
-from hami_dcu.common.requests import DcuRequest
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import NodeDevice, encode_node_devices, encode_pod_devices, encode_reported
+from hami_dcu.common.protocol.counting import StartOrder, Usage
+from hami_dcu.common.protocol.keys import DCU_NAMING
+from hami_dcu.common.protocol.requests import DcuRequest
 from hami_dcu.scheduler import policy
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.filtering import Filter, FilterSettings, plan_pod

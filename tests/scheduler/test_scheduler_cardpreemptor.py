@@ -8,8 +8,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from scheduler_helpers import dcu_pod, node_object
 
-from hami_dcu.common.keys import DCU_NAMING
-from hami_dcu.common.kube import KubeError, NotFoundError, ObjectList
+from hami_dcu.common.io.kube import KubeError, NotFoundError, ObjectList
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.cardpreemptor import CardPreemptor, PreemptorSettings
 from hami_dcu.scheduler.filtering import Filter, FilterSettings, PodPlan, plan_pod

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from scheduler_helpers import dcu_pod, node_object
 
-from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.cardvictims import Budget, Holder, budget_violations, choose, selects
 from hami_dcu.scheduler.filtering import FilterSettings, PodPlan, plan_pod

@@ -16,7 +16,7 @@ from scheduler_helpers import (
 )
 
 from hami_dcu.cli.localcluster.scheduler_loop import SchedulerLoop
-from hami_dcu.common.kube import AsyncKube
+from hami_dcu.common.io.kube import AsyncKube
 from hami_dcu.scheduler.app import build_app
 from hami_dcu.scheduler.bind import BindSettings
 from hami_dcu.scheduler.service import SchedulerService

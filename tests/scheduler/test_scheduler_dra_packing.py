@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scheduler_helpers import dcu_settings
 
-from hami_dcu.common.dra import names
-from hami_dcu.common.kube import GoneError, ObjectList
+from hami_dcu.common.io.kube import GoneError, ObjectList
+from hami_dcu.common.protocol.dra import names
 from hami_dcu.scheduler.app import build_app
 from hami_dcu.scheduler.drainformer import DraInformer, slim_claim
 from hami_dcu.scheduler.drausage import DraUsage, claim_consumption, slice_devices

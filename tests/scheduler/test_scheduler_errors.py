@@ -1,4 +1,4 @@
-"""The extender answers what a verb raised by common/errors.py's rule: a bug is a 500 with a
+"""The extender answers what a verb raised by common/protocol/errors.py's rule: a bug is a 500 with a
 short message, its traceback logged naming the pod and counted; an expected failure is the
 protocol's answer (200, the message in Error), one log line, uncounted; a malformed pod is
 still the 200 with the reason it has always had."""
@@ -10,8 +10,8 @@ import logging
 import pytest
 from scheduler_helpers import bind_args, dcu_pod, dcu_settings, filter_args
 
-from hami_dcu.common.codec import CodecError
-from hami_dcu.common.kube import UnreachableError
+from hami_dcu.common.io.kube import UnreachableError
+from hami_dcu.common.protocol.codec import CodecError
 from hami_dcu.scheduler import filtersteps
 from hami_dcu.scheduler import service as service_module
 from hami_dcu.scheduler.app import build_app

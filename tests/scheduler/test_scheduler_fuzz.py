@@ -17,8 +17,8 @@ from scheduler_helpers import bind_args, create_nodes, dcu_pod, dcu_settings, fi
 from split_http import send_split
 
 from hami_dcu.cli.localcluster.servers import AppThread
-from hami_dcu.common import keys
-from hami_dcu.common.kube import AsyncKube, Kube
+from hami_dcu.common.io.kube import AsyncKube, Kube
+from hami_dcu.common.protocol import keys
 from hami_dcu.scheduler.app import build_app
 from hami_dcu.scheduler.service import SchedulerService
 

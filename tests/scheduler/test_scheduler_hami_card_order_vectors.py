@@ -25,9 +25,9 @@ here), not our reading of its code.
 
 import pytest
 
-from hami_dcu.common import keys
-from hami_dcu.common.counting import StartOrder, Usage
-from hami_dcu.common.requests import DcuRequest
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.counting import StartOrder, Usage
+from hami_dcu.common.protocol.requests import DcuRequest
 from hami_dcu.scheduler import policy
 from hami_dcu.scheduler.fit import CardSpec, PodFit, Selection, fit_pod
 

@@ -3,9 +3,9 @@ named after the HAMi behaviour it holds us to."""
 
 import pytest
 
-from hami_dcu.common import keys
-from hami_dcu.common.counting import StartOrder, Usage
-from hami_dcu.common.requests import DcuRequest
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.counting import StartOrder, Usage
+from hami_dcu.common.protocol.requests import DcuRequest
 from hami_dcu.scheduler import policy
 from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss, Selection, fit_pod
 from hami_dcu.scheduler.reasons import Code

@@ -7,7 +7,7 @@ import json
 import pytest
 from scheduler_helpers import bind_args, create_nodes, dcu_pod, filter_args, until
 
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 

@@ -7,10 +7,10 @@ import asyncio
 
 from scheduler_helpers import dcu_pod, node_object
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
-from hami_dcu.common.keys import DCU_NAMING
-from hami_dcu.common.kube import AsyncKube
+from hami_dcu.common.io.kube import AsyncKube
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import ContainerDevice, encode_pod_devices
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.informer import Informer
 from hami_dcu.scheduler.slim import slim_node, slim_pod

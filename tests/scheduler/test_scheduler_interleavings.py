@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from scheduler_helpers import cache_view, dcu_pod, dcu_settings, held_per_card, node_object, over_capacity
 
-from hami_dcu.common import keys
-from hami_dcu.common.kube import AsyncKube, Kube, NotFoundError
-from hami_dcu.common.nodelock import NodeLock
+from hami_dcu.common.io.kube import AsyncKube, Kube, NotFoundError
+from hami_dcu.common.io.nodelock import NodeLock
+from hami_dcu.common.protocol import keys
 from hami_dcu.scheduler.bind import BindSettings
 from hami_dcu.scheduler.extender import BindArgs, FilterArgs
 from hami_dcu.scheduler.service import SchedulerService

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from scheduler_helpers import bind_args, create_nodes, dcu_pod, filter_args, until
 
-from hami_dcu.common.podlatency import CREATE_TO_BOUND_BUCKETS
+from hami_dcu.common.io.podlatency import CREATE_TO_BOUND_BUCKETS
 
 
 def sample(service, name, **labels):

@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 from scheduler_helpers import dcu_pod, node_object
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import encode_reported
-from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import encode_reported
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.filtering import Filter, FilterSettings, plan_pod
 from hami_dcu.scheduler.reasons import Code

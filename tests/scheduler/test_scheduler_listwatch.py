@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from hami_dcu.common.kube import GoneError, ObjectList
+from hami_dcu.common.io.kube import GoneError, ObjectList
 from hami_dcu.scheduler.listwatch import list_and_watch, list_pages
 
 

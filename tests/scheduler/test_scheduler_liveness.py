@@ -18,9 +18,9 @@ from scheduler_helpers import (
     until,
 )
 
-from hami_dcu.common import keys
-from hami_dcu.common.kube import AsyncKube, Kube, KubeError
-from hami_dcu.common.nodelock import NodeLock
+from hami_dcu.common.io.kube import AsyncKube, Kube, KubeError
+from hami_dcu.common.io.nodelock import NodeLock
+from hami_dcu.common.protocol import keys
 from hami_dcu.scheduler.app import build_app
 from hami_dcu.scheduler.bind import BindSettings
 from hami_dcu.scheduler.service import SchedulerService, ServiceSettings

@@ -8,7 +8,7 @@ from scheduler_helpers import create_nodes, dcu_pod, dcu_settings, until
 
 from hami_dcu.cli.localcluster.scheduler_loop import SchedulerLoop
 from hami_dcu.cli.main import build_parser
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 from hami_dcu.scheduler import command
 from hami_dcu.scheduler.app import build_app
 

@@ -5,9 +5,9 @@ from datetime import UTC, datetime, timedelta
 
 from scheduler_helpers import node_object
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import ContainerDevice, LockValue, encode_lock, encode_pod_devices
-from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import ContainerDevice, LockValue, encode_lock, encode_pod_devices
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.metrics import SchedulerMetrics
 from hami_dcu.webhook import certs

@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import encode_reported
-from hami_dcu.common.kube import AsyncKube
-from hami_dcu.common.namingcheck import EVENT_REASON
+from hami_dcu.common.io.kube import AsyncKube
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import encode_reported
+from hami_dcu.common.protocol.namingcheck import EVENT_REASON
 from hami_dcu.deviceplugin.namingwatch import check_node_naming
 from hami_dcu.scheduler.filtering import FilterSettings, plan_pod
 from hami_dcu.scheduler.fit import PodFit

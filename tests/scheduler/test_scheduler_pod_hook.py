@@ -8,8 +8,8 @@ import asyncio
 from scheduler_helpers import dcu_pod
 from test_scheduler_informer_paging import bound_pod
 
-from hami_dcu.common.keys import DCU_NAMING
-from hami_dcu.common.kube import AsyncKube
+from hami_dcu.common.io.kube import AsyncKube
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.informer import Informer
 

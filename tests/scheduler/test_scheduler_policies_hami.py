@@ -6,10 +6,10 @@ import re
 import pytest
 from scheduler_helpers import dcu_pod
 
-from hami_dcu.common import keys
-from hami_dcu.common.counting import StartOrder, Usage
-from hami_dcu.common.preferences import Weights, WeightsError, parse_weights
-from hami_dcu.common.requests import DcuRequest, RequestError
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.counting import StartOrder, Usage
+from hami_dcu.common.protocol.preferences import Weights, WeightsError, parse_weights
+from hami_dcu.common.protocol.requests import DcuRequest, RequestError
 from hami_dcu.scheduler.filtering import FilterSettings, plan_pod
 from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss, Selection, fit_pod
 from hami_dcu.scheduler.policy import CardPolicy, parse_card_policy

@@ -5,8 +5,8 @@ from datetime import UTC, datetime
 import pytest
 from scheduler_helpers import dcu_pod, node_object
 
-from hami_dcu.common import keys
-from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.scheduler import policy
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.filtering import Filter, FilterSettings, plan_pod

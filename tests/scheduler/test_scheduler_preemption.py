@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 from scheduler_helpers import dcu_pod, dcu_settings, node_object, until
 
-from hami_dcu.common import keys
-from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.extender import NodeVictims, PreemptionArgs, parse_preemption_args
 from hami_dcu.scheduler.filtering import FilterSettings, plan_pod

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from prometheus_client import generate_latest
 from scheduler_helpers import dcu_pod, dcu_settings, filter_args, node_object, until
 
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 from hami_dcu.scheduler.extender import parse_filter_args
 from hami_dcu.scheduler.quotas import admission_view
 from hami_dcu.scheduler.service import SchedulerService

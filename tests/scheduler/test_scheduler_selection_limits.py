@@ -7,9 +7,9 @@ the webhook refused such values (or past it) fails on every node with the annota
 import pytest
 from scheduler_helpers import create_nodes, dcu_pod, filter_args, until
 
-from hami_dcu.common import keys
-from hami_dcu.common.preferences import SELECTION_MAX_ENTRIES, SELECTION_MAX_ENTRY_CHARS, SelectionError
-from hami_dcu.common.requests import RequestError
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.preferences import SELECTION_MAX_ENTRIES, SELECTION_MAX_ENTRY_CHARS, SelectionError
+from hami_dcu.common.protocol.requests import RequestError
 from hami_dcu.scheduler.filtering import FilterSettings, plan_pod
 from hami_dcu.scheduler.fit import Selection
 

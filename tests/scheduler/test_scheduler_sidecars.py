@@ -5,11 +5,11 @@ beside it."""
 
 from __future__ import annotations
 
-from hami_dcu.common.codec import ContainerDevice
-from hami_dcu.common.counting import StartOrder, Usage, collapse
-from hami_dcu.common.keys import DCU_NAMING
-from hami_dcu.common.quota import Amount, requested
-from hami_dcu.common.requests import DcuRequest, sidecar_positions
+from hami_dcu.common.protocol.codec import ContainerDevice
+from hami_dcu.common.protocol.counting import StartOrder, Usage, collapse
+from hami_dcu.common.protocol.keys import DCU_NAMING
+from hami_dcu.common.protocol.quota import Amount, requested
+from hami_dcu.common.protocol.requests import DcuRequest, sidecar_positions
 from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss, Selection, fit_pod
 from hami_dcu.scheduler.policy import parse_card_policy
 from hami_dcu.scheduler.reasons import Code
@@ -84,8 +84,8 @@ def test_the_cache_counts_a_running_sidecar_beside_the_app_container_from_the_sl
 
     from scheduler_helpers import node_object
 
-    from hami_dcu.common import keys
-    from hami_dcu.common.codec import encode_pod_devices
+    from hami_dcu.common.protocol import keys
+    from hami_dcu.common.protocol.codec import encode_pod_devices
     from hami_dcu.scheduler.cache import ClusterCache
     from hami_dcu.scheduler.slim import slim_pod
 

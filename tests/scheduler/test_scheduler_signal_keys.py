@@ -6,7 +6,7 @@ one of them woke every waiting bind, which re-judged its node's lock for nothing
 
 import asyncio
 
-from hami_dcu.common.keys import DCU_NAMING
+from hami_dcu.common.protocol.keys import DCU_NAMING
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.informer import Informer
 from hami_dcu.scheduler.signal import CacheSignal

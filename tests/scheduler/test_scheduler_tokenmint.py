@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from hami_dcu.common.cannotstart import CannotStart
-from hami_dcu.common.errors import CliError
-from hami_dcu.common.kube import KubeError
+from hami_dcu.common.io.cannotstart import CannotStart
+from hami_dcu.common.io.kube import KubeError
+from hami_dcu.common.protocol.errors import CliError
 from hami_dcu.scheduler import token_command, tokenmint
 from hami_dcu.scheduler.tokenmint import Minted
 

@@ -8,7 +8,7 @@ import pytest
 from scheduler_helpers import bind_args, create_nodes, dcu_pod, filter_args, until
 from split_http import send_raw, send_split
 
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 from hami_dcu.scheduler.app import build_app
 
 

@@ -13,11 +13,17 @@ from datetime import UTC, datetime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import ContainerDevice, NodeDevice, encode_node_devices, encode_pod_devices, encode_reported
-from hami_dcu.common.counting import StartOrder
-from hami_dcu.common.keys import DCU_NAMING
-from hami_dcu.common.requests import DcuRequest
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import (
+    ContainerDevice,
+    NodeDevice,
+    encode_node_devices,
+    encode_pod_devices,
+    encode_reported,
+)
+from hami_dcu.common.protocol.counting import StartOrder
+from hami_dcu.common.protocol.keys import DCU_NAMING
+from hami_dcu.common.protocol.requests import DcuRequest
 from hami_dcu.scheduler import policy as policies
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.filtering import Filter, FilterSettings, PodPlan, best_name

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 from scheduler_helpers import bind_args, create_nodes, dcu_pod, filter_args, lock_of, until
 
-from hami_dcu.common import keys
-from hami_dcu.common.kube import AsyncKube
+from hami_dcu.common.io.kube import AsyncKube
+from hami_dcu.common.protocol import keys
 from hami_dcu.scheduler.app import build_app
 from hami_dcu.scheduler.bind import BindSettings
 from hami_dcu.scheduler.filtering import FilterSettings

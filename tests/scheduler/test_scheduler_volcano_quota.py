@@ -19,8 +19,8 @@ import jsonpatch
 from prometheus_client import CollectorRegistry
 from scheduler_helpers import DCU, dcu_pod, dcu_settings, node_object
 
-from hami_dcu.common import keys
-from hami_dcu.common.codec import ContainerDevice, encode_pod_devices
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.codec import ContainerDevice, encode_pod_devices
 from hami_dcu.scheduler.quotas import AdmissionView, admission_view
 from hami_dcu.scheduler.service import SchedulerService
 from hami_dcu.scheduler.slim import slim_pod

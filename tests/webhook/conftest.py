@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from hami_dcu.common import keys
-from hami_dcu.common.tls import ReloadingTLS
+from hami_dcu.common.io.tls import ReloadingTLS
+from hami_dcu.common.protocol import keys
 from hami_dcu.webhook.certs import CertBundle, issue
 from hami_dcu.webhook.decision import Settings
 from hami_dcu.webhook.server import build_app

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 from hami_dcu.webhook.advice import scheduling_warnings
 from hami_dcu.webhook.decision import Settings, review
 

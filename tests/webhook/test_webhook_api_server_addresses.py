@@ -16,7 +16,7 @@ from test_webhook_dra import FakeKube
 from test_webhook_dra_quota_race import SETTINGS, answer, claim, claim_review
 
 from hami_dcu.cli.main import build_parser
-from hami_dcu.common.kube import AsyncKube
+from hami_dcu.common.io.kube import AsyncKube
 from hami_dcu.webhook.callers import ApiServerAddresses
 from hami_dcu.webhook.command import api_server_from
 from hami_dcu.webhook.draclaims import DraClaims

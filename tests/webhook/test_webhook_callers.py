@@ -30,11 +30,11 @@ from prometheus_client import CollectorRegistry
 from test_webhook_dra import DRA_SETTINGS, TEAM_QUOTA, FakeKube, Proven, claim_object, claim_review, container, pod
 
 from e2e.realcluster.pki import Pki
-from hami_dcu.common import keys
-from hami_dcu.common.dra import names
-from hami_dcu.common.kube import AsyncKube, ConflictError, KubeError
-from hami_dcu.common.quota import Amount
-from hami_dcu.common.tls import ReloadingTLS
+from hami_dcu.common.io.kube import AsyncKube, ConflictError, KubeError
+from hami_dcu.common.io.tls import ReloadingTLS
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.quota import Amount
 from hami_dcu.webhook.callers import ClientAuth, certificate_names
 from hami_dcu.webhook.decision import DRA, Settings, review
 from hami_dcu.webhook.deferredtemplates import DeferredTemplates
@@ -181,7 +181,7 @@ def _tampered() -> list[tuple[str, JSON]]:
 
 @pytest.mark.parametrize(("what", "spec"), _tampered(), ids=[w for w, _ in _tampered()])
 def test_a_spec_the_webhook_never_writes_is_not_created(what, spec):
-    from hami_dcu.common.dra.translate import template_name
+    from hami_dcu.common.protocol.dra.translate import template_name
 
     name = template_name(spec)
     decoded, problems = decode(json.dumps({name: spec}), {name})
@@ -189,7 +189,7 @@ def test_a_spec_the_webhook_never_writes_is_not_created(what, spec):
 
 
 def test_a_template_under_another_name_or_not_named_by_the_pod_is_not_created():
-    from hami_dcu.common.dra.translate import template_name
+    from hami_dcu.common.protocol.dra.translate import template_name
 
     spec = whole_card()
     assert decode(json.dumps({"hami-dcu-0000000000000000": spec}), {"hami-dcu-0000000000000000"})[0] == []

@@ -3,7 +3,7 @@
 import os
 import stat
 
-from hami_dcu.common.tls import ReloadingTLS
+from hami_dcu.common.io.tls import ReloadingTLS
 from hami_dcu.webhook.certs import issue, write_pem_files
 
 

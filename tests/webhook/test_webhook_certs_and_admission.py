@@ -7,8 +7,8 @@ import pytest
 from cryptography import x509
 
 from hami_dcu.cli.localcluster.admission import WebhookDispatcher, selector_matches
-from hami_dcu.common import keys
-from hami_dcu.common.kube import KubeError
+from hami_dcu.common.io.kube import KubeError
+from hami_dcu.common.protocol import keys
 from hami_dcu.webhook.certs import WEBHOOK_CONFIG_PATH, CertBundle, ensure, issue, renewal_reason, service_dns_names
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak

@@ -12,7 +12,7 @@ import pytest
 from test_webhook_dra import FakeKube
 from test_webhook_dra_quota_race import claim, claim_review, webhook
 
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 from hami_dcu.webhook.decision import DRA, Settings
 
 QUOTAS: dict[str, Any] = {}

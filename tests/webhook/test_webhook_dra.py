@@ -13,9 +13,9 @@ import jsonpatch
 import pytest
 from prometheus_client import CollectorRegistry
 
-from hami_dcu.common import keys
-from hami_dcu.common.kube import AsyncKube, ConflictError, KubeError, NotFoundError
-from hami_dcu.common.quota import Amount, Limit, QuotaLimits
+from hami_dcu.common.io.kube import AsyncKube, ConflictError, KubeError, NotFoundError
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.quota import Amount, Limit, QuotaLimits
 from hami_dcu.webhook.callers import ClientAuth
 from hami_dcu.webhook.decision import DRA, Settings, review
 from hami_dcu.webhook.draclaims import DraClaims, units_of

@@ -12,9 +12,9 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from hami_dcu.common import keys
-from hami_dcu.common.dra.translate import extended_resource_claim
-from hami_dcu.common.quota import Amount, Limit, QuotaLimits
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.dra.translate import extended_resource_claim
+from hami_dcu.common.protocol.quota import Amount, Limit, QuotaLimits
 from hami_dcu.webhook.decision import DRA, Settings, review
 from tests.webhook.test_webhook_dra import FakeKube, admission, claim_review, post, slice_of
 

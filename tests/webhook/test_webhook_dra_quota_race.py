@@ -19,9 +19,9 @@ import jsonpatch
 from prometheus_client import CollectorRegistry
 from test_webhook_dra import FakeKube
 
-from hami_dcu.common import keys
-from hami_dcu.common.kube import AsyncKube
-from hami_dcu.common.quota import Amount, Limit, QuotaLimits
+from hami_dcu.common.io.kube import AsyncKube
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.quota import Amount, Limit, QuotaLimits
 from hami_dcu.scheduler.drainformer import DraInformer, slim_claim
 from hami_dcu.scheduler.drausage import DraUsage
 from hami_dcu.webhook.decision import DRA, Settings

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from hami_dcu.common.dra.translate import device_request
-from hami_dcu.common.keys import DCU_NAMING
-from hami_dcu.common.quota import Amount, Limit, QuotaLimits
-from hami_dcu.common.requests import DcuRequest
+from hami_dcu.common.protocol.dra.translate import device_request
+from hami_dcu.common.protocol.keys import DCU_NAMING
+from hami_dcu.common.protocol.quota import Amount, Limit, QuotaLimits
+from hami_dcu.common.protocol.requests import DcuRequest
 from hami_dcu.webhook.draquota import (
     CardSize,
     ClaimAmount,

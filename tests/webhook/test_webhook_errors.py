@@ -1,4 +1,4 @@
-"""The webhook answers what it did not decide by common/errors.py's rule: a bug is a 500 with a
+"""The webhook answers what it did not decide by common/protocol/errors.py's rule: a bug is a 500 with a
 short message, its traceback logged naming the pod, and counted; an expected failure is its
 own status and message, one log line, uncounted; a malformed pod is still a 400 that names
 the field, never mistaken for a bug nor a bug for it."""
@@ -10,8 +10,8 @@ import logging
 from prometheus_client import CollectorRegistry
 from test_webhook_server import review
 
-from hami_dcu.common import keys
-from hami_dcu.common.kube import UnreachableError
+from hami_dcu.common.io.kube import UnreachableError
+from hami_dcu.common.protocol import keys
 from hami_dcu.webhook import server
 from hami_dcu.webhook.decision import DRA, Settings
 

@@ -7,8 +7,8 @@ import json
 import pytest
 from prometheus_client import CollectorRegistry
 
-from hami_dcu.common import keys
-from hami_dcu.common.writers import NODE_NAME_EXTRA, Identities
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.writers import NODE_NAME_EXTRA, Identities
 from hami_dcu.webhook.decision import Settings
 from hami_dcu.webhook.server import WebhookMetrics, answer
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from test_webhook_server import post, review
 
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 

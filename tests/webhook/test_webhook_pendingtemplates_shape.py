@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from hami_dcu.common.dra import names
-from hami_dcu.common.dra.translate import MAX_SUBREQUESTS, _cores_selector
+from hami_dcu.common.protocol.dra import names
+from hami_dcu.common.protocol.dra.translate import MAX_SUBREQUESTS, _cores_selector
 from hami_dcu.webhook.pendingtemplates import shape_problem
 
 JSON = dict[str, Any]

@@ -3,7 +3,7 @@
 import jsonpatch
 
 from hami_dcu.cli.main import build_parser
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 from hami_dcu.webhook.command import settings_from
 from hami_dcu.webhook.decision import Settings, review
 from hami_dcu.webhook.rename import adopt_names

@@ -9,7 +9,7 @@ import json
 import jsonpatch
 import pytest
 
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 from hami_dcu.webhook.decision import Settings, review
 from hami_dcu.webhook.schemas import BadReview, load_review
 

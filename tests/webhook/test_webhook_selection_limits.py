@@ -5,8 +5,8 @@ extender reads, naming the annotation, the limit and the count. Before, a 240 Ki
 
 import pytest
 
-from hami_dcu.common import keys
-from hami_dcu.common.preferences import SELECTION_MAX_ENTRIES, SELECTION_MAX_ENTRY_CHARS
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.preferences import SELECTION_MAX_ENTRIES, SELECTION_MAX_ENTRY_CHARS
 from hami_dcu.webhook.decision import DRA, Settings, review
 
 KEYS = [keys.DCU_NAMING.use_type, keys.DCU_NAMING.nouse_type, keys.HCU_NAMING.use_type,

@@ -1,9 +1,9 @@
 """Each admission step on its own: what it settles, and that it passes (None) on everything else.
 `review` runs them in `STEPS` order; test_webhook_decision.py checks the whole."""
 
-from hami_dcu.common import keys
-from hami_dcu.common.podchecks import dcu_pod
-from hami_dcu.common.quota import Amount, Limit, QuotaLimits
+from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.podchecks import dcu_pod
+from hami_dcu.common.protocol.quota import Amount, Limit, QuotaLimits
 from hami_dcu.webhook import decision
 from hami_dcu.webhook.decision import DRA, STEPS, Admission, Settings
 from hami_dcu.webhook.rename import adopt_names

@@ -6,7 +6,7 @@ import ssl
 
 import pytest
 
-from hami_dcu.common.tls import ReloadingTLS
+from hami_dcu.common.io.tls import ReloadingTLS
 
 # Every TLS 1.2 CBC suite OpenSSL offers for an ECDSA or RSA certificate.
 CBC_SUITES = ("ECDHE-ECDSA-AES256-SHA384:ECDHE-ECDSA-AES128-SHA256:ECDHE-ECDSA-AES256-SHA:ECDHE-ECDSA-AES128-SHA:"

@@ -12,7 +12,7 @@ from split_http import send_raw, send_split
 from test_webhook_server import review
 
 from hami_dcu.cli.localcluster.servers import AppThread
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 from hami_dcu.webhook.decision import Settings
 from hami_dcu.webhook.server import MAX_BODY, build_app
 

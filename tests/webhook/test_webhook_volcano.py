@@ -3,7 +3,7 @@ still apply, and hcumem must be MiB (issue 24)."""
 
 import pytest
 
-from hami_dcu.common import keys
+from hami_dcu.common.protocol import keys
 from hami_dcu.webhook.decision import Settings, review
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak

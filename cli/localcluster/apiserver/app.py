@@ -48,7 +48,7 @@ from hami_dcu.cli.localcluster.apiserver.selectors import (
 from hami_dcu.cli.localcluster.apiserver.store import Change, Store, StoreError, conflict
 from hami_dcu.cli.localcluster.apiserver.strategy import prepare_create, prepare_update
 from hami_dcu.cli.localcluster.apiserver.tables import table, wants_table
-from hami_dcu.common.codec import format_rfc3339
+from hami_dcu.common.protocol.codec import format_rfc3339
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from hami_dcu.cli.localcluster.apiserver.resources import JSON
-from hami_dcu.common.errors import CliError
+from hami_dcu.common.protocol.errors import CliError
 
 CREATE, UPDATE = "CREATE", "UPDATE"
 

@@ -11,7 +11,7 @@ from typing import Any
 import jsonpatch
 
 from hami_dcu.cli.localcluster.apiserver.resources import JSON, clone
-from hami_dcu.common.errors import CliError
+from hami_dcu.common.protocol.errors import CliError
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"

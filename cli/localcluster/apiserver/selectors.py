@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hami_dcu.cli.localcluster.apiserver.resources import JSON
-from hami_dcu.common.errors import CliError
+from hami_dcu.common.protocol.errors import CliError
 
 Predicate = Callable[[JSON], bool]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from hami_dcu.cli.localcluster.apiserver.patching import STRATEGIC, PatchError, apply_patch
 from hami_dcu.cli.localcluster.apiserver.resources import CLUSTER_SCOPED, JSON, KINDS, clone, now_rfc3339
-from hami_dcu.common.errors import CliError
+from hami_dcu.common.protocol.errors import CliError
 
 
 class StoreError(CliError):
