@@ -31,10 +31,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
-
 from hami_dcu.common.protocol import keys
 from hami_dcu.common.protocol.codec import decode_handshake
+from hami_dcu.common.protocol.kubequantity import parse_quantity
 
 HANDSHAKE_TTL = timedelta(seconds=60)
 
@@ -53,7 +52,7 @@ def allocates_dcu(node: dict[str, Any], count_resource: str) -> bool:
     if not isinstance(value, str | int) or isinstance(value, bool) or len(str(value)) > 64:
         return False
     try:
-        return bool(parse_quantity(value) > 0)  # a Decimal, untyped in kubernetes
+        return parse_quantity(value) > 0
     except (ValueError, ArithmeticError):
         return False
 

@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol
 
-from kubernetes.utils.quantity import parse_quantity
-
 from hami_dcu.common.protocol.keys import ResourceNames
+from hami_dcu.common.protocol.kubequantity import parse_quantity
 from hami_dcu.common.protocol.requests import DcuRequest
 
 JSON = dict[str, Any]

@@ -24,11 +24,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
-
 from hami_dcu.common.protocol.counting import start_order
 from hami_dcu.common.protocol.errors import HamiDcuError
 from hami_dcu.common.protocol.keys import ResourceNames
+from hami_dcu.common.protocol.kubequantity import parse_quantity
 
 INT32_MAX = 2**31 - 1
 _INTEGER = re.compile(r"[0-9]+")

@@ -5,12 +5,10 @@ canonical ("65520Mi", "120", "8Gi"), so only whole numbers matter; a fraction ro
 from __future__ import annotations
 
 import math
-from decimal import Decimal
 from typing import Any
 
-from kubernetes.utils import parse_quantity
-
 from hami_dcu.common.protocol.errors import DraError
+from hami_dcu.common.protocol.kubequantity import parse_quantity
 
 _MAX_CHARS = 64  # a quantity longer than this is not one the API server would write
 
@@ -23,7 +21,7 @@ def to_int(text: object, what: str) -> int:
     if not isinstance(text, str | int) or isinstance(text, bool) or len(str(text)) > _MAX_CHARS:
         raise QuantityError(f"{what}: {text!r} is not a quantity")
     try:
-        value: Decimal = parse_quantity(str(text))  # kubernetes ships no types: it is a Decimal
+        value = parse_quantity(str(text))
     except (ValueError, ArithmeticError) as exc:
         raise QuantityError(f"{what}: {text!r} is not a quantity") from exc
     if not value.is_finite() or value < 0:
