@@ -16,9 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol import keys, objects
 from hami_dcu.common.protocol import lockpurpose as purpose
 from hami_dcu.common.protocol.codec import (
     CodecError,
@@ -30,6 +29,7 @@ from hami_dcu.common.protocol.codec import (
 )
 from hami_dcu.common.protocol.errors import DevicePluginError
 from hami_dcu.common.protocol.keys import Naming
+from hami_dcu.common.protocol.objects import JSON
 from hami_dcu.common.protocol.podchecks import CheckSettings, Stage, refusal_of
 from hami_dcu.deviceplugin import lockless
 from hami_dcu.deviceplugin import plan as planning
@@ -38,7 +38,6 @@ from hami_dcu.node.allocator import Grant
 from hami_dcu.node.discovery import DcuCard
 from hami_dcu.node.vdev import VdevDir, VdevSpec
 
-JSON = dict[str, Any]
 FINISHED = ("Succeeded", "Failed")
 UNSERVED_CARD = -1  # card index of a restored grant whose card this plugin no longer serves
 
@@ -99,8 +98,7 @@ class ContainerDecision:
 
 
 def pod_key(pod: JSON) -> tuple[str | None, str | None]:
-    meta = pod.get("metadata") or {}
-    return meta.get("namespace"), meta.get("name")
+    return objects.namespace(pod), objects.name(pod)
 
 
 def find_pod(pods: Iterable[JSON], namespace: str | None, name: str | None) -> JSON | None:
@@ -110,7 +108,7 @@ def find_pod(pods: Iterable[JSON], namespace: str | None, name: str | None) -> J
 def lock_value(node_obj: JSON) -> str | None:
     """The node lock's value on `node_obj` (common/io/nodelock.py reads it the same way; that
     module also writes the lock, through the client this one never imports)."""
-    value = ((node_obj.get("metadata") or {}).get("annotations") or {}).get(keys.NODE_LOCK)
+    value = objects.annotations(node_obj).get(keys.NODE_LOCK)
     return value if isinstance(value, str) else None
 
 
@@ -124,7 +122,7 @@ def parsed_lock(value: str) -> LockValue | None:
 
 def live_pod_uids(pods: Iterable[JSON]) -> set[str]:
     """The pods whose vDCUs must stay: every pod listed that has not finished."""
-    return {p["metadata"]["uid"] for p in pods if (p.get("status") or {}).get("phase") not in FINISHED}
+    return {p["metadata"]["uid"] for p in pods if objects.phase(p) not in FINISHED}
 
 
 def stale_records(records: Iterable[tuple[str, VdevDir]], pods: Iterable[JSON]) -> list[tuple[str, VdevDir]]:
@@ -193,7 +191,7 @@ class PluginCore:
             return HolderRefusal(
                 f"the lock of node {self.node} names {namespace}/{name}, which no longer needs it ({reason}): "
                 "this Allocate is for a pod hami-scheduler did not bind here just now", reason)
-        if not (holder.get("spec") or {}).get("nodeName"):
+        if not objects.node_name(holder):
             return HolderRefusal(
                 f"the lock of node {self.node} names {namespace}/{name}, which is not bound yet (its bind is in "
                 "flight): this Allocate is for another pod", None)
@@ -221,7 +219,7 @@ class PluginCore:
     def entry_containers(self, pod: JSON) -> list[JSON] | None:
         """The containers the pod's entries belong to: Volcano's pods have entries only for
         their HCU containers; None means HAMi's layout (every container)."""
-        if self.volcano_scheduler and (pod.get("spec") or {}).get("schedulerName") == self.volcano_scheduler:
+        if self.volcano_scheduler and objects.scheduler_name(pod) == self.volcano_scheduler:
             return lockless.hcu_containers(pod, self.names)
         return None
 

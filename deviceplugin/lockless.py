@@ -25,16 +25,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
-from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol import keys, objects
 from hami_dcu.common.protocol.codec import CodecError, decode_pod_devices
 from hami_dcu.common.protocol.errors import DevicePluginError
 from hami_dcu.common.protocol.keys import ResourceNames
+from hami_dcu.common.protocol.objects import JSON
 from hami_dcu.common.protocol.requests import pod_asks_for_count
 from hami_dcu.deviceplugin.plan import card_of_fake_id, who
-
-JSON = dict[str, Any]
 
 
 class LocklessRefused(DevicePluginError, RuntimeError):
@@ -57,7 +55,7 @@ def hcu_containers(pod: JSON, names: ResourceNames) -> list[JSON]:
     """The app containers the fork writes an entry for, in order (its `checkVHCUResourcesInPod`
     rule per container: the count or the memory resource in limits)."""
     found = []
-    for container in (pod.get("spec") or {}).get("containers") or []:
+    for container in objects.containers(pod):
         limits = (container.get("resources") or {}).get("limits") or {}
         if names.count in limits or names.memory in limits:
             found.append(container)
@@ -65,7 +63,7 @@ def hcu_containers(pod: JSON, names: ResourceNames) -> list[JSON]:
 
 
 def _entries_left(pod: JSON, to_allocate: str) -> bool:
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(to_allocate)
+    value = objects.annotations(pod).get(to_allocate)
     if value is None:
         return False
     try:
@@ -79,10 +77,10 @@ def awaiting_pods(pods: list[JSON], node: str, resource: str, to_allocate: str) 
     (`resource`, `to_allocate`: the naming set's count resource and to-allocate annotation)."""
     found = []
     for pod in pods:
-        meta = pod.get("metadata") or {}
+        meta = objects.metadata(pod)
         if meta.get("deletionTimestamp"):
             continue
-        if (pod.get("spec") or {}).get("nodeName") != node or (pod.get("status") or {}).get("phase") != "Pending":
+        if objects.node_name(pod) != node or objects.phase(pod) != "Pending":
             continue
         if not pod_asks_for_count(pod, resource):  # the kubelet calls Allocate for no count of 0
             continue
@@ -111,13 +109,13 @@ def identify(pods: list[JSON], node: str, request_ids: list[str], resource: str,
             "The kubelet's call names no pod, so which one it admits cannot be proven: refused rather than "
             "guessed (the refused pod fails and its controller creates it again)", ambiguous=True)
     pod = awaiting[0].pod
-    scheduler = (pod.get("spec") or {}).get("schedulerName")
+    scheduler = objects.scheduler_name(pod)
     if scheduler != volcano_scheduler:
         raise LocklessRefused(
             f"no node lock on node {node}, and the pod awaiting a {resource} allocation, {who(pod)}, is "
             f"{awaiting[0].why} with schedulerName {scheduler!r}: only {volcano_scheduler!r} allocates without "
             "the lock")
-    placed_on = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.POD_NODE)
+    placed_on = objects.annotations(pod).get(keys.POD_NODE)
     if placed_on != node:
         raise LocklessRefused(
             f"pod {who(pod)} is bound to node {node} but its {keys.POD_NODE} names {placed_on!r}: its allocation "
@@ -133,7 +131,7 @@ def identify(pods: list[JSON], node: str, request_ids: list[str], resource: str,
 
 def next_entry_cards(pod: JSON, to_allocate: str) -> Counter[str] | None:
     """The cards of the pod's next entry to serve; None when unreadable (plan.py says why)."""
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(to_allocate, "")
+    value = objects.annotations(pod).get(to_allocate, "")
     try:
         entries = decode_pod_devices(value, to_allocate)
     except CodecError:

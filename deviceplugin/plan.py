@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
-from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol import keys, objects
 from hami_dcu.common.protocol.codec import (
     CodecError,
     ContainerDevice,
@@ -22,10 +21,9 @@ from hami_dcu.common.protocol.codec import (
 )
 from hami_dcu.common.protocol.errors import DevicePluginError
 from hami_dcu.common.protocol.keys import Naming
+from hami_dcu.common.protocol.objects import JSON
 from hami_dcu.common.protocol.requests import pod_asks_for_count, pod_containers
 from hami_dcu.node.discovery import DcuCard
-
-JSON = dict[str, Any]
 
 
 class AllocateRefused(DevicePluginError, RuntimeError):
@@ -56,8 +54,7 @@ class ContainerPlan:
 
 
 def who(pod: JSON) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
+    return f"{objects.namespace(pod)}/{objects.name(pod)}"
 
 
 def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str, DcuCard], naming: Naming,
@@ -66,7 +63,7 @@ def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str
     the pod's entries belong to, in order; by default every container, init containers first
     (HAMi's layout). Volcano's Hygon deviceshare writes entries only for the containers that
     request HCU (lockless.hcu_containers)."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = objects.annotations(pod)
     _refuse_unless_being_admitted(pod, node, annotations)
     entries, index = _next_entry(pod, annotations, naming)
     _refuse_unless_recorded(pod, annotations, entries, index, naming)
@@ -88,10 +85,10 @@ def plan_container(pod: JSON, node: str, request_ids: list[str], cards: dict[str
 
 def _refuse_unless_being_admitted(pod: JSON, node: str, annotations: JSON) -> None:
     """Bound here, Pending, and marked by hami-scheduler's bind as awaiting its allocation."""
-    bound = (pod.get("spec") or {}).get("nodeName")
+    bound = objects.node_name(pod)
     if bound != node:
         raise AllocateRefused(f"pod {who(pod)} holds the lock of node {node} but is bound to {bound or 'no node'}")
-    phase = (pod.get("status") or {}).get("phase")
+    phase = objects.phase(pod)
     if phase != "Pending":
         raise AllocateRefused(f"pod {who(pod)} is {phase}, not Pending: it is not being admitted")
     bind_phase = annotations.get(keys.POD_BIND_PHASE)
@@ -189,10 +186,10 @@ def rival_pods(pods: list[JSON], holder_uid: str, node: str, resource: str) -> l
     wrong pod (as in Project-HAMi/HAMi#920, #3096, #338)."""
     rivals = []
     for pod in pods:
-        meta = pod.get("metadata") or {}
+        meta = objects.metadata(pod)
         if meta.get("uid") == holder_uid or meta.get("deletionTimestamp"):
             continue
-        if (pod.get("spec") or {}).get("nodeName") != node or (pod.get("status") or {}).get("phase") != "Pending":
+        if objects.node_name(pod) != node or objects.phase(pod) != "Pending":
             continue
         if not pod_asks_for_count(pod, resource):  # the kubelet calls Allocate for no count of 0
             continue
@@ -224,7 +221,7 @@ def cu_count(usedcores: int, compute_units: int) -> int:
 def preferred_ids(pod: JSON, available: list[str], must_include: list[str], size: int, to_allocate: str) -> list[str]:
     """Advice for the kubelet: slots on the cards the next container was scheduled to
     (`to_allocate`: the naming set's annotation that names them)."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = objects.annotations(pod)
     try:
         entries = decode_pod_devices(annotations.get(to_allocate, ""), to_allocate)
     except CodecError:

@@ -10,14 +10,13 @@ Anything that does not fit what this node publishes is refused with a message sa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from hami_dcu.common.protocol import objects
 from hami_dcu.common.protocol.dra import names
 from hami_dcu.common.protocol.dra.quantity import QuantityError, to_int
 from hami_dcu.common.protocol.errors import DraError
+from hami_dcu.common.protocol.objects import JSON
 from hami_dcu.node.discovery import DcuCard
-
-JSON = dict[str, Any]
 
 
 class ClaimRefused(DraError, ValueError):
@@ -38,8 +37,7 @@ class Share:
 
 
 def who(claim: JSON) -> str:
-    meta = claim.get("metadata") or {}
-    return f"ResourceClaim {meta.get('namespace')}/{meta.get('name')}"
+    return f"ResourceClaim {objects.namespace(claim)}/{objects.name(claim)}"
 
 
 def cards_by_device(cards: list[DcuCard]) -> dict[str, DcuCard]:

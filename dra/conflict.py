@@ -10,19 +10,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from hami_dcu.common.protocol import objects
 from hami_dcu.common.protocol.dra.quantity import QuantityError, to_int
 
 
 def device_plugin_serving(node: dict[str, Any], count_resources: tuple[str, ...]) -> str | None:
     """Why the node is already served in device-plugin mode, or None."""
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    allocatable = objects.node_status(node).get("allocatable") or {}
     for resource in count_resources:
         try:
             slots = to_int(allocatable.get(resource, "0"), resource)
         except QuantityError:
             continue
         if slots > 0:
-            name = (node.get("metadata") or {}).get("name")
+            name = objects.name(node)
             return (f"node {name} has {slots} allocatable {resource} from the hami-dcu device plugin: a node is "
                     "served in one mode only (chart value `mode`), so the DRA driver publishes no devices here")
     return None

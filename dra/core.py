@@ -23,9 +23,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
+from hami_dcu.common.protocol import objects
 from hami_dcu.common.protocol.errors import DraError
+from hami_dcu.common.protocol.objects import JSON
 from hami_dcu.dra import cdi
 from hami_dcu.dra.claims import ClaimRefused, Share, cards_by_device, plan_claim, who
 from hami_dcu.dra.holdings import conflict
@@ -37,7 +38,6 @@ from hami_dcu.node.discovery import DcuCard
 from hami_dcu.node.vdev import VDEV_CONF, render_conf, write_atomic
 
 log = logging.getLogger(__name__)
-JSON = dict[str, Any]
 UNSERVED_CARD = -1  # card index of a restored grant whose card is no longer served
 _UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}")  # a claim UID also names files: nothing else passes
 
@@ -136,7 +136,7 @@ class DriverCore:
     # --- prepare ---------------------------------------------------------------------------
 
     def prepare(self, claim: JSON) -> PreparedClaim:
-        meta = claim.get("metadata") or {}
+        meta = objects.metadata(claim)
         uid = str(meta.get("uid") or "")
         if not _UID.fullmatch(uid):
             raise PrepareFailed(f"{who(claim)}: unusable UID {uid!r}")

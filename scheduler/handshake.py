@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol import keys, objects
 from hami_dcu.common.protocol.codec import decode_handshake
 from hami_dcu.common.protocol.kubequantity import parse_quantity
 
@@ -48,7 +48,7 @@ class HandshakeSeen:
 
 def allocates_dcu(node: dict[str, Any], count_resource: str) -> bool:
     """The node's status.allocatable shows at least one DCU (the kubelet has the plugin)."""
-    value = ((node.get("status") or {}).get("allocatable") or {}).get(count_resource)
+    value = (objects.node_status(node).get("allocatable") or {}).get(count_resource)
     if not isinstance(value, str | int) or isinstance(value, bool) or len(str(value)) > 64:
         return False
     try:

@@ -18,6 +18,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from hami_dcu.common.protocol import objects
 from hami_dcu.common.protocol.codec import PodDevices
 
 
@@ -48,7 +49,7 @@ class StartOrder:
 
 def start_order(pod: dict[str, Any]) -> StartOrder:
     """The pod's start order, read from its spec (the only way a caller should get one)."""
-    init = (pod.get("spec") or {}).get("initContainers") or []
+    init = objects.init_containers(pod)
     sidecars = frozenset(i for i, c in enumerate(init) if isinstance(c, dict) and c.get("restartPolicy") == "Always")
     return _shared(len(init), sidecars)
 

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
-from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol import keys, objects
 from hami_dcu.common.protocol.codec import LockValue
-
-JSON = dict[str, Any]
+from hami_dcu.common.protocol.objects import JSON
 
 # Reasons a lock may be removed by someone other than its holder's own bind or Allocate.
 EXPIRED = "expired"  # older than the lock timeout, whoever holds it
@@ -47,9 +45,8 @@ class HolderState:
 
     @classmethod
     def of(cls, pod: JSON) -> HolderState:
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        return cls(phase=(pod.get("status") or {}).get("phase"), bound_to=(pod.get("spec") or {}).get("nodeName"),
-                   bind_phase=annotations.get(keys.POD_BIND_PHASE))
+        return cls(phase=objects.phase(pod), bound_to=objects.node_name(pod),
+                   bind_phase=objects.annotations(pod).get(keys.POD_BIND_PHASE))
 
 
 def state_reason(pod: JSON | HolderState, node: str) -> str | None:
@@ -100,6 +97,6 @@ def release_reason(
     reason = state_reason(holder, node)
     if reason is not None:
         return reason
-    if not (holder.get("spec") or {}).get("nodeName") and age > bind_window:
+    if not objects.node_name(holder) and age > bind_window:
         return HOLDER_UNBOUND
     return None

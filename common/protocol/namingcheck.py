@@ -19,23 +19,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
-from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol import keys, objects
 from hami_dcu.common.protocol.keys import Naming, other_naming
+from hami_dcu.common.protocol.objects import JSON
 from hami_dcu.common.protocol.requests import pod_asks_for_count
 
-JSON = dict[str, Any]
 EVENT_REASON = "NamingMismatch"
 _SHOWN = 5
 
 
-def _annotations(obj: JSON) -> dict[str, Any]:
-    return (obj.get("metadata") or {}).get("annotations") or {}
-
-
 def _name(obj: JSON) -> str:
-    meta = obj.get("metadata") or {}
+    meta = objects.metadata(obj)
     return f"{meta['namespace']}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
 
 
@@ -57,14 +52,14 @@ def find_traces(nodes: Iterable[JSON], pods: Iterable[JSON], naming: Naming) -> 
     other = other_naming(naming)
     traces = Traces(other)
     for node in nodes:
-        annotations = _annotations(node)
+        annotations = objects.annotations(node)
         if other.node_register in annotations and naming.node_register not in annotations:
             traces.registering.append(_name(node))
         if str(annotations.get(other.node_handshake, "")).startswith(keys.HANDSHAKE_REQUESTING):
             traces.requested.append(_name(node))
     for pod in pods:
-        phase = (pod.get("status") or {}).get("phase")
-        if phase not in ("Succeeded", "Failed") and other.pod_devices_allocated in _annotations(pod):
+        phase = objects.phase(pod)
+        if phase not in ("Succeeded", "Failed") and other.pod_devices_allocated in objects.annotations(pod):
             traces.placed.append(_name(pod))
         if phase not in (None, "Pending"):
             continue

@@ -17,14 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
-from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol import keys, objects
 from hami_dcu.common.protocol.keys import ResourceNames
+from hami_dcu.common.protocol.objects import JSON
 from hami_dcu.common.protocol.requests import DcuRequest, RequestError, names_dcu, parse_container_request
 from hami_dcu.common.protocol.untrusted import shown
-
-JSON = dict[str, Any]
 
 
 class Stage(StrEnum):
@@ -70,12 +68,12 @@ class DcuPod:
         return any(c.request is not None for c in self.containers)
 
     @property
-    def annotations(self) -> JSON:
-        return (self.pod.get("metadata") or {}).get("annotations") or {}
+    def annotations(self) -> dict[str, str]:
+        return objects.annotations(self.pod)
 
     @property
-    def spec(self) -> JSON:
-        return self.pod.get("spec") or {}
+    def spec(self) -> objects.PodSpec:
+        return objects.pod_spec(self.pod)
 
 
 def _parsed(container: JSON, names: ResourceNames) -> DcuRequest | RequestError | None:
@@ -86,10 +84,9 @@ def _parsed(container: JSON, names: ResourceNames) -> DcuRequest | RequestError 
 
 
 def dcu_pod(pod: JSON, names: ResourceNames) -> DcuPod:
-    spec = pod.get("spec") or {}
     found = [DcuContainer(c, _parsed(c, names), init=True, sidecar=c.get("restartPolicy") == "Always")
-             for c in spec.get("initContainers") or [] if names_dcu(c, names)]
-    found += [DcuContainer(c, _parsed(c, names)) for c in spec.get("containers") or [] if names_dcu(c, names)]
+             for c in objects.init_containers(pod) if names_dcu(c, names)]
+    found += [DcuContainer(c, _parsed(c, names)) for c in objects.containers(pod) if names_dcu(c, names)]
     return DcuPod(pod, tuple(found))
 
 

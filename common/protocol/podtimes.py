@@ -11,12 +11,10 @@ guessed, and nothing a tenant wrote can raise here.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from hami_dcu.common.protocol import keys
 from hami_dcu.common.protocol.codec import CodecError, decode_unix_seconds
-
-JSON = dict[str, Any]
+from hami_dcu.common.protocol.objects import JSON
 
 
 def _rfc3339(value: object) -> datetime | None:

@@ -24,13 +24,14 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import Protocol
 
+from hami_dcu.common.protocol import objects
 from hami_dcu.common.protocol.keys import ResourceNames
 from hami_dcu.common.protocol.kubequantity import parse_quantity
+from hami_dcu.common.protocol.objects import JSON
 from hami_dcu.common.protocol.requests import DcuRequest
 
-JSON = dict[str, Any]
 _QUANTITY_MAX_CHARS = 64
 
 
@@ -81,7 +82,7 @@ def limits_from(quotas: Iterable[JSON], names: ResourceNames) -> QuotaLimits:
     memory: Limit | None = None
     cores: Limit | None = None
     for quota in quotas:
-        name = str((quota.get("metadata") or {}).get("name") or "")
+        name = str(objects.name(quota) or "")
         hard = (quota.get("spec") or {}).get("hard") or {}
         found = _amount(hard.get(quota_key(names.memory)))
         if found is not None and (memory is None or found < memory.value):

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from hami_dcu.common.protocol import objects
 from hami_dcu.common.protocol.counting import start_order
 from hami_dcu.common.protocol.errors import HamiDcuError
 from hami_dcu.common.protocol.keys import ResourceNames
@@ -72,8 +73,7 @@ def names_dcu(container: dict[str, Any], names: ResourceNames) -> bool:
 
 def pod_containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
     """Containers in codec order: init containers (restartable sidecars included) first."""
-    spec = pod.get("spec") or {}
-    return list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
+    return list(objects.init_containers(pod)) + list(objects.containers(pod))
 
 
 def sidecar_positions(pod: dict[str, Any]) -> frozenset[int]:

@@ -41,7 +41,6 @@ from typing import Any
 
 from hami_dcu.common.protocol import keys
 
-JSON = dict[str, Any]
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 
 # Both naming sets' keys (common/protocol/keys.py): whichever set a cluster speaks, nobody else may

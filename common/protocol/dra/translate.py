@@ -31,7 +31,6 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 import jsonpatch
 
@@ -39,9 +38,9 @@ from hami_dcu.common.protocol import keys
 from hami_dcu.common.protocol.dra import names
 from hami_dcu.common.protocol.errors import DraError
 from hami_dcu.common.protocol.keys import ResourceNames
+from hami_dcu.common.protocol.objects import JSON
 from hami_dcu.common.protocol.requests import DcuRequest, RequestError, names_dcu, parse_container_request
 
-JSON = dict[str, Any]
 MAX_SUBREQUESTS = 8  # the API's limit on firstAvailable
 REQUEST = "dcu"
 TEMPLATE_PREFIX = "hami-dcu-"
