@@ -5,6 +5,7 @@ harness (tests/, e2e/, bench/) is not held to it."""
 
 from __future__ import annotations
 
+import ast
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,3 +49,24 @@ def test_no_function_is_above_grade_c():
                     offenders.append(f"{path.relative_to(ROOT)}:{block.lineno} {block.fullname} "
                                      f"{cc_rank(block.complexity)} ({block.complexity})")
     assert not offenders, f"above complexity {MOST} (radon grade D or worse):\n" + "\n".join(offenders)
+
+
+LONGEST_CLASS, MOST_METHODS = 400, 25  # issue 38: past these a class does more than one job
+
+
+def test_no_class_is_over_400_lines_or_25_methods():
+    """Generated gRPC modules (api/ folders, protoc's output) are not ours to shape."""
+    offenders = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "api" in path.relative_to(ROOT / package).parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.ClassDef):
+                    continue
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                methods = sum(isinstance(b, ast.FunctionDef | ast.AsyncFunctionDef) for b in node.body)
+                if lines > LONGEST_CLASS or methods > MOST_METHODS:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {lines} lines, "
+                                     f"{methods} methods")
+    assert not offenders, f"classes over {LONGEST_CLASS} lines or {MOST_METHODS} methods:\n" + "\n".join(offenders)

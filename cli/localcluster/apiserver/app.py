@@ -36,6 +36,7 @@ from hami_dcu.cli.localcluster.apiserver.resources import (
     SUBRESOURCES,
     clone,
     now_rfc3339,
+    status_body,
     with_kind,
 )
 from hami_dcu.cli.localcluster.apiserver.selectors import (
@@ -45,9 +46,10 @@ from hami_dcu.cli.localcluster.apiserver.selectors import (
     field_selector,
     label_selector,
 )
-from hami_dcu.cli.localcluster.apiserver.store import Change, Store, StoreError, conflict
+from hami_dcu.cli.localcluster.apiserver.store import Store, StoreError, conflict
 from hami_dcu.cli.localcluster.apiserver.strategy import prepare_create, prepare_update
 from hami_dcu.cli.localcluster.apiserver.tables import table, wants_table
+from hami_dcu.cli.localcluster.apiserver.watches import Watches
 from hami_dcu.common.protocol.codec import format_rfc3339
 
 log = logging.getLogger(__name__)
@@ -55,7 +57,6 @@ log = logging.getLogger(__name__)
 _dumps = functools.partial(json.dumps, separators=(",", ":"))
 DEFAULT_WATCH_SECONDS = 1800.0  # kube's --min-request-timeout
 _SNAPSHOTS_KEPT = 64  # paged lists in progress; an older continue token gets 410 Expired
-DISCONNECT_POLL_SECONDS = 2.0  # how often an idle watch checks that its client is still there
 # kube answers DELETE with the object for these, and with a Success Status otherwise.
 RETURNS_DELETED_OBJECT = frozenset({"pods", "namespaces"})
 VERSION = {"major": "1", "minor": "33", "gitVersion": "v1.33.0-hami-local", "gitCommit": "0" * 40,
@@ -68,12 +69,6 @@ DEFAULT_USER: JSON = {"username": "local-cluster", "groups": ["system:masters", 
 _ADMITTED_UPDATE_ATTEMPTS = 5
 
 
-# What a watch's queue carries: a Change to consider; an int, the rv for a BOOKMARK (queued
-# in order with the changes, so it never promises an rv whose events are still in flight);
-# None when the server stops.
-WatchItem = Change | int | None
-
-
 @dataclass(frozen=True, slots=True)
 class Target:
     """What a URL addresses. `namespace` is None for cluster-scoped resources and for
@@ -83,19 +78,6 @@ class Target:
     namespace: str | None
     name: str | None
     subresource: str | None
-
-
-def status_body(code: int, reason: str, message: str, details: JSON | None = None) -> JSON:
-    body: JSON = {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                  "status": "Failure" if code >= 400 else "Success"}
-    if message:
-        body["message"] = message
-    if reason:
-        body["reason"] = reason
-    if details:
-        body["details"] = details
-    body["code"] = code
-    return body
 
 
 def error_response(code: int, reason: str, message: str, details: JSON | None = None) -> web.Response:
@@ -170,9 +152,7 @@ class ApiApp:
         self.users: dict[str, JSON] = {}
         self.bookmark_interval: float | None = None
         self.graceful_pod_deletion = False
-        # Open watches' queues: on shutdown each gets None and ends its stream cleanly
-        # (a terminated chunked body), as kube-apiserver does when it stops.
-        self._watches: set[asyncio.Queue[WatchItem]] = set()
+        self.watches = Watches(store)
         # Paged lists: the rest of each list snapshot by continue token (oldest dropped first).
         self._snapshots: dict[str, tuple[list[JSON], str]] = {}
         self._next_token = 0
@@ -186,8 +166,7 @@ class ApiApp:
         self.app.router.add_route("*", "/{tail:.*}", self.dispatch)
 
     async def _end_watches(self, _app: web.Application) -> None:
-        for queue in list(self._watches):
-            queue.put_nowait(None)
+        self.watches.end_all()
 
     async def _version(self, _request: web.Request) -> web.Response:
         return web.json_response(VERSION)
@@ -505,147 +484,17 @@ class ApiApp:
         self.store.update("pods", t.namespace or "", t.name or "", bind, copy=False)
         # kube answers a Binding with a Status, not the Binding.
         return web.json_response(status_body(201, "", ""), status=201, dumps=_dumps)
-
-    # --- watch ---------------------------------------------------------------------------
-
     async def _watch(self, request: web.Request, t: Target) -> web.StreamResponse:
         # Everything that can fail with a 4xx is checked before the 200 is sent.
         predicate = self._predicate(request, t)
         timeout = _float_query(request, "timeoutSeconds") or DEFAULT_WATCH_SECONDS
-        rv_text = request.query.get("resourceVersion", "")
-        start_rv: int | None = None
-        if rv_text not in ("", "0"):
-            try:
-                start_rv = int(rv_text)
-            except ValueError:
-                raise StoreError(400, "BadRequest", f"invalid resource version: {rv_text!r}") from None
         interval = self.bookmark_interval if _is_true(request.query.get("allowWatchBookmarks")) else None
-
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[WatchItem] = asyncio.Queue()
-
-        def on_change(change: Change) -> None:  # under the store lock, on any thread
-            if change.resource == t.resource:
-                loop.call_soon_threadsafe(queue.put_nowait, change)
-
-        expired: StoreError | None = None
-        initial: list[JSON] = []
-        with self.store.lock:  # subscribe and read the starting point atomically: no gap, no repeat
-            unsubscribe = self.store.subscribe(on_change)
-            if start_rv is None:
-                items, _ = self.store.list(t.resource, t.namespace, predicate, copy=False)
-                initial = [{"type": "ADDED", "object": with_kind(t.resource, o)} for o in items]
-            else:
-                try:
-                    initial = [e for c in self.store.changes_since(start_rv)
-                               if (e := _event_for(c, t, predicate)) is not None]
-                except StoreError as exc:
-                    expired = exc
-        self._watches.add(queue)
-        try:
-            response = web.StreamResponse(headers={"Content-Type": "application/json"})
-            await response.prepare(request)
-            if expired is not None:
-                unsubscribe()
-                # In-stream ERROR with a Status, as kube does for a compacted rv.
-                await response.write(_line({"type": "ERROR", "object": status_body(
-                    expired.code, expired.reason, expired.message)}))
-                return response
-            if initial:
-                await response.write(b"".join(_line(e) for e in initial))
-            await self._stream(request, response, t, predicate, queue, loop.time() + timeout, interval)
-        except ConnectionError:
-            pass  # the client went away
-        finally:
-            unsubscribe()
-            self._watches.discard(queue)
-        return response
-
-    async def _stream(self, request: web.Request, response: web.StreamResponse, t: Target,
-                      predicate: Predicate | None, queue: asyncio.Queue[WatchItem], deadline: float,
-                      bookmark_interval: float | None) -> None:
-        loop = asyncio.get_running_loop()
-        next_bookmark = loop.time() + bookmark_interval if bookmark_interval else None
-        last_rv = ""  # of the last line sent: a bookmark that would repeat it is skipped
-        while True:
-            now = loop.time()
-            if now >= deadline:
-                return
-            if next_bookmark is not None and now >= next_bookmark:
-                next_bookmark = now + (bookmark_interval or 0)
-                with self.store.lock:
-                    rv = int(self.store.resource_version)
-                    loop.call_soon(queue.put_nowait, rv)
-            wait = min(deadline - now, DISCONNECT_POLL_SECONDS)
-            if next_bookmark is not None:
-                wait = max(0.0, min(wait, next_bookmark - now))
-            try:
-                first = await asyncio.wait_for(queue.get(), wait)
-            except TimeoutError:
-                if request.transport is None or request.transport.is_closing():
-                    return  # disconnected while idle: stop holding a subscription
-                continue
-            # Drain what is already queued into one write: bursts of writes (hundreds of
-            # pods created) cost one chunk per wakeup, not one per event.
-            batch = [first]
-            while not queue.empty():
-                batch.append(queue.get_nowait())
-            lines = []
-            stop = False
-            for item in batch:
-                if item is None:
-                    stop = True
-                    break
-                if isinstance(item, int):
-                    if str(item) != last_rv:
-                        last_rv = str(item)
-                        kind, api_version = KINDS[t.resource]
-                        lines.append(_line({"type": "BOOKMARK", "object": {
-                            "kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": last_rv}}}))
-                elif (event := _event_for(item, t, predicate)) is not None:
-                    last_rv = event["object"]["metadata"]["resourceVersion"]
-                    lines.append(_line(event))
-            if lines:
-                await response.write(b"".join(lines))
-            if stop:
-                return
+        return await self.watches.serve(request, t, predicate, timeout, interval)
 
 
 def _replacing_with(obj: JSON) -> Callable[[JSON], JSON]:
     """A store.update change that writes `obj` whatever is stored."""
     return lambda _latest: obj
-
-
-def _event_for(change: Change, t: Target, predicate: Predicate | None) -> JSON | None:
-    """A change as this watcher sees it: objects leaving its selector are DELETED for it,
-    objects entering it are ADDED, as kube-apiserver's filtered watches do."""
-    if change.resource != t.resource:
-        return None
-    obj = change.object
-    if t.namespace is not None and obj["metadata"].get("namespace") != t.namespace:
-        return None
-    if predicate is None:
-        kind: str | None = change.type
-    else:
-        old_match = change.old is not None and predicate(change.old)
-        new_match = change.new is not None and predicate(change.new)
-        if change.type == "DELETED":
-            kind = "DELETED" if old_match else None
-        elif old_match and new_match:
-            kind = "MODIFIED"
-        elif new_match:
-            kind = "ADDED"
-        elif old_match:
-            kind = "DELETED"
-        else:
-            kind = None
-    if kind is None:
-        return None
-    return {"type": kind, "object": with_kind(t.resource, obj)}
-
-
-def _line(event: JSON) -> bytes:
-    return (_dumps(event) + "\n").encode()
 
 
 def _int_query(request: web.Request, name: str) -> int | None:

@@ -48,3 +48,16 @@ def clone(value: Any) -> Any:
     if isinstance(value, list):
         return [clone(v) if isinstance(v, dict | list) else v for v in value]
     return value
+
+
+def status_body(code: int, reason: str, message: str, details: JSON | None = None) -> JSON:
+    body: JSON = {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                  "status": "Failure" if code >= 400 else "Success"}
+    if message:
+        body["message"] = message
+    if reason:
+        body["reason"] = reason
+    if details:
+        body["details"] = details
+    body["code"] = code
+    return body
