@@ -267,7 +267,7 @@ def extender_fields(kind: str, caller: Caller, new: Mapping[str, Any] | None, ol
     name = meta.get("name", "") if isinstance(meta, Mapping) else ""
     what = f"{'update' if old is not None else 'create'} {'nodes' if kind == NODE else 'pods'} {name}"
     return (f"the hami-dcu scheduler extender may change on nodes only the annotation {keys.NODE_LOCK}, and on "
-            f"pods only create their Binding, not {what} otherwise")
+            f"pods only create their Binding (and, with card preemption, their Eviction), not {what} otherwise")
 
 
 def judge(kind: str, caller: Caller, new: Mapping[str, Any] | None, old: Mapping[str, Any] | None,
