@@ -56,7 +56,11 @@ def test_a_mixed_burst_on_kwok_nodes_is_bound_within_capacity(scale: KwokScale) 
     assert set(burst.nodes.values()) <= set(scale.nodes)
     pods = [p for p in scale.kube.list_pods(namespace=NAMESPACE).items if p["metadata"]["name"].startswith("mixed-")]
     if scale.mode == DRA:
-        assert all(p["spec"]["schedulerName"] == "hami-scheduler" and p["spec"].get("resourceClaims") for p in pods)
+        # Shares are rewritten into claims; on 1.37 a whole-card pod keeps its count resource and
+        # kube-scheduler makes its claim (the DeviceClass's extendedResourceName, issue 36).
+        assert all(p["spec"]["schedulerName"] == "hami-scheduler" and (
+            p["spec"].get("resourceClaims") or (p.get("status") or {}).get("extendedResourceClaimStatus"))
+            for p in pods)
         claims = scale.claims()
         assert len(claims) == len(shapes)
         assert invariants.claims_over_capacity(scale.resource_slices(), claims) == []

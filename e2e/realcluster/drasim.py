@@ -47,6 +47,7 @@ from hami_dcu.dra.service import DriverService, claim_path
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
+EXTENDED_CLAIM = "<extended resources>"  # no pod claim can be named so (not a DNS label)
 RETRY_SECONDS = 2.0  # the kubelet stand-in's (dra_kubelet.py) wait before preparing again
 ATTEMPTS = 30  # then the pod stays unprepared and is counted failed
 _BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30)
@@ -62,6 +63,11 @@ def pod_claim_names(pod: JSON) -> dict[str, str]:
     statuses = {s.get("name"): s.get("resourceClaimName")
                 for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
     out = {}
+    extended = (pod.get("status") or {}).get("extendedResourceClaimStatus")
+    if isinstance(extended, dict) and extended.get("resourceClaimName"):
+        # The claim kube-scheduler made for the pod's extended resources (a whole-card pod the
+        # webhook left as written): the kubelet prepares it as any other.
+        out[EXTENDED_CLAIM] = extended["resourceClaimName"]
     for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
         name = entry.get("resourceClaimName") or statuses.get(entry.get("name"))
         if not name:
@@ -201,7 +207,7 @@ class DraNodeSimulator:
     def _seen(self, pod: JSON, kind: str) -> None:
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
         node, uid = spec.get("nodeName"), meta.get("uid", "")
-        if node not in self.services or not spec.get("resourceClaims"):
+        if node not in self.services or not (spec.get("resourceClaims") or status.get("extendedResourceClaimStatus")):
             return
         if kind == "DELETED" or status.get("phase") in ("Succeeded", "Failed"):
             with self._lock:

@@ -39,6 +39,15 @@ def test_claim_names_come_from_the_pod_or_the_claim_controllers_status():
     assert pod_claim_names(pod) == {"dcu": "p-dcu-x7k2", "own": "mine"}
 
 
+def test_the_claim_kube_scheduler_made_for_extended_resources_is_prepared_too():
+    """A whole-card pod the webhook left as written (1.37's extendedResourceName) has no pod
+    claim; its claim is named in status.extendedResourceClaimStatus."""
+    pod = _pod([])
+    pod["status"]["extendedResourceClaimStatus"] = {"resourceClaimName": "p-extended-resources-abcde",
+                                                    "requestMappings": []}
+    assert list(pod_claim_names(pod).values()) == ["p-extended-resources-abcde"]
+
+
 def test_a_template_claim_not_generated_yet_is_not_ready():
     with pytest.raises(NotReady, match="pod claim dcu"):
         pod_claim_names(_pod([{"name": "dcu", "resourceClaimTemplateName": "t"}]))
