@@ -152,15 +152,20 @@ def _waits(pod: JSON, namespace: str | None) -> bool:
 def _our_slices(kube: Kube) -> list[JSON]:
     """Our driver's ResourceSlices; none where resource.k8s.io/v1 is not served (device-plugin
     clusters, Kubernetes before 1.34) or the caller may not read them."""
+    listed = _items_if_readable(kube, f"{dra_names.RESOURCE_API}/resourceslices")
+    return [s for s in listed if (s.get("spec") or {}).get("driver") == dra_names.DRIVER]
+
+
+def _items_if_readable(kube: Kube, path: str) -> list[JSON]:
+    """The list at `path`; none where the API is not served or the caller may not list it."""
     try:
-        listed = kube.request("GET", f"{dra_names.RESOURCE_API}/resourceslices")
+        return list(kube.request("GET", path).get("items") or [])
     except NotFoundError:
         return []
     except KubeError as exc:
         if exc.status == FORBIDDEN:
             return []
         raise
-    return [s for s in listed.get("items") or [] if (s.get("spec") or {}).get("driver") == dra_names.DRIVER]
 
 
 def _taint_rules(kube: Kube) -> list[JSON]:
@@ -201,11 +206,4 @@ def _pod_warnings(kube: Kube, namespace: str | None) -> list[JSON]:
 def _jobs(kube: Kube, namespace: str | None) -> list[JSON]:
     """Jobs (for the ones Kueue holds suspended); none where the caller may not list them."""
     path = f"/apis/batch/v1/namespaces/{quote(namespace, safe='')}/jobs" if namespace else "/apis/batch/v1/jobs"
-    try:
-        return list(kube.request("GET", path).get("items") or [])
-    except NotFoundError:
-        return []
-    except KubeError as exc:
-        if exc.status == FORBIDDEN:
-            return []
-        raise
+    return _items_if_readable(kube, path)
