@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from e2e.realcluster import upstream
+from e2e.realcluster import crds, upstream
 from e2e.realcluster.controlplane import free_port
 from e2e.realcluster.pki import Pki
 from e2e.realcluster.processes import Process, wait_for
@@ -60,24 +60,7 @@ def binary() -> Path:
 def install_crds(kube: Kube, built: Path) -> None:
     """Create every CRD of Kueue's release (the manager's caches watch most of them, not only
     the queue kinds) and wait until they serve."""
-    names = []
-    for path in sorted((built.parent / "crd").glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
-        try:
-            kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
-        except ConflictError:
-            pass
-        names.append(crd["metadata"]["name"])
-
-    def established() -> bool:
-        for name in names:
-            got = kube.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-            conditions = (got.get("status") or {}).get("conditions") or []
-            if not any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
-                return False
-        return True
-
-    wait_for("Kueue's CRDs established", established, 60)
+    crds.install(kube, sorted((built.parent / "crd").glob("*.yaml")), "Kueue's")
 
 
 def configuration(health_port: int, metrics_port: int, webhook_port: int, cert_dir: Path) -> str:

@@ -20,11 +20,11 @@ from typing import Any
 
 import yaml
 
-from e2e.realcluster import upstream
+from e2e.realcluster import crds, upstream
 from e2e.realcluster.controlplane import free_port
 from e2e.realcluster.processes import Process, wait_for
 from e2e.tools import ROOT
-from hami_dcu.common.io.kube import ConflictError, Kube, NotFoundError
+from hami_dcu.common.io.kube import Kube, NotFoundError
 
 BUILD_SCRIPT = ROOT / "e2e" / "upstream" / "build-volcano.sh"
 TARBALL = "volcano-v1.15.1-src.tar.gz"
@@ -81,24 +81,7 @@ def crd_dir(built: Path) -> Path:
 
 def install_crds(kube: Kube, built: Path, files: Iterable[str] = CRD_FILES) -> None:
     """Create Volcano's CRDs (read from the cache, as released) and wait until they serve."""
-    names = []
-    for name in files:
-        crd = yaml.safe_load((crd_dir(built) / name).read_text())
-        try:
-            kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
-        except ConflictError:
-            pass  # installed before (a cluster kept between runs)
-        names.append(crd["metadata"]["name"])
-
-    def established() -> bool:
-        for name in names:
-            got = kube.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-            conditions = (got.get("status") or {}).get("conditions") or []
-            if not any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
-                return False
-        return True
-
-    wait_for("Volcano's CRDs established", established, 60)
+    crds.install(kube, [crd_dir(built) / name for name in files], "Volcano's")
 
 
 def scheduler_conf(extender_url: str | None, verbs: Mapping[str, str] = VERBS,
