@@ -43,6 +43,7 @@ RELEASE, RELEASE_NAMESPACE = "hami-dcu", "kube-system"
 # What a node with Hygon's software has installed; the plugin mounts these into containers.
 DRIVER_DIR, HYHAL_DIR = "/opt/dtk", "/opt/hyhal"
 METRICS_PORT = 9400  # the device plugin's and the DRA driver's /metrics, per-pod usage included
+SCHEDULER_METRICS_PORT = 9395  # the chart's scheduler.metricsPort: the extender's /metrics
 JSON = dict[str, Any]
 
 
@@ -354,6 +355,21 @@ class KindBackend:
         fetch = ("import urllib.request; print(urllib.request.urlopen("
                  f"'http://127.0.0.1:{METRICS_PORT}/metrics', timeout=10).read().decode())")
         return self.kubectl("-n", RELEASE_NAMESPACE, "exec", pod, "--", "python3", "-c", fetch, timeout=60)
+
+    def webhook_closes(self) -> dict[str, float]:
+        """hami_dcu_http_connections_closed_total of the webhook's listener, by reason: every
+        connection the webhook closed itself (common/io/connmetrics.py), asked from inside the
+        scheduler pod."""
+        (pod,) = [p["metadata"]["name"] for p in self.kube.list_pods(
+            namespace=RELEASE_NAMESPACE, label_selector="app.kubernetes.io/component=scheduler").items
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+        fetch = ("import urllib.request; print(urllib.request.urlopen("
+                 f"'http://127.0.0.1:{SCHEDULER_METRICS_PORT}/metrics', timeout=10).read().decode())")
+        text = self.kubectl("-n", RELEASE_NAMESPACE, "exec", pod, "-c", "extender", "--", "python3", "-c", fetch,
+                            timeout=60)
+        return {sample.labels["reason"]: sample.value for family in text_string_to_metric_families(text)
+                if family.name == "hami_dcu_http_connections_closed" for sample in family.samples
+                if sample.name.endswith("_total") and sample.labels.get("listener") == "webhook"}
 
     def restart_device_plugin(self, node: str) -> None:
         old = self.plugin_pod(node)

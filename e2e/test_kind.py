@@ -22,6 +22,7 @@ import pytest
 
 from e2e.kindcluster import (
     CARDS_PER_NODE,
+    JSON,
     RELEASE_NAMESPACE,
     WORKERS,
     KindBackend,
@@ -40,6 +41,7 @@ from e2e.scenarios import (
     wait_until,
 )
 from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
+from hami_dcu.common.io.kube import KubeError
 from hami_dcu.common.protocol import keys
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
@@ -68,7 +70,7 @@ def test_scenario_on_kind(dp: KindBackend, scenario: Scenario) -> None:
 
 
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if not _fits(s)], ids=lambda s: s.name)
-def test_large_scenario_on_kind(dp: KindBackend, scenario: Scenario) -> None:
+def test_large_scenario_on_kind(dp: KindBackend, scenario: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
     """A scenario for more nodes than the cluster has runs with as many cards in all: spread
     over the two workers (the 100-pod one: 10 nodes x 3 cards becomes 2 workers x 15 cards,
     100 real pods). The shape of the topology differs; the load on cards, locks and kubelets
@@ -76,9 +78,11 @@ def test_large_scenario_on_kind(dp: KindBackend, scenario: Scenario) -> None:
     total = scenario.nodes * scenario.cards_per_node
     dp.set_cards_per_node(-(-total // len(WORKERS)))
     before = dp.container_restarts()
+    resets = ride_out_network_resets(dp, monkeypatch)
     try:
         scenario.run(dp)
     finally:
+        print(f"pod creates whose webhook call the network reset (created again): {resets or 'none'}")
         # Shown with any failure of the scenario too: a webhook call reset mid-burst (seen once
         # in CI) is explained by a container the kubelet restarted meanwhile, or not.
         restarted = {key: value for key, value in dp.container_restarts().items()
@@ -87,6 +91,43 @@ def test_large_scenario_on_kind(dp: KindBackend, scenario: Scenario) -> None:
         dp.clean()
         dp.set_cards_per_node(CARDS_PER_NODE)
     assert not restarted, f"chart containers restarted under the scenario's load: {restarted}"
+
+
+def _reset_on_the_way(exc: KubeError) -> bool:
+    return exc.status == 500 and "failed calling webhook" in str(exc) and "connection reset by peer" in str(exc)
+
+
+def ride_out_network_resets(dp: KindBackend, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Seen twice in CI in the 100-pod burst, one create in a hundred: kube-apiserver's call to
+    the webhook (through the webhook Service's address) failed with "connection reset by peer",
+    no chart container restarted, and nothing said who reset it. Our webhook now counts every
+    connection it closes itself (hami_dcu_http_connections_closed_total): a create failing so
+    while that count has not moved was reset on the way (the kind nodes' conntrack and
+    kube-proxy), the create was refused and nothing stored, and it is made again, as a
+    controller would. If our webhook closed any connection meanwhile, the failure stands: that
+    is ours. Returns the pods created again."""
+    closes_before = dp.webhook_closes()
+    create = dp.kube.create_pod
+    again: list[str] = []
+
+    def create_pod(namespace: str, manifest: JSON) -> JSON:
+        try:
+            return create(namespace, manifest)
+        except KubeError as exc:
+            if not _reset_on_the_way(exc):
+                raise
+            closes = {reason: count - closes_before.get(reason, 0.0)
+                      for reason, count in dp.webhook_closes().items() if count > closes_before.get(reason, 0.0)}
+            if closes:
+                raise AssertionError(f"the webhook closed connections itself ({closes}) and a create failed: "
+                                     f"{exc}") from exc
+            again.append(manifest["metadata"]["name"])
+            print(f"pod {manifest['metadata']['name']}: the webhook call was reset on the way, our webhook closed "
+                  f"no connection; creating it again: {exc}")
+            return create(namespace, manifest)
+
+    monkeypatch.setattr(dp.kube, "create_pod", create_pod)
+    return again
 
 
 # --- inside the containers ------------------------------------------------------------------------

@@ -27,6 +27,7 @@ import ipaddress
 import logging
 import ssl
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 
@@ -192,9 +193,9 @@ def _address(flag: str, value: str) -> tuple[str, int]:
 
 
 async def _listen(app: web.Application, flag: str, address: str, tls: ReloadingTLS | None,
-                  limits: ConnectionLimits) -> web.AppRunner:
+                  limits: ConnectionLimits, on_close: Callable[[str], None]) -> web.AppRunner:
     host, port = _address(flag, address)
-    runner, _site = await serve_guarded(app, host, port, limits, tls.context if tls else None)
+    runner, _site = await serve_guarded(app, host, port, limits, tls.context if tls else None, on_close)
     return runner
 
 
@@ -237,14 +238,16 @@ async def _listen_beside(args: argparse.Namespace, service: SchedulerService, tl
                          limits: ConnectionLimits, runners: list[web.AppRunner]) -> None:
     """The webhook's and the metrics' own ports, when asked for (each runner joins `runners`
     as soon as it listens, so a later failure still closes it)."""
+    closed = service.metrics.closed_connections
     if args.webhook_bind:
         webhook_app = build_side_app(service)
         _mount_webhook(webhook_app, args, service, limits)
-        runners.append(await _listen(webhook_app, "--webhook-bind", args.webhook_bind, tls, limits))
+        runners.append(await _listen(webhook_app, "--webhook-bind", args.webhook_bind, tls, limits,
+                                     closed.recorder("webhook")))
     if args.metrics_bind:
         # The probes too: the kubelet reaches this port whether or not the webhook is on.
         runners.append(await _listen(build_side_app(service, metrics=True), "--metrics-bind",
-                                     args.metrics_bind, None, limits))
+                                     args.metrics_bind, None, limits, closed.recorder("metrics")))
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -262,7 +265,8 @@ async def serve(args: argparse.Namespace) -> None:
     app = build_app(service, metrics=not args.metrics_bind, body_deadline=limits.body_timeout)
     if args.serve_webhook:
         _mount_webhook(app, args, service, limits)
-    runners = [await _listen(app, "--bind", args.bind, None if args.plain_bind else tls, scheduler_limits)]
+    runners = [await _listen(app, "--bind", args.bind, None if args.plain_bind else tls, scheduler_limits,
+                             service.metrics.closed_connections.recorder("extender"))]
     reloader = asyncio.ensure_future(tls.watch()) if tls else None
     try:
         await _listen_beside(args, service, tls, limits, runners)

@@ -6,8 +6,8 @@ or released because their holder no longer needed them (by reason), duplicate bi
 collected from the cache at scrape time (never stale): per card its capacity and health
 beside what is allocated, so utilisation is one division; per node whether its lock is held
 and for how long; per namespace what its pods hold (beside a ResourceQuota);
-pods by bind phase; the drift relists repaired. With TLS, the serving
-certificate's expiry (common/io/certmetrics.py).
+pods by bind phase; the drift relists repaired; the connections our listeners closed
+(common/io/connmetrics.py). With TLS, the serving certificate's expiry (common/io/certmetrics.py).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from hami_dcu.common.io.certmetrics import CertificateExpiry
+from hami_dcu.common.io.connmetrics import ClosedConnections
 from hami_dcu.common.io.podlatency import create_to_bound
 from hami_dcu.common.protocol.counting import Usage
 from hami_dcu.scheduler.cache import ClusterCache
@@ -68,6 +69,7 @@ class SchedulerMetrics:
             "hami_dcu_scheduler_bind_api_calls", "API calls made by one successful /bind",
             buckets=(1, 2, 3, 4, 5, 8), registry=self.registry)
         self.registry.register(CardCollector(cache, wall_clock))
+        self.closed_connections = ClosedConnections(self.registry)  # by the listeners of scheduler/command.py
 
     def watch_certificate(self, cert_file: str, role: str = "serving") -> None:
         """Export the expiry of the certificate this process serves with."""

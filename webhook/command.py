@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -15,6 +15,7 @@ from hami_dcu.common.io import gcpolicy
 from hami_dcu.common.io.cannotstart import CannotStart
 from hami_dcu.common.io.certmetrics import CertificateExpiry
 from hami_dcu.common.io.connlimits import ConnectionLimits, add_connection_arguments, connection_limits_from
+from hami_dcu.common.io.connmetrics import ClosedConnections
 from hami_dcu.common.io.guardedsite import serve_guarded
 from hami_dcu.common.io.tls import ReloadingTLS, add_client_auth_arguments
 from hami_dcu.common.io.writer_flags import add_identity_arguments, identities_from
@@ -127,13 +128,15 @@ def run(args: argparse.Namespace) -> int:
         app["tls_reloader"] = asyncio.create_task(tls.watch())
 
     app.on_startup.append(start_reloader)
-    asyncio.run(_serve(app, host, port, tls, limits))
+    closed = ClosedConnections(registry).recorder("webhook")
+    asyncio.run(_serve(app, host, port, tls, limits, closed))
     return 0
 
 
-async def _serve(app: web.Application, host: str, port: int, tls: ReloadingTLS, limits: ConnectionLimits) -> None:
+async def _serve(app: web.Application, host: str, port: int, tls: ReloadingTLS, limits: ConnectionLimits,
+                 on_close: Callable[[str], None]) -> None:
     """Serve until SIGTERM or SIGINT (exit 0, as a stopped server should)."""
-    runner, _site = await serve_guarded(app, host, port, limits, tls.context)
+    runner, _site = await serve_guarded(app, host, port, limits, tls.context, on_close)
     # Said once the port is bound: a port in use must not be preceded by a line saying it is served.
     log.info("webhook serving on https://%s:%d/webhook (headers within %g s, at most %d connections, %d per client)",
              host, port, limits.header_timeout, limits.max_connections, limits.max_per_client)

@@ -28,6 +28,15 @@ from hami_dcu.common.io.connlimits import DEFAULT_LIMITS, ConnectionBook, Connec
 
 log = logging.getLogger(__name__)
 GUARDS = web.AppKey("connection_guards", dict)  # transport -> GuardedConnection, for the middleware
+# Why this side closed a connection (the `reason` of hami_dcu_http_connections_closed_total):
+# every close of ours that a client could see as "connection reset by peer" is one of these,
+# so a client's reset that none of them counts did not come from this process.
+CLOSED_HEADER_TIMEOUT = "header_timeout"  # no complete request headers in time
+CLOSED_IDLE = "idle_timeout"  # kept alive and idle past the idle deadline
+CLOSED_PUSHED_OUT = "pushed_out"  # a newer connection took its place while it waited for a request
+CLOSED_REFUSED = "refused"  # parked, never served: waited too long for a place, or too many parked
+CLOSED_TLS_HANDSHAKE = "tls_handshake"  # the handshake failed or timed out
+CLOSE_REASONS = (CLOSED_HEADER_TIMEOUT, CLOSED_IDLE, CLOSED_PUSHED_OUT, CLOSED_REFUSED, CLOSED_TLS_HANDSHAKE)
 # A refused or timed-out client is named at most this often (a flood must not flood the log).
 WARN_EVERY = 10.0
 ACCEPT_BATCH = 256  # connections taken off the kernel's queue per readiness event
@@ -51,19 +60,19 @@ class GuardedConnection(asyncio.Protocol):
 
     # --- the phases -----------------------------------------------------------------------
 
-    def _arm(self, seconds: float, phase: str) -> None:
+    def _arm(self, seconds: float, phase: str, reason: str = CLOSED_HEADER_TIMEOUT) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = asyncio.get_running_loop().call_later(seconds, self._expire, phase)
+        self._timer = asyncio.get_running_loop().call_later(seconds, self._expire, phase, reason)
 
     def _disarm(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
-    def _expire(self, phase: str) -> None:
+    def _expire(self, phase: str, reason: str) -> None:
         self._timer = None
-        self.site.note_dropped(self.slot.client, f"no complete request {phase}")
+        self.site.note_dropped(self.slot.client, f"no complete request {phase}", reason)
         self.abort()
 
     def request_started(self) -> None:
@@ -74,7 +83,8 @@ class GuardedConnection(asyncio.Protocol):
         self.site.book.finished(self.slot, time.monotonic())
         if self.transport is not None and not self.transport.is_closing():
             self._waiting_since_data = True
-            self._arm(self.site.limits.idle_timeout, f"within {self.site.limits.idle_timeout:g} s of idling")
+            self._arm(self.site.limits.idle_timeout, f"within {self.site.limits.idle_timeout:g} s of idling",
+                      CLOSED_IDLE)
 
     def abort(self) -> None:
         """Close now (pushed out, or a deadline passed): no goodbye owed to such a client.
@@ -148,7 +158,8 @@ class GuardedSite(BaseSite):
     """A TCP site under `limits`. The app must have been passed to `guard_app`."""
 
     def __init__(self, runner: BaseRunner, host: str, port: int, limits: ConnectionLimits = DEFAULT_LIMITS, *,
-                 ssl_context: ssl.SSLContext | None = None, backlog: int = 512) -> None:
+                 ssl_context: ssl.SSLContext | None = None, backlog: int = 512,
+                 on_close: Callable[[str], None] | None = None) -> None:
         super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
         app = getattr(runner, "app", None)
         if app is None or GUARDS not in app:
@@ -164,6 +175,7 @@ class GuardedSite(BaseSite):
         self.bound_port = port
         self.refused = 0  # sockets closed without being served: parked too long, or too many parked
         self.dropped = 0  # connections closed for a deadline or pushed out by a newer one
+        self._on_close = on_close  # told the reason (CLOSE_REASONS) of every close of ours
         self._collection: asyncio.TimerHandle | None = None
         self._tick: asyncio.TimerHandle | None = None
 
@@ -237,6 +249,7 @@ class GuardedSite(BaseSite):
         for sock in moves.close:
             sock.close()
             self.refused += 1
+            self._count(CLOSED_REFUSED)
             self._warn(f"{self.name}: closed a parked connection: it waited {self.limits.header_timeout:g} s "
                        f"for one of {self.limits.max_connections} places ({self.limits.max_per_client} per client), "
                        "or too many were parked")
@@ -244,7 +257,8 @@ class GuardedSite(BaseSite):
             connection = self.connections.get(victim)
             if connection is not None:
                 connection.abort()
-            self.note_dropped(victim.client, "pushed out by a newer connection while waiting for a request")
+            self.note_dropped(victim.client, "pushed out by a newer connection while waiting for a request",
+                              CLOSED_PUSHED_OUT)
         for sock, slot in moves.start:
             self._start(sock, slot)
         self._schedule_tick()
@@ -278,7 +292,8 @@ class GuardedSite(BaseSite):
         if task.cancelled() or task.exception() is not None:
             # Never connected: a handshake that failed, timed out or was pushed out.
             if not task.cancelled():
-                self.note_dropped(connection.slot.client, f"TLS handshake failed: {task.exception()}")
+                self.note_dropped(connection.slot.client, f"TLS handshake failed: {task.exception()}",
+                                  CLOSED_TLS_HANDSHAKE)
             self.forget(connection)
 
     def forget(self, connection: GuardedConnection) -> None:
@@ -288,8 +303,9 @@ class GuardedSite(BaseSite):
             self.by_transport.pop(connection.transport, None)
         self._apply(self.book.release(connection.slot, time.monotonic()))
 
-    def note_dropped(self, client: str, why: str) -> None:
+    def note_dropped(self, client: str, why: str, reason: str) -> None:
         self.dropped += 1
+        self._count(reason)
         self._warn(f"{self.name}: closed a connection from {client}: {why}")
         # Only TLS connections leave garbage worth a full collection (their 256 KiB buffers in
         # reference cycles). A plain listener (the extender's loopback, whose connections
@@ -297,6 +313,10 @@ class GuardedSite(BaseSite):
         # second for nothing: 5 % of the extender's CPU in a 1,000-node burst.
         if self._collection is None and self._ssl_context is not None:
             self._collection = asyncio.get_running_loop().call_later(COLLECT_EVERY, self._collect)
+
+    def _count(self, reason: str) -> None:
+        if self._on_close is not None:
+            self._on_close(reason)
 
     def _collect(self) -> None:
         self._collection = None
@@ -318,12 +338,14 @@ def runner_options(limits: ConnectionLimits) -> dict[str, Any]:
 
 
 async def serve_guarded(app: web.Application, host: str, port: int, limits: ConnectionLimits = DEFAULT_LIMITS,
-                        ssl_context: ssl.SSLContext | None = None) -> tuple[web.AppRunner, GuardedSite]:
-    """Start serving `app` on host:port under `limits`; cleaning up the runner stops it."""
+                        ssl_context: ssl.SSLContext | None = None,
+                        on_close: Callable[[str], None] | None = None) -> tuple[web.AppRunner, GuardedSite]:
+    """Start serving `app` on host:port under `limits`; cleaning up the runner stops it.
+    `on_close` is told why (CLOSE_REASONS) each time this side closes a connection."""
     guard_app(app)
     runner = web.AppRunner(app, **runner_options(limits))
     await runner.setup()
-    site = GuardedSite(runner, host, port, limits, ssl_context=ssl_context)
+    site = GuardedSite(runner, host, port, limits, ssl_context=ssl_context, on_close=on_close)
     try:
         await site.start()
     except BaseException:

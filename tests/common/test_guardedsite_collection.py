@@ -24,8 +24,8 @@ def collections(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 async def dropped_then_waited(context: ssl.SSLContext | None) -> None:
     runner, site = await guardedsite.serve_guarded(web.Application(), "127.0.0.1", 0, ssl_context=context)
     try:
-        site.note_dropped("127.0.0.1", "pushed out by a newer connection while waiting for a request")
-        site.note_dropped("127.0.0.1", "pushed out by a newer connection while waiting for a request")
+        site.note_dropped("127.0.0.1", "pushed out", guardedsite.CLOSED_PUSHED_OUT)
+        site.note_dropped("127.0.0.1", "pushed out", guardedsite.CLOSED_PUSHED_OUT)
         await asyncio.sleep(0.1)
     finally:
         await runner.cleanup()
