@@ -60,10 +60,10 @@ from hami_dcu.common.io.kube import AsyncKube, ConflictError, KubeError, Unreach
 from hami_dcu.common.io.nodelock import NodeLock
 from hami_dcu.common.io.podlatency import DEVICE_PLUGIN  # the extender binds only device-plugin pods
 from hami_dcu.common.protocol import keys
-from hami_dcu.common.protocol.codec import encode_pod_devices, encode_unix_seconds
 from hami_dcu.common.protocol.podchecks import CheckSettings, Stage, refusal_of
 from hami_dcu.common.protocol.podtimes import created_at, seconds_between
 from hami_dcu.common.protocol.requests import RequestError
+from hami_dcu.scheduler.allocation import allocation_annotations
 from hami_dcu.scheduler.bindattempt import (
     AlreadyBound,
     Attempt,
@@ -290,16 +290,7 @@ class Binder:
     # --- the Binding -------------------------------------------------------------------
 
     def allocation_annotations(self, fit: PodFit, node: str) -> dict[str, str]:
-        devices = encode_pod_devices(fit.devices, self.naming.pod_devices_allocated)
-        stamp = encode_unix_seconds(self.wall_clock())
-        return {
-            self.naming.pod_devices_to_allocate: devices,
-            self.naming.pod_devices_allocated: devices,
-            keys.POD_NODE: node,
-            keys.POD_TIME: stamp,
-            keys.POD_BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
-            keys.POD_BIND_TIME: stamp,
-        }
+        return allocation_annotations(self.naming, fit.devices, node, self.wall_clock())
 
     async def _create_binding(self, attempt: Attempt, fit: PodFit | None) -> None:
         args = attempt.args

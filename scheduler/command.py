@@ -54,6 +54,7 @@ from hami_dcu.scheduler.cardpreemptor import PreemptorSettings
 from hami_dcu.scheduler.filtering import FilterSettings
 from hami_dcu.scheduler.quotas import admission_view
 from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
+from hami_dcu.scheduler.volcanoapp import build_volcano_app
 
 log = logging.getLogger(__name__)
 # kube-scheduler holds one connection per bind in flight, so this is how many binds may wait for
@@ -114,6 +115,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Volcano mode (off when empty): the extender refuses to place or bind pods with this "
                              "schedulerName (Volcano places them); the webhook served here lets them keep it, the "
                              "deny rules still apply")
+    parser.add_argument("--volcano-bind", default="",
+                        help="host:port for upstream Volcano's extender plugin verbs, POST /volcano/<verb>, plain "
+                             "HTTP (Volcano's plugin has no CA to trust; keep the port to Volcano's scheduler with a "
+                             "NetworkPolicy); needs --volcano-scheduler-name (default: not served)")
     add_identity_arguments(parser)
     add_connection_arguments(parser)
 
@@ -228,8 +233,11 @@ def _check_listeners(args: argparse.Namespace, tls: ReloadingTLS | None) -> None
     if args.client_ca and (tls is None or not (args.webhook_bind or args.serve_webhook)):
         raise ValueError("--client-ca is the webhook's: it needs --webhook-bind (or --serve-webhook) and "
                          "--tls-cert/--tls-key")
+    if args.volcano_bind and not args.volcano_scheduler_name:
+        raise ValueError("--volcano-bind needs --volcano-scheduler-name: the device plugin serves the pods it places "
+                         "without a node lock only under Volcano's schedulerName")
     for flag, value in (("--bind", args.bind), ("--webhook-bind", args.webhook_bind),
-                        ("--metrics-bind", args.metrics_bind)):
+                        ("--metrics-bind", args.metrics_bind), ("--volcano-bind", args.volcano_bind)):
         if value:
             _address(flag, value)
 
@@ -248,6 +256,9 @@ async def _listen_beside(args: argparse.Namespace, service: SchedulerService, tl
         # The probes too: the kubelet reaches this port whether or not the webhook is on.
         runners.append(await _listen(build_side_app(service, metrics=True), "--metrics-bind",
                                      args.metrics_bind, None, limits, closed.recorder("metrics")))
+    if args.volcano_bind:
+        runners.append(await _listen(build_volcano_app(service), "--volcano-bind", args.volcano_bind, None, limits,
+                                     closed.recorder("volcano")))
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -270,10 +281,11 @@ async def serve(args: argparse.Namespace) -> None:
     reloader = asyncio.ensure_future(tls.watch()) if tls else None
     try:
         await _listen_beside(args, service, tls, limits, runners)
-        log.info("scheduler extender %s: /filter and /bind on %s (%s)%s%s, node policy %s, device policy %s",
+        log.info("scheduler extender %s: /filter and /bind on %s (%s)%s%s%s, node policy %s, device policy %s",
                  args.scheduler_name, args.bind, "TLS" if tls and not args.plain_bind else "plain HTTP",
                  f", /webhook on {args.webhook_bind}" if args.webhook_bind else "",
                  f", /metrics on {args.metrics_bind}" if args.metrics_bind else "",
+                 f", Volcano's verbs on {args.volcano_bind}" if args.volcano_bind else "",
                  args.node_policy, args.device_policy)
         await asyncio.Event().wait()
     finally:

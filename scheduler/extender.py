@@ -299,7 +299,8 @@ _BIND = ExtenderBindingArgsSchema()
 _PREEMPT = ExtenderPreemptionArgsSchema()
 
 
-def _load(schema: GoStruct, body: object, kind: str) -> Any:
+def load_wire(schema: GoStruct, body: object, kind: str) -> Any:
+    """`body` loaded by `schema`; WireError names each problem under `kind`."""
     try:
         return load(schema, body)
     except ValidationError as exc:
@@ -308,15 +309,15 @@ def _load(schema: GoStruct, body: object, kind: str) -> Any:
 
 def parse_filter_args(body: object) -> FilterArgs:
     """ExtenderArgs, for /filter and /prioritize."""
-    args: FilterArgs = _load(_FILTER, body, "ExtenderArgs")
+    args: FilterArgs = load_wire(_FILTER, body, "ExtenderArgs")
     return args
 
 
 def parse_bind_args(body: object) -> BindArgs:
-    args: BindArgs = _load(_BIND, body, "ExtenderBindingArgs")
+    args: BindArgs = load_wire(_BIND, body, "ExtenderBindingArgs")
     return args
 
 
 def parse_preemption_args(body: object) -> PreemptionArgs:
-    args: PreemptionArgs = _load(_PREEMPT, body, "ExtenderPreemptionArgs")
+    args: PreemptionArgs = load_wire(_PREEMPT, body, "ExtenderPreemptionArgs")
     return args

@@ -1,0 +1,220 @@
+"""hami-dcu as upstream Volcano's DCU extender (issue 34): the decisions behind Volcano's
+extender plugin verbs, over the same cache and fit as `/filter`. No I/O: the HTTP shell
+(volcanoapp.py) parses, asks here, and writes what it is told to.
+
+Volcano keeps its queues, gangs and binding; we decide the cards. Within a scheduling
+session Volcano asks `predicate` for each (task, node), calls `allocateFunc` when its session
+puts a task on a node, and `deallocateFunc` when it takes that back (a gang that does not fit
+as a whole is discarded; an allocate any plugin refused is rolled back too). Every allocate of
+a session is followed either by a deallocate or by the session's commit, after which Volcano
+binds the pod itself (a plain Binding, spec.nodeName only).
+
+* `allocate` fits the pod on the session's node again, reserves those cards in the cache
+  (`placements`, as /filter does: the next predicate of the same session, say for the next
+  member of a gang on the same node, sees them taken) and answers the annotations to write on
+  the pod: HAMi's allocation, in the layout our device plugin's lockless path serves for a
+  Volcano pod (deviceplugin/lockless.py: one entry per app container that names the count or
+  the memory resource in its limits). No node lock: several members of a gang share a node
+  between bind and Allocate, and the plugin proves which pod an Allocate serves without one.
+* `deallocate` undoes exactly that: the reservation, and the annotations if the pod still
+  carries what was written and is not bound.
+* A session's close forgets what it allocated: those were committed and Volcano binds them;
+  their reservations stay until the pod watch shows the pod bound with its allocation (which
+  replaces them) or they expire.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from hami_dcu.common.protocol import objects
+from hami_dcu.common.protocol.codec import PodDevices
+from hami_dcu.common.protocol.errors import SchedulerError
+from hami_dcu.common.protocol.keys import ResourceNames
+from hami_dcu.common.protocol.podchecks import CheckSettings, Stage, refusal_of
+from hami_dcu.common.protocol.podtimes import created_at
+from hami_dcu.common.protocol.requests import RequestError
+from hami_dcu.scheduler.allocation import allocation_annotations
+from hami_dcu.scheduler.cache import ClusterCache
+from hami_dcu.scheduler.cacherecords import Assumption
+from hami_dcu.scheduler.filtering import Filter, FilterSettings, PodPlan, plan_pod
+from hami_dcu.scheduler.fit import PodFit
+from hami_dcu.scheduler.volcanowire import ALLOCATED, UNRESOLVABLE, UNSCHEDULABLE, Task
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+
+
+class VolcanoRefused(SchedulerError, ValueError):
+    """What cannot work for this task; `code` is the predicate's api.Status code."""
+
+    def __init__(self, message: str, code: int = UNRESOLVABLE) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Write:
+    """The annotations allocate puts on the pod (a merge patch by the extender's identity)."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    annotations: dict[str, str]
+    assumption: Assumption
+
+
+@dataclass(frozen=True)
+class Undo:
+    """What deallocate removes from the pod: the keys `written`, only while the pod still
+    carries exactly those values and is not bound."""
+
+    namespace: str
+    name: str
+    node: str
+    written: dict[str, str]
+
+
+def volcano_entries(pod: JSON, devices: PodDevices, names: ResourceNames) -> PodDevices:
+    """`devices` (one entry per container, init containers first: fit's order) in the layout
+    the device plugin reads for a Volcano pod: one entry per app container naming the count or
+    the memory resource in its limits (deviceplugin/lockless.py, hcu_containers). Raises
+    VolcanoRefused when a container asking for a DCU has no entry in that layout."""
+    init = objects.init_containers(pod)
+    for index, container in enumerate(init):
+        if devices[index]:
+            raise VolcanoRefused(f"init container {container.get('name')} asks for a DCU: the device plugin serves a "
+                                 "Volcano pod's app containers only")
+    entries = []
+    for index, container in enumerate(objects.containers(pod)):
+        held = devices[len(init) + index]
+        limits = (container.get("resources") or {}).get("limits") or {}
+        if names.count in limits or names.memory in limits:
+            entries.append(held)
+        elif held:
+            raise VolcanoRefused(f"container {container.get('name')} asks for a DCU without {names.count} or "
+                                 f"{names.memory} in its limits: the device plugin finds no entry for it in a Volcano "
+                                 "pod's allocation")
+    return entries
+
+
+class VolcanoVerbs:
+    def __init__(self, cache: ClusterCache, filter_: Filter, settings: FilterSettings,
+                 monotonic: Callable[[], float], wall_clock: Callable[[], datetime]) -> None:
+        self.cache = cache
+        self.filter = filter_
+        self.settings = settings
+        self.checks = CheckSettings(resources=settings.resources)
+        self.monotonic = monotonic
+        self.wall_clock = wall_clock
+        # The allocations of the session in progress, by pod UID: what deallocate may undo.
+        self._session: dict[str, Write] = {}
+
+    # --- the pod ---------------------------------------------------------------------------
+
+    def plan(self, task: Task) -> PodPlan | None:
+        """The task's DCU plan, None when it asks for no DCU; VolcanoRefused when it cannot be
+        placed by us for Volcano."""
+        pod = task.pod
+        try:
+            plan = plan_pod(pod, self.settings)
+        except RequestError as exc:
+            raise VolcanoRefused(f"pod {task.who}: invalid DCU request: {exc}") from exc
+        if plan is None:
+            return None
+        wanted = self.settings.volcano_scheduler
+        if wanted and objects.scheduler_name(pod) != wanted:
+            raise VolcanoRefused(f"pod {task.who}: schedulerName {objects.scheduler_name(pod)!r}, not {wanted!r}: the "
+                                 "device plugin serves without a node lock only the pods of Volcano's schedulerName")
+        refused = refusal_of(pod, self.checks, Stage.PLACE)
+        if refused is not None:
+            raise VolcanoRefused(f"pod {task.who}: refused ({refused.check}): {refused.message}")
+        return plan
+
+    def _fit(self, task: Task, plan: PodPlan, node: str) -> PodFit:
+        result = self.filter.fit_node(node, plan, self.wall_clock())
+        if isinstance(result, PodFit):
+            return result
+        raise VolcanoRefused(f"pod {task.who} does not fit node {node}: {result.message}", UNSCHEDULABLE)
+
+    # --- verbs -----------------------------------------------------------------------------
+
+    def predicate(self, task: Task, node: str) -> None:
+        """Passes, or raises VolcanoRefused with the reason and its api.Status code."""
+        plan = self.plan(task)
+        if plan is not None:
+            self._fit(task, plan, node)
+
+    def prioritize(self, task: Task, nodes: list[str]) -> dict[str, float]:
+        """No preference of ours: Volcano's nodeorder and binpack rank the nodes that passed."""
+        return dict.fromkeys(nodes, 0.0)
+
+    def allocate(self, task: Task) -> Write | None:
+        """The annotations to write for the session's placement of `task` (its cards now
+        reserved), None when there is nothing to write; VolcanoRefused when it cannot work."""
+        if task.status != ALLOCATED:
+            # Pipelined (waits for releasing resources: its cards are chosen when it is
+            # allocated), or a Running task an eviction's rollback gives back: nothing to write.
+            return None
+        if not task.node:
+            raise VolcanoRefused(f"pod {task.who}: allocateFunc names no node (TaskInfo.NodeName empty)")
+        plan = self.plan(task)
+        if plan is None:
+            return None
+        self._drop(task.uid)
+        earlier = self.cache.placements.find(task.uid, task.namespace, task.name)
+        if earlier is not None and not earlier.bound:  # an earlier session's, its bind failed: not against it
+            self.cache.placements.forget(earlier.uid)
+        fit = self._fit(task, plan, task.node)
+        entries = volcano_entries(task.pod, fit.devices, self.settings.resources)
+        annotations = allocation_annotations(self.settings.naming, entries, task.node, self.wall_clock())
+        assumption = self.cache.placements.reserve(task.uid, task.namespace, task.name, task.node, fit,
+                                                   plan.init_count, self.monotonic(), plan,
+                                                   created=created_at(task.pod))
+        write = Write(task.uid, task.namespace, task.name, task.node, annotations, assumption)
+        self._session[task.uid] = write
+        log.info("volcano allocate %s to node %s: cards %s", task.who, task.node, ",".join(sorted(fit.held)))
+        return write
+
+    def write_failed(self, write: Write) -> None:
+        """The pod could not be written: its reservation goes (Volcano rolls the task back)."""
+        if self._session.get(write.uid) is write:
+            del self._session[write.uid]
+        self.cache.placements.withdraw(write.assumption)
+
+    def deallocate(self, task: Task) -> Undo | None:
+        """What to remove from the pod, None when this session allocated nothing to it."""
+        write = self._session.pop(task.uid, None)
+        if write is None:
+            return None
+        self.cache.placements.withdraw(write.assumption)
+        log.info("volcano deallocate %s from node %s: its cards released", task.who, write.node)
+        return Undo(write.namespace, write.name, write.node, write.annotations)
+
+    def _drop(self, uid: str) -> None:
+        write = self._session.pop(uid, None)
+        if write is not None:
+            self.cache.placements.withdraw(write.assumption)
+
+    def session_open(self) -> None:
+        self._settle("opened")
+
+    def session_close(self) -> None:
+        self._settle("closed")
+
+    def _settle(self, how: str) -> None:
+        """Allocations still in the ledger were committed: Volcano binds them now. Their
+        reservations stay until the watch shows their allocation bound, or expire."""
+        if self._session:
+            log.info("volcano session %s: %d pod(s) allocated for Volcano to bind: %s", how, len(self._session),
+                     ", ".join(f"{w.namespace}/{w.name} on {w.node}" for w in list(self._session.values())[:10]))
+        self._session.clear()
+
+    @property
+    def in_session(self) -> int:
+        return len(self._session)
