@@ -201,10 +201,12 @@ def mean_ms(m: Measured, source: str, family: str, by: tuple[str, ...] = (), mat
 
 
 def requests_line(m: Measured) -> str:
-    per = st.per_pod(gained(m, "apiserver", "apiserver_request_total", ("verb", "resource", "subresource"), net=True),
-                     m.burst.pods, top=7)
-    return ", ".join(f"{verb} {resource}{'/' + sub if sub else ''} {value:.2f}"
-                     for (verb, resource, sub), value in per)
+    """All requests per pod (net of the background), then the largest by verb and resource."""
+    requests = gained(m, "apiserver", "apiserver_request_total", ("verb", "resource", "subresource"), net=True)
+    per = st.per_pod(requests, m.burst.pods, top=7)
+    total = sum(requests.values()) / m.burst.pods if m.burst.pods else 0.0
+    return f"total {total:.2f}: " + ", ".join(f"{verb} {resource}{'/' + sub if sub else ''} {value:.2f}"
+                                              for (verb, resource, sub), value in per)
 
 
 def report(nodes: int, plain: Measured, dcu: Measured, pid: int, mode: str = DEVICE_PLUGIN) -> tuple[float, float]:
@@ -300,6 +302,11 @@ def report_device_plugin_path(dcu: Measured, pods: int) -> None:
     print(f"  node side: waiting for the node's turn {mean_ms(dcu, 'nodesim', SIM + 'queued_seconds'):.0f} ms, "
           f"bound to allocated (lock released) {mean_ms(dcu, 'nodesim', SIM + 'bound_to_allocated_seconds'):.0f} ms, "
           f"Allocate {mean_ms(dcu, 'nodesim', 'hami_dcu_plugin_allocate_seconds'):.0f} ms (mean)")
+    cache = {outcome: total(dcu, "nodesim", "hami_dcu_plugin_cache_reads", "_total", ("outcome",), (outcome,))
+             for outcome in ("served", "fell-back", "stale")}
+    print(f"  the plugins' watch-fed cache, per pod (advice and Allocate each ask it): served "
+          f"{cache['served'] / pods:.2f}, fell back to reading {cache['fell-back'] / pods:.2f}, stale (caught by "
+          f"the conditioned write) {cache['stale'] / pods:.2f}")
     print(f"  {reports_line(dcu)}")
 
 

@@ -18,6 +18,8 @@ from hami_dcu.common.protocol import keys
 from hami_dcu.deviceplugin.core import Paths
 from hami_dcu.deviceplugin.metrics import PluginMetrics
 from hami_dcu.deviceplugin.namingwatch import check_node_naming
+from hami_dcu.deviceplugin.nodecache import NodeCache
+from hami_dcu.deviceplugin.nodewatch import NodeWatch
 from hami_dcu.deviceplugin.server import DevicePluginServer
 from hami_dcu.deviceplugin.service import PluginService
 from hami_dcu.deviceplugin.usageview import plugin_view
@@ -78,7 +80,8 @@ class NodeLoop:
             self.stopping.wait(self.interval if ok else RETRY_AFTER_FAILURE)
 
 
-def build(args: argparse.Namespace, kube: Kube) -> tuple[PluginService, DevicePluginServer, NodeLoop]:
+def build(args: argparse.Namespace, kube: Kube, cache: NodeCache | None = None
+          ) -> tuple[PluginService, DevicePluginServer, NodeLoop]:
     naming = keys.naming_by_name(args.naming)
     backend = make_backend(args)
     served = served_cards(args, backend, naming)
@@ -88,7 +91,7 @@ def build(args: argparse.Namespace, kube: Kube) -> tuple[PluginService, DevicePl
     resource = args.resource_count or naming.resources.count
     service = PluginService(kube, args.node_name, served, paths, args.slots_per_card, args.lock_timeout,
                             metrics=PluginMetrics(), naming=naming, resource=resource,
-                            volcano_scheduler=args.volcano_scheduler_name)
+                            volcano_scheduler=args.volcano_scheduler_name, cache=cache)
     server = DevicePluginServer(service, args.plugin_dir, resource,
                                 health=SmiHealth(backend, served, args.dev_root))
     loop = NodeLoop(service, server, args.register_interval)
@@ -117,8 +120,12 @@ def run(args: argparse.Namespace) -> int:
     if not args.node_name:
         raise CannotStart("no node name: pass --node-name or set NODE_NAME (the downward API's spec.nodeName)")
     kube = Kube.from_kubeconfig(args.kubeconfig, agent=user_agent("device-plugin"))
+    # The node and its pods as watches show them: per pod, Allocate reads nothing the cache
+    # shows whole (deviceplugin/cachereads.py). Out of sync, it reads as before.
+    cache = NodeCache(args.node_name)
+    watch = NodeWatch(kube, args.node_name, cache).start()
     try:
-        service, server, loop = build(args, kube)
+        service, server, loop = build(args, kube, cache)
     except SmiError as exc:
         raise CannotStart(f"node {args.node_name}: {exc}") from exc
     cards = service.core.cards
@@ -143,5 +150,6 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         loop.stopping.set()
+        watch.stop()
         server.stop()
     return 0

@@ -5,7 +5,8 @@ the answer. No Kubernetes client, no gRPC, no threads, no files, no clock.
 
 The rules themselves live in the pure modules beside this one (plan.py: which pod proves it
 is the one and what a container gets; lockless.py: Volcano mode without a node lock;
-advicereads.py: when GetPreferredAllocation's reads may serve the Allocate after it); this
+advicereads.py: when GetPreferredAllocation's reads may serve the Allocate after it;
+cachereads.py: when the watch-fed copy of the node and its pods may serve them); this
 class binds them to one node's facts. service.py reads and writes around it, server.py speaks
 gRPC around that (docs/architecture.md, Layers).
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from hami_dcu.common.protocol import keys, objects
@@ -31,7 +32,7 @@ from hami_dcu.common.protocol.errors import DevicePluginError
 from hami_dcu.common.protocol.keys import Naming
 from hami_dcu.common.protocol.objects import JSON
 from hami_dcu.common.protocol.podchecks import CheckSettings, Stage, refusal_of
-from hami_dcu.deviceplugin import lockless
+from hami_dcu.deviceplugin import cachereads, lockless
 from hami_dcu.deviceplugin import plan as planning
 from hami_dcu.node import layout
 from hami_dcu.node.allocator import Grant
@@ -207,6 +208,19 @@ class PluginCore:
         return (f"cannot tell which pod this Allocate is for: {namespace}/{name} holds the lock of node "
                 f"{self.node}, but {'; '.join(rivals)} also wait(s) for {self.resource} here. Refused rather "
                 "than guessed")
+
+    def cached_holder(self, node_obj: JSON, pending: list[JSON], now: datetime, timeout: timedelta) -> JSON | None:
+        """The pod a watch-fed copy of the node and its Pending pods shows this call to be for,
+        when the copy shows the whole proof (cachereads.py); None: read from the API server."""
+        if self.volcano_scheduler:
+            return None
+        lock = cachereads.trusted_lock(lock_value(node_obj), now, timeout)
+        holder = find_pod(pending, lock.namespace, lock.name) if lock is not None else None
+        if holder is None or not cachereads.awaiting(holder, self.node):
+            return None
+        if self.holder_refusal(holder) is not None or self.ambiguity(holder, pending) is not None:
+            return None
+        return holder
 
     def lockless_pod(self, pending: list[JSON], requests: list[list[str]]) -> JSON:
         """Volcano mode, no node lock: the one pod that proves this call is its own;

@@ -45,6 +45,14 @@ class PluginMetrics:
             "Node locks the reconcile released because their holder no longer needed them, by reason",
             ["node", "reason"], registry=self.registry,
         )
+        # Each GetPreferredAllocation and Allocate asks the watch-fed cache first (cachereads.py):
+        # served from it, fell back to reading the API server, or served and then found stale by
+        # the conditioned write (decided again on fresh reads).
+        self.cache_reads = Counter(
+            "hami_dcu_plugin_cache_reads",
+            "Admissions the watch-fed cache was asked about, by outcome (served, fell-back, stale)",
+            ["node", "outcome"], registry=self.registry,
+        )
 
     def value(self, name: str, **labels: str) -> float:
         """A sample's current value (0 when absent): for tests and the demo."""

@@ -2,6 +2,9 @@
 bound to it, each retried as its failure deserves: the node and its pods, the pod annotations
 that mark an allocation's progress, Warning events, the node lock's release, the node's
 registration. Decides nothing (core.py does); service.py calls it.
+
+With a NodeCache (fed by nodewatch.py), the pods this node's writes return are put in it, and
+the reconcile's reads come from it while it is in sync.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from hami_dcu.common.io.kube import ConflictError, Kube, KubeError, NotFoundErro
 from hami_dcu.common.io.nodelock import LockError, NodeLock
 from hami_dcu.common.protocol import keys
 from hami_dcu.deviceplugin.core import AllocateFailed
+from hami_dcu.deviceplugin.nodecache import NodeCache, Snapshot
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -32,11 +36,40 @@ def _backoff(attempt: int) -> None:
     time.sleep(0.05 * 2**attempt)
 
 
+class StaleCache(Exception):  # a signal between nodeapi and service, never reported to anyone
+    """A write conditioned on the cached pod's resourceVersion was refused: the cache was
+    behind the API server (cachereads.py). Not a failure: the call is decided again on fresh
+    reads."""
+
+
+def _applied(pod: JSON, annotations: dict[str, str | None]) -> bool:
+    held = (pod.get("metadata") or {}).get("annotations") or {}
+    return all(held.get(key) == value for key, value in annotations.items())
+
+
 class NodeApi:
-    def __init__(self, kube: Kube, node: str, lock_timeout: timedelta) -> None:
+    def __init__(self, kube: Kube, node: str, lock_timeout: timedelta, cache: NodeCache | None = None) -> None:
         self.kube = kube
         self.node = node
         self.node_lock = NodeLock(kube, timeout=lock_timeout)
+        self.cache = cache
+
+    # --- the watch-fed copy --------------------------------------------------------------
+
+    def cached(self) -> Snapshot | None:
+        return self.cache.snapshot() if self.cache is not None else None
+
+    def known_node(self) -> JSON:
+        """The node from the copy while in sync, else read (the reconcile: what it removes is a
+        compare-and-swap on exactly the version it judged, so an old copy only delays it)."""
+        node_obj = self.cache.node_object() if self.cache is not None else None
+        return node_obj if node_obj is not None else self.node_object()
+
+    def known_pods(self) -> list[JSON]:
+        """The node's pods from the copy while in sync, else listed. The copy holds every pod
+        this plugin served (its writes are put in it), so none looks gone that is not."""
+        pods = self.cache.pods() if self.cache is not None else None
+        return pods if pods is not None else self.node_pods()
 
     # --- reads -------------------------------------------------------------------------------
 
@@ -74,19 +107,52 @@ class NodeApi:
 
     # --- pod writes and events -----------------------------------------------------------------
 
-    def patch_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> JSON:
+    def patch_pod(self, namespace: str, name: str, annotations: dict[str, str | None],
+                  expect: str | None = None) -> JSON:
         """Merge-patch the pod's annotations, retrying transient errors: the patch sets
-        absolute values, so repeating one that landed (its answer lost) changes nothing."""
+        absolute values, so repeating one that landed (its answer lost) changes nothing.
+        With `expect` (a resourceVersion from the cache) the write is conditioned on it:
+        StaleCache when the pod has changed or is gone."""
         for attempt in range(WRITE_ATTEMPTS):
             try:
-                return self.kube.patch_pod_metadata(namespace, name, annotations=annotations)
+                pod = self.kube.patch_pod_metadata(namespace, name, annotations=annotations, resource_version=expect)
+            except (ConflictError, NotFoundError) as exc:
+                if expect is not None:
+                    raise StaleCache(f"pod {namespace}/{name} is no longer at version {expect}: {exc}") from exc
+                if isinstance(exc, NotFoundError) or attempt + 1 == WRITE_ATTEMPTS:
+                    raise
+                failed: KubeError = exc
             except KubeError as exc:
                 if not _transient(exc) or attempt + 1 == WRITE_ATTEMPTS:
                     raise
-                log.info("pod %s/%s on node %s: annotation write failed (%s), retrying", namespace, name,
-                         self.node, exc)
-                _backoff(attempt)
+                failed = exc
+                if expect is not None:  # the outcome is unknown: did our conditioned write land?
+                    landed = self._landed(namespace, name, annotations, expect)
+                    if landed is not None:
+                        return landed
+            else:
+                if self.cache is not None:
+                    self.cache.wrote_pod(pod)
+                return pod
+            log.info("pod %s/%s on node %s: annotation write failed (%s), retrying", namespace, name, self.node,
+                     failed)
+            _backoff(attempt)
         raise AssertionError("unreachable")
+
+    def _landed(self, namespace: str, name: str, annotations: dict[str, str | None], expect: str) -> JSON | None:
+        """After a conditioned write with an unknown outcome: the pod if it landed, None if the
+        pod is still at `expect` (write again); StaleCache when someone else changed it."""
+        try:
+            pod = self.kube.get_pod(namespace, name)
+        except NotFoundError as exc:
+            raise StaleCache(f"pod {namespace}/{name} is gone") from exc
+        if (pod.get("metadata") or {}).get("resourceVersion") == expect:
+            return None
+        if _applied(pod, annotations):
+            if self.cache is not None:
+                self.cache.wrote_pod(pod)
+            return pod
+        raise StaleCache(f"pod {namespace}/{name} changed since version {expect}")
 
     def mark_failed(self, namespace: str, name: str, why: str) -> None:
         """The pod's allocation failed: say so on the pod (bind-phase, an event) and free the

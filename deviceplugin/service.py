@@ -4,6 +4,10 @@ acts on the answer (the pod's annotations, events, the lock's release through no
 vDCU's records and files through vdevs.py) and keeps the plugin's own state consistent: all
 node-local state (CU bitsets, pipes, vdev ids, vdev files) changes under one lock.
 
+Given a NodeCache (fed by nodewatch.py), an admission the cache shows whole is served without
+reading (cachereads.py): its pod write is conditioned on the pod's cached version, and a
+refused write undoes the call and decides it again on fresh reads.
+
 The gRPC servicer (server.py) only translates between this class and the wire.
 """
 
@@ -29,7 +33,7 @@ from hami_dcu.common.protocol.codec import LockValue
 from hami_dcu.common.protocol.errors import Failure, judge
 from hami_dcu.common.protocol.keys import Naming
 from hami_dcu.common.protocol.podtimes import bound_at, seconds_between
-from hami_dcu.deviceplugin import advicereads, lockless
+from hami_dcu.deviceplugin import advicereads, cachereads, lockless
 from hami_dcu.deviceplugin import plan as planning
 from hami_dcu.deviceplugin.core import (
     AllocateFailed,
@@ -44,7 +48,8 @@ from hami_dcu.deviceplugin.core import (
     stale_records,
 )
 from hami_dcu.deviceplugin.metrics import PluginMetrics
-from hami_dcu.deviceplugin.nodeapi import NodeApi
+from hami_dcu.deviceplugin.nodeapi import NodeApi, StaleCache
+from hami_dcu.deviceplugin.nodecache import NodeCache
 from hami_dcu.deviceplugin.registration import NodeRegistration
 from hami_dcu.deviceplugin.vdevs import Vdevs
 from hami_dcu.node.allocator import AllocationError, Grant
@@ -67,6 +72,7 @@ class Serving:
     pod: JSON
     node_obj: JSON
     lockless: bool
+    expect: str | None = None  # served from the cache: the pod's cached version, until a write proves it
     entry_containers: list[JSON] | None = None
     responses: list[ContainerResponse] = field(default_factory=list)
     written: list[tuple[Grant, VdevSpec]] = field(default_factory=list)
@@ -78,6 +84,19 @@ class Serving:
         # Fixed at the start: the pod is replaced by what each write returns.
         self.namespace: str = self.pod["metadata"]["namespace"]
         self.name: str = self.pod["metadata"]["name"]
+
+
+def _proven(call: Serving) -> bool:
+    """Did the call's conditioned pod write land (the pod proven its own), though the call
+    failed after sending it? Then the failure is the pod's, handled as any other."""
+    if call.last_write is None:
+        return False
+    try:
+        call.pod = call.last_write.result()
+    except Exception:  # refused (stale) or failed: nothing is proven
+        return False
+    call.expect = None
+    return True
 
 
 class PluginService:
@@ -96,11 +115,12 @@ class PluginService:
         volcano_scheduler: str = "",  # Volcano mode (deviceplugin/lockless.py): its schedulerName
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         sleep: Callable[[float], None] = time.sleep,
+        cache: NodeCache | None = None,  # the watch-fed copy of the node and its pods (nodewatch.py)
     ) -> None:
         self.core = PluginCore(node, cards, naming, paths, slots_per_card, resource, volcano_scheduler)
         self.node = node
         self.kube = kube
-        self.api = NodeApi(kube, node, timedelta(seconds=lock_timeout_seconds))
+        self.api = NodeApi(kube, node, timedelta(seconds=lock_timeout_seconds), cache)
         self.vdevs = Vdevs(self.core)
         self.wall_clock = wall_clock
         self.sleep = sleep
@@ -175,6 +195,16 @@ class PluginService:
             listing.set_result(advised.pending)
             node_obj = advised.node
         else:
+            cached = self._cached_holder() if len(requests) == 1 else None
+            if cached is not None:
+                node_obj, pod = cached
+                try:
+                    return self._serve(Serving(pod, node_obj, lockless=False,
+                                               expect=pod["metadata"]["resourceVersion"]), requests)
+                except StaleCache as exc:
+                    self.metrics.cache_reads.labels(self.node, "stale").inc()
+                    log.info("node %s: the cached view was behind the API server (%s); deciding again on fresh "
+                             "reads", self.node, exc)
             # The two reads do not depend on each other: one round trip of waiting, not two.
             listing = self._io.submit(self.api.pending_pods)
             node_obj = self.api.node_for_allocate()
@@ -269,7 +299,13 @@ class PluginService:
                 raise planning.AllocateRefused(refusal)
             for ids in requests:
                 self._serve_request(call, ids)
-        except Exception as exc:  # any failure, expected or a bug: undo, mark failed, release
+        except Exception as exc:
+            if call.expect is not None and not _proven(call):  # judged on the cache alone: fresh reads judge it
+                self.vdevs.undo(call.written)
+                if isinstance(exc, StaleCache):
+                    raise
+                raise StaleCache(f"pod {call.namespace}/{call.name}: {exc}") from exc
+            # any failure, expected or a bug: undo, mark failed, release
             failure = self._fail(call, exc)
             if not failure.expected:
                 exc.add_note(f"while serving Allocate for pod {call.namespace}/{call.name} on node {self.node}")
@@ -301,14 +337,21 @@ class PluginService:
             # waits for the pod write, and the next Allocate here waits for both (see
             # allocate); a failure before then still marks this pod failed, which no lock is
             # needed for.
-            call.last_write = self._io.submit(self.api.patch_pod, call.namespace, call.name, decision.update)
-            call.release = self._io.submit(self.api.release, call.namespace, call.name, call.node_obj)
+            # Served from the cache, the release waits for the write that proves the pod.
+            call.last_write = self._io.submit(self.api.patch_pod, call.namespace, call.name, decision.update,
+                                              call.expect)
+            if call.expect is None:
+                call.release = self._io.submit(self.api.release, call.namespace, call.name, call.node_obj)
             call.responses.append(self._serve_container(call, plan, decision.share, ids))
             call.pod = call.last_write.result()
+            call.expect = None
+            if call.release is None:
+                call.release = self._io.submit(self.api.release, call.namespace, call.name, call.node_obj)
             call.finished = True
         else:  # the next container's plan reads what this write erased
             call.responses.append(self._serve_container(call, plan, decision.share, ids))
-            call.pod = self.api.patch_pod(call.namespace, call.name, decision.update)
+            call.pod = self.api.patch_pod(call.namespace, call.name, decision.update, call.expect)
+            call.expect = None
         log.info("pod %s/%s container %s: allocated %s on node %s", call.namespace, call.name, plan.container,
                  ",".join(d.uuid for d in plan.devices), self.node)
 
@@ -348,7 +391,12 @@ class PluginService:
     def preferred(self, available: list[str], must_include: list[str], size: int) -> list[str]:
         """The cards of the pod the lock names. The kubelet calls this just before each
         Allocate: its two reads go out together, and are kept for that Allocate, which takes
-        them only when they can describe nothing but its own admission (advicereads.py)."""
+        them only when they can describe nothing but its own admission (advicereads.py). When the
+        cache shows the admission whole, no read: the Allocate consults the cache again."""
+        cached = self._cached_holder()
+        if cached is not None:
+            self._advice_reads = None
+            return self.core.preferred_ids(cached[1], available, must_include, size)
         steps, taken = self._lock_steps, time.monotonic()
         listing = self._io.submit(self.api.pending_pods)
         reads: tuple[JSON, list[JSON]] | None = None
@@ -365,6 +413,24 @@ class PluginService:
                               if reads is not None else None)
         return advice
 
+    def _cached_holder(self) -> tuple[JSON, JSON] | None:
+        """The node and the pod the cache shows the kubelet's call to be for (cachereads.py),
+        waiting up to CATCH_UP for watches a little behind the kubelet's; None: read."""
+        cache = self.api.cache
+        if cache is None or self.core.volcano_scheduler:
+            return None
+        deadline = time.monotonic() + cachereads.CATCH_UP
+        while True:
+            snapshot = cache.snapshot()
+            holder = (self.core.cached_holder(snapshot.node, snapshot.pending, self.wall_clock(),
+                                              self.api.node_lock.timeout) if snapshot is not None else None)
+            left = deadline - time.monotonic()
+            if holder is not None or snapshot is None or left <= 0:
+                break
+            cache.wait_for_change(left)
+        self.metrics.cache_reads.labels(self.node, "fell-back" if holder is None else "served").inc()
+        return (snapshot.node, holder) if snapshot is not None and holder is not None else None
+
     # --- reconcile -------------------------------------------------------------------------
 
     def reconcile(self) -> list[str]:
@@ -373,7 +439,7 @@ class PluginService:
         cycle. Returns the removed directory names."""
         with self.lock:
             self._lock_steps += 1  # it may release the lock: advice read before is for nobody now
-            pods = self.api.node_pods()
+            pods = self.api.known_pods()
             removed = self._reconcile_locked(pods)
             self._release_needless_lock(pods)
             return removed
@@ -392,7 +458,7 @@ class PluginService:
         """A holder that is done here (running, allocation done or failed, finished), bound
         elsewhere, gone, or never bound within the bind window will never call Allocate on
         this node; without this the node stays locked until the lock expires (5 min)."""
-        node_obj = self.api.node_object()
+        node_obj = self.api.known_node()
         value = lock_value(node_obj)
         if not value:
             return

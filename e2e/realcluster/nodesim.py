@@ -22,7 +22,11 @@ Per fake node, one `PluginService` (the device plugin minus gRPC and the SMI) ov
   (UnexpectedAdmissionError). Pods of one node are served one at a time, as a kubelet admits
   them; nodes are served in parallel by `--workers` threads.
 
-Every write is made as the chart's device plugin identity on that node: the admin credential
+Each node's plugin follows its node and its pods with the plugin's own watches (NodeWatch into a
+NodeCache, as `hami-dcu device-plugin` does), started with the simulator, so the per-pod reads
+the bench counts are the real plugin's.
+
+Every write (and watch) is made as the chart's device plugin identity on that node: the admin credential
 impersonates the plugin's ServiceAccount with the node name a kubelet-bound token carries
 (`authentication.kubernetes.io/node-name`), so RBAC and the chart's admission policies judge
 each write exactly as they judge the real plugin's.
@@ -55,6 +59,8 @@ from hami_dcu.common.protocol import keys
 from hami_dcu.common.protocol.requests import pod_containers
 from hami_dcu.deviceplugin.core import AllocateFailed, Paths
 from hami_dcu.deviceplugin.metrics import PluginMetrics
+from hami_dcu.deviceplugin.nodecache import NodeCache
+from hami_dcu.deviceplugin.nodewatch import NodeWatch
 from hami_dcu.deviceplugin.plan import fake_device_id
 from hami_dcu.deviceplugin.service import PluginService
 from hami_dcu.node.discovery import DcuCard, DrmNodes
@@ -128,14 +134,17 @@ class NodeSimulator:
         self.register_interval = register_interval
         self.metrics = metrics or SimMetrics()
         self.cores: dict[str, PluginService] = {}
+        self.watches: list[NodeWatch] = []
         self.slot_ids: dict[str, list[str]] = {}
         for node, cards in nodes.items():
             served = served_cards(cards, naming)
             root = workdir / node
             paths = Paths(vdev_dir=root / "vdev", etc_vdev=root / "etc-vdev", state_dir=root / "state",
                           dev_root=root / "dev", driver_dir=root / "dtk", hyhal_dir=root / "hyhal")
-            self.cores[node] = PluginService(impersonating(admin, plugin_user, node), node, served, paths,
-                                             slots_per_card, metrics=self.metrics.plugin, naming=naming)
+            kube, cache = impersonating(admin, plugin_user, node), NodeCache(node)
+            self.watches.append(NodeWatch(kube, node, cache))
+            self.cores[node] = PluginService(kube, node, served, paths, slots_per_card, metrics=self.metrics.plugin,
+                                             naming=naming, cache=cache)
             self.slot_ids[node] = [fake_device_id(c.id, s) for c in served for s in range(slots_per_card)]
         self.assigned: dict[str, dict[str, set[str]]] = {node: {} for node in nodes}  # node -> uid -> ids
         self._queues: dict[str, deque[tuple[JSON, float]]] = {node: deque() for node in nodes}
@@ -156,6 +165,8 @@ class NodeSimulator:
     # --- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> NodeSimulator:
+        for watch in self.watches:
+            watch.start()
         self.register(self.cores)
         for thread in self._threads:
             thread.start()
@@ -163,6 +174,8 @@ class NodeSimulator:
 
     def stop(self) -> None:
         self._stopping.set()
+        for watch in self.watches:
+            watch.stop()
         with self._cond:
             self._cond.notify_all()
         self._registrar.shutdown(wait=False, cancel_futures=True)
@@ -344,9 +357,10 @@ def run_simulator(argv: list[str] | None, description: str, label: str, identity
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     names = [n.strip() for n in Path(args.nodes).read_text().splitlines() if n.strip()]
     api_client = load_api_client(args.kubeconfig)
-    # Every node's client shares this pool: enough connections for each worker, the watch and
-    # the registration threads, so none is opened and dropped per request.
-    api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = args.workers * 2 + 12
+    # Every node's client shares this pool: enough connections for each worker, the watches (the
+    # simulator's, and the device plugin's two per node) and the registration threads, so none
+    # is opened and dropped per request.
+    api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = args.workers * 2 + 12 + 2 * len(names)
     admin = Kube(api_client, timeout=30)
     simulator = build(admin, args.identity, {n: default_cards(n, args.cards) for n in names}, Path(args.workdir),
                       args.register_interval, args.workers, keys.naming_by_name(args.naming))
