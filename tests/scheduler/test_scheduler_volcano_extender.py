@@ -232,3 +232,14 @@ def test_entries_follow_the_plugins_layout_for_volcano_pods():
     cores_only = {"spec": {"containers": [{"name": "c", "resources": {"limits": {names.cores: "10"}}}]}}
     with pytest.raises(VolcanoRefused, match="without"):
         volcano_entries(cores_only, [held], names)
+
+
+def test_the_listener_needs_volcanos_scheduler_name():
+    from hami_dcu.cli.main import build_parser
+    from hami_dcu.scheduler import command
+
+    parser, _ = build_parser()
+    with pytest.raises(ValueError, match="--volcano-bind needs --volcano-scheduler-name"):
+        command._check_listeners(parser.parse_args(["scheduler", "--volcano-bind", "0.0.0.0:8446"]), None)
+    command._check_listeners(parser.parse_args(["scheduler", "--volcano-bind", "0.0.0.0:8446",
+                                                "--volcano-scheduler-name", VOLCANO]), None)
