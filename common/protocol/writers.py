@@ -257,17 +257,31 @@ def plugin_fields(kind: str, caller: Caller, new: Mapping[str, Any] | None, old:
 def extender_fields(kind: str, caller: Caller, new: Mapping[str, Any] | None, old: Mapping[str, Any] | None,
                     identities: Identities) -> str | None:
     """The extender faces the network: it changes a node's lock and nothing else of it (no
-    taint, cordon or label), and writes pods only through their Binding."""
+    taint, cordon or label), and writes pods only through their Binding (in Volcano mode also
+    the allocation of a pod not bound yet, `_volcano_allocation`)."""
     if caller.username not in identities.scheduler or kind == BINDING:
         return None
     if kind == NODE and isinstance(new, Mapping) and isinstance(old, Mapping) and \
             changes_only(new, old, SCHEDULER_NODE_KEYS):
+        return None
+    if _volcano_allocation(kind, new, old, identities):
         return None
     meta = new.get("metadata") if isinstance(new, Mapping) else None
     name = meta.get("name", "") if isinstance(meta, Mapping) else ""
     what = f"{'update' if old is not None else 'create'} {'nodes' if kind == NODE else 'pods'} {name}"
     return (f"the hami-dcu scheduler extender may change on nodes only the annotation {keys.NODE_LOCK}, and on "
             f"pods only create their Binding (and, with card preemption, their Eviction), not {what} otherwise")
+
+
+def _volcano_allocation(kind: str, new: Mapping[str, Any] | None, old: Mapping[str, Any] | None,
+                        identities: Identities) -> bool:
+    """Volcano mode, upstream Volcano (issue 34): the extender's allocateFunc writes a pod's
+    allocation, and its deallocateFunc removes it, before Volcano binds the pod: an update of
+    an unbound pod that changes nothing but the pod allocation keys."""
+    if kind != POD or not identities.volcano or not isinstance(new, Mapping) or not isinstance(old, Mapping):
+        return False
+    spec = new.get("spec")
+    return not (isinstance(spec, Mapping) and spec.get("nodeName")) and changes_only(new, old, POD_KEYS)
 
 
 def judge(kind: str, caller: Caller, new: Mapping[str, Any] | None, old: Mapping[str, Any] | None,

@@ -51,6 +51,20 @@ VERBS = {
     "allocateFuncVerb": "allocateFunc",
     "deallocateFuncVerb": "deallocateFunc",
 }
+# The verbs hami-dcu's extender answers for upstream Volcano (scheduler/volcanoapp.py), under
+# its urlPrefix http://<extender>:<volcano.extender.port>/volcano: what the chart's README has
+# users paste (README, Volcano mode).
+HAMI_DCU_VERBS = {
+    "onSessionOpenVerb": "onSessionOpen",
+    "onSessionCloseVerb": "onSessionClose",
+    "predicateVerb": "predicate",
+    "prioritizeVerb": "prioritize",
+    "preemptableVerb": "preemptable",
+    "reclaimableVerb": "reclaimable",
+    "allocateFuncVerb": "allocateFunc",
+    "deallocateFuncVerb": "deallocateFunc",
+}
+HAMI_DCU_PREFIX = "/volcano"
 JSON = dict[str, Any]
 
 
@@ -86,11 +100,12 @@ def install_crds(kube: Kube, built: Path, files: Iterable[str] = CRD_FILES) -> N
 
 def scheduler_conf(extender_url: str | None, verbs: Mapping[str, str] = VERBS,
                    managed_resources: Iterable[str] = (), actions: str = "enqueue, allocate, backfill",
-                   http_timeout: str = "2s") -> str:
+                   http_timeout: str = "2s", ignorable: bool | None = None) -> str:
     """Volcano's scheduler configuration: its default tiers (priority, gang, conformance; drf,
     predicates, proportion, nodeorder, binpack) and, with `extender_url`, the extender plugin
     in the second tier, calling `verbs` there (extender.* arguments of Volcano's argument
-    names). `managed_resources` empty: every task is of interest to the extender."""
+    names). `managed_resources` empty: every task is of interest to the extender. `ignorable`
+    False: an extender that cannot answer rejects (Volcano's default), never lets through."""
     second: list[JSON] = [{"name": "drf"}, {"name": "predicates"}, {"name": "proportion"},
                           {"name": "nodeorder"}, {"name": "binpack"}]
     if extender_url is not None:
@@ -99,6 +114,8 @@ def scheduler_conf(extender_url: str | None, verbs: Mapping[str, str] = VERBS,
         managed = list(managed_resources)
         if managed:
             arguments["extender.managedResources"] = managed
+        if ignorable is not None:
+            arguments["extender.ignorable"] = ignorable
         second.append({"name": "extender", "arguments": arguments})
     return yaml.safe_dump({
         "actions": actions,
@@ -142,6 +159,15 @@ class VolcanoScheduler:
 
     def log(self) -> str:
         return self.process.tail(200) if self.process is not None else ""
+
+    def log_text(self) -> str:
+        """Everything it has logged so far (a session opens with "Open Session" at -v=3)."""
+        if self.process is None:
+            return ""
+        try:
+            return self.process.log.read_text(errors="replace")
+        except OSError:
+            return ""
 
     def stop(self) -> None:
         if self.process is not None:
@@ -201,6 +227,8 @@ def gang_member(pod: JSON, group: str) -> JSON:
 
 __all__ = [
     "GROUP_ANNOTATION",
+    "HAMI_DCU_PREFIX",
+    "HAMI_DCU_VERBS",
     "SCHEDULER_NAME",
     "VERBS",
     "VolcanoScheduler",

@@ -73,3 +73,14 @@ def test_what_cannot_work_fails_the_install(helm, values, fragment):
     result = subprocess.run([str(helm), "template", "x", str(CHART), *SET_IMAGE, *values],
                             capture_output=True, text=True)
     assert result.returncode != 0 and fragment in result.stderr, result.stderr
+
+
+def test_in_volcano_mode_admission_lets_the_extender_write_an_unbound_pods_allocation(render):
+    def scope(docs):
+        [policy] = named(docs, "ValidatingAdmissionPolicy", "-extender-scope")
+        return policy["spec"]["validations"][0]["expression"]
+
+    volcano = scope(render(*ON))
+    assert "variables.kind == 'pod' && (!has(object.spec.nodeName) || object.spec.nodeName == '')" in volcano
+    assert "'hami.io/hcu-devices-allocated'" in volcano
+    assert "object.spec.nodeName == ''" not in scope(render())

@@ -245,3 +245,27 @@ def test_the_extender_changes_only_the_lock_of_a_node(kind, new, old, refused):
         assert why is None
     else:
         assert why is not None and refused in why, why
+
+
+VOLCANO_IDS = Identities(scheduler=frozenset({SCHEDULER}), device_plugin=frozenset({PLUGIN}),
+                         volcano=frozenset({"system:serviceaccount:volcano-system:volcano-scheduler"}))
+
+
+@pytest.mark.parametrize(("new", "old", "refused"), [
+    (pod(**ALLOC), pod(), None),  # allocateFunc: the allocation of a pod not bound yet
+    (pod(), pod(**ALLOC), None),  # deallocateFunc: removed again
+    (pod("node0", **ALLOC), pod("node0"), "not update pods p otherwise"),  # a bound pod: only by its Binding
+    (pod(**ALLOC, team="x"), pod(), "not update pods p otherwise"),  # nothing but the allocation
+    (labelled(pod(**ALLOC), app="x"), pod(), "not update pods p otherwise"),
+    (with_spec(pod(**ALLOC), containers=[{"name": "c", "image": "x"}]), pod(), "not update pods p otherwise"),
+])
+def test_in_volcano_mode_the_extender_writes_the_allocation_of_an_unbound_pod(new, old, refused):
+    """Upstream Volcano (issue 34): the extender's allocateFunc and deallocateFunc write the pod
+    before Volcano binds it (scheduler/volcanoapp.py); the chart's CEL says the same."""
+    why = writers.judge(POD, EXTENDER, new, old, VOLCANO_IDS)
+    if refused is None:
+        assert why is None
+    else:
+        assert why is not None and refused in why, why
+    # Outside Volcano mode the extender writes pods only through their Binding.
+    assert writers.judge(POD, EXTENDER, pod(**ALLOC), pod(), IDS) is not None
