@@ -30,6 +30,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
+from typing import cast
 
 from aiohttp import web
 
@@ -173,14 +174,21 @@ def _mount_webhook(app: web.Application, args: argparse.Namespace, service: Sche
     settings = replace(settings, quota=view, reservations=view.reservations)
     dra = None
     if args.mode == "dra":
-        from hami_dcu.webhook.draclaims import DraClaims
+        from hami_dcu.webhook.draclaims import DraClaims, KnownCards
 
         if service.kube is None:  # the webhook lists the published card sizes through it
             raise ValueError("--mode dra: the webhook needs the API server, and this extender has no client")
         known = service.dra_informer.template if service.dra_informer is not None else None
         seen = service.dra_informer.reservation_seen if service.dra_informer is not None else None
         settings = replace(settings, mode="dra", extended_resource=args.dra_extended_resource)
-        dra = DraClaims(service.kube, known_template=known, reservation_seen=seen)
+        cards: KnownCards | None = None
+        if service.dra_informer is not None:
+            from hami_dcu.webhook.draquota import published_cards
+
+            # The card sizes from the slice watch: a slice is kept as its few devices' sizes.
+            service.dra_informer.slice_digest = lambda published: published_cards([published])
+            cards = cast("KnownCards", service.dra_informer.slice_digests)  # its digests are PublishedCards
+        dra = DraClaims(service.kube, known_template=known, reservation_seen=seen, known_cards=cards)
         if service.informer is not None:
             from hami_dcu.webhook.deferredtemplates import DeferredTemplates
 

@@ -11,13 +11,19 @@ The same discipline as the pod and node informer (informer.py), from the same lo
 seen when a stream ends, list again on 410 Gone and every `resync` seconds, back off on errors
 up to 30 s. Each object is trimmed to the fields the usage reads as it arrives, so a cluster's
 claims never sit whole in memory.
+
+The webhook in this process reads the card sizes from the slices too: `slice_digest` (set by
+the composition root, scheduler/command.py) reduces each slice as it arrives to what the
+webhook keeps of it, and `slice_digests` hands over all of them with a version that changes
+with any slice, so the webhook never lists the slices itself (issue 40, item 6: its lists, 41
+MiB each decoded at 1,000 nodes, several at once in a burst, took the RSS past 1 GiB).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from hami_dcu.common.io.kube import AsyncKube
@@ -76,6 +82,10 @@ class DraInformer:
         self.synced = asyncio.Event()  # slices and claims listed: /prioritize can rank
         self._listed: set[str] = set()
         self._templates: dict[tuple[str, str], JSON] = {}
+        # Per slice name, what `slice_digest` keeps of it (None: nothing is kept).
+        self.slice_digest: Callable[[JSON], object] | None = None
+        self._digests: dict[str, object] = {}
+        self._digests_version = 0
         self.reservations_seen = SeenReservations(QUOTA_RESERVATION)
 
     async def run(self) -> None:
@@ -90,6 +100,22 @@ class DraInformer:
         showed none (or has not listed yet): the caller reads the API then."""
         return self._templates.get((namespace, name))
 
+    def slice_digests(self) -> tuple[int, Iterable[object]] | None:
+        """Every slice's digest (see `slice_digest`) and a version that changes whenever one
+        does; None until the slices are listed. The iterable is a live view: read it now."""
+        if SLICES not in self._listed:
+            return None
+        return self._digests_version, self._digests.values()
+
+    def _digest(self, obj: JSON) -> None:
+        if self.slice_digest is not None:
+            self._digests[str((obj.get("metadata") or {}).get("name") or "")] = self.slice_digest(obj)
+            self._digests_version += 1
+
+    def _forget_digest(self, obj: JSON) -> None:
+        if self._digests.pop(str((obj.get("metadata") or {}).get("name") or ""), None) is not None:
+            self._digests_version += 1
+
     async def _loop(self, resource: str) -> None:
         path = f"{names.RESOURCE_API}/{resource}"
         await list_and_watch(self.kube, resource, path, lambda: self._list(resource, path),
@@ -101,6 +127,10 @@ class DraInformer:
         listing = await list_pages(self.kube, path, self.page_size, keep)
         if resource == SLICES:
             self.usage.replace_slices(listing.items)
+            self._digests = {}
+            self._digests_version += 1
+            for listed in listing.items:
+                self._digest(listed)
         elif resource == CLAIMS:
             self.usage.replace_claims(listing.items)
             for claim in listing.items:
@@ -128,8 +158,11 @@ class DraInformer:
         elif resource == SLICES:
             if kind == "DELETED":
                 self.usage.delete_slice(obj)
+                self._forget_digest(obj)
             else:
-                self.usage.apply_slice(slim_slice(obj))
+                slim = slim_slice(obj)
+                self.usage.apply_slice(slim)
+                self._digest(slim)
         else:
             self.reservations_seen.note(obj)
             if kind == "DELETED":

@@ -14,6 +14,15 @@ the watch shows as ours is used without a read, one it does not show, or shows a
 read as before. The watch trails the API by its delivery time; the read had the same gap
 already, between the review and kube-controller-manager making the claim from the template.
 
+The card sizes, too, come from the extender's watch of ResourceSlices when it has listed them
+(`known_cards`: per slice, its `published_cards`, and a version that changes with any slice):
+the list they were read from otherwise is every slice of our driver whole, 17 MB of JSON and
+41 MiB decoded at 1,000 nodes x 8 cards, and when the minute-old view expired during a burst,
+every review waiting on it listed at once on the API client's thread pool: the extender's RSS
+went from 340 to 1,091 MiB in 5 s (issue 40, item 6). Without a watch (the standalone webhook),
+or while it shows none of our cards, the list is read as before, one at a time: a review that
+finds a list under way waits for it instead of starting its own.
+
 Claims in flight (issue 35, finding 3). The quota counts the claims kube-apiserver has stored,
 one review at a time per namespace; but kube-apiserver stores a claim only after its review is
 answered, so the next review's list may not show it yet: 8 claims of 8 GiB created at once
@@ -30,14 +39,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from hami_dcu.common.io.kube import AsyncKube, ConflictError, KubeError, NotFoundError
 from hami_dcu.common.protocol.dra import names
 from hami_dcu.common.protocol.errors import WebhookError
 from hami_dcu.common.protocol.keys import QUOTA_RESERVATION
-from hami_dcu.webhook.draquota import ClaimAmount, PublishedCards, published_cards
+from hami_dcu.webhook.draquota import ClaimAmount, PublishedCards, merged_cards, published_cards
 from hami_dcu.webhook.templatetrust import foreign_template
 
 log = logging.getLogger(__name__)
@@ -51,6 +60,9 @@ class ForeignTemplate(WebhookError):
 
 
 JSON = dict[str, Any]
+# A watch's view of our cards: a version that changes whenever a slice does, and each slice's
+# `published_cards`; None until the watch has listed the slices.
+KnownCards = Callable[[], tuple[int, Iterable[PublishedCards]] | None]
 SLICES = f"{names.RESOURCE_API}/resourceslices"
 # Card sizes change only when nodes with new models join: a minute-old view costs a pod at most
 # a retry, while listing every slice on every review would cost the API server per pod.
@@ -75,8 +87,12 @@ class DraClaims:
     def __init__(self, kube: AsyncKube, clock: Callable[[], float] = time.monotonic,
                  max_age: float = UNITS_MAX_AGE,
                  known_template: Callable[[str, str], JSON | None] | None = None,
-                 reservation_seen: Callable[[str], bool] | None = None) -> None:
+                 reservation_seen: Callable[[str], bool] | None = None,
+                 known_cards: KnownCards | None = None) -> None:
         self.kube = kube
+        self.known_cards = known_cards
+        self._watched: tuple[int, PublishedCards] | None = None  # known_cards merged, at its version
+        self._listing = asyncio.Lock()  # one list of the slices at a time
         # In the extender's process: has its watch shown a claim carrying this reservation?
         self.reservation_seen = reservation_seen
         self.known_template = known_template  # (namespace, name) -> the template as a watch shows it
@@ -92,11 +108,34 @@ class DraClaims:
         return (await self.cards()).units
 
     async def cards(self) -> PublishedCards:
-        """Cached for `max_age`; none known yet is re-listed every time (the first driver may
+        """The watch's view when it shows any card (`known_cards`); else a list, cached for
+        `max_age`, one at a time; none known yet is re-listed every time (the first driver may
         have just published, and a share asking cores cannot be admitted without it)."""
-        now = self.clock()
-        if self._cards.by_device and self._listed_at is not None and now - self._listed_at < self.max_age:
+        watched = self._watched_cards()
+        if watched is not None and watched.by_device:
+            return watched
+        if self._fresh(self.clock()):
             return self._cards
+        async with self._listing:
+            now = self.clock()
+            if self._fresh(now):  # listed while this review waited for the lock
+                return self._cards
+            return await self._list_cards(now)
+
+    def _watched_cards(self) -> PublishedCards | None:
+        """The watch's view merged, once per version of it; None without one."""
+        known = self.known_cards() if self.known_cards is not None else None
+        if known is None:
+            return None
+        version, parts = known
+        if self._watched is None or self._watched[0] != version:
+            self._watched = (version, merged_cards(parts))
+        return self._watched[1]
+
+    def _fresh(self, now: float) -> bool:
+        return bool(self._cards.by_device) and self._listed_at is not None and now - self._listed_at < self.max_age
+
+    async def _list_cards(self, now: float) -> PublishedCards:
         try:
             listed = await self.kube.call(self.kube.kube.request, "GET", SLICES,
                                           query={"fieldSelector": f"spec.driver={names.DRIVER}"})

@@ -101,6 +101,18 @@ def published_cards(slices: Iterable[JSON]) -> PublishedCards:
     return PublishedCards(by_device, max(per_pool.values(), default=0))
 
 
+def merged_cards(parts: Iterable[PublishedCards]) -> PublishedCards:
+    """The cards of several slices' `published_cards`, one `PublishedCards` per slice, as
+    `published_cards` of all those slices at once would count them (a pool may span slices)."""
+    by_device: dict[tuple[str, str], CardSize] = {}
+    per_pool: dict[str, int] = {}
+    for part in parts:
+        for key, size in part.by_device.items():
+            by_device[key] = size
+            per_pool[key[0]] = per_pool.get(key[0], 0) + 1
+    return PublishedCards(by_device, max(per_pool.values(), default=0))
+
+
 def claim_shape_problem(claim_spec: object) -> str | None:
     """What in a claim spec (`ResourceClaim.spec`, `ResourceClaimTemplate.spec.spec`) is not of
     the API's shape, as far as the quota reads it; None when it reads."""

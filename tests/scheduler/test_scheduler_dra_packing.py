@@ -215,6 +215,51 @@ async def test_the_informer_shows_templates_as_the_watch_last_did():
         await asyncio.gather(task, return_exceptions=True)
 
 
+async def test_the_informer_keeps_each_slice_only_as_its_digest_and_versions_every_change():
+    """Issue 40, item 6: the webhook in the extender's process reads the card sizes from this
+    watch, kept per slice as what `slice_digest` returns (never the slice), instead of listing
+    every slice itself."""
+    api = FakeApi([rslice("a"), rslice("b")], [])
+    informer = DraInformer(api, DraUsage())  # type: ignore[arg-type]
+    informer.slice_digest = lambda obj: (obj["spec"]["nodeName"], len(obj["spec"]["devices"]))
+    assert informer.slice_digests() is None  # not listed yet: the webhook lists for itself
+    path = f"{names.RESOURCE_API}/resourceslices"
+
+    def shown() -> tuple[int, list]:
+        found = informer.slice_digests()
+        assert found is not None
+        return found[0], sorted(found[1])  # type: ignore[type-var]
+
+    await informer._list("resourceslices", path)
+    versions = [shown()[0]]
+    assert shown()[1] == [("a", 2), ("b", 2)]
+    for kind, obj, expected in [("MODIFIED", rslice("b", cards=4), [("a", 2), ("b", 4)]),
+                                ("ADDED", rslice("c"), [("a", 2), ("b", 4), ("c", 2)]),
+                                ("DELETED", rslice("a"), [("b", 4), ("c", 2)])]:
+        informer._apply("resourceslices", {"type": kind, "object": obj})
+        versions.append(shown()[0])
+        assert shown()[1] == expected
+    informer._apply("resourceslices", {"type": "DELETED", "object": rslice("gone")})  # never shown: no change
+    assert shown()[0] == versions[-1]
+    assert versions == sorted(set(versions))  # a new version for every change
+    api.lists["resourceslices"] = [rslice("d")]
+    await informer._list("resourceslices", path)  # a relist replaces them all
+    assert shown()[0] > versions[-1] and shown()[1] == [("d", 2)]
+
+
+async def test_without_a_digest_the_informer_keeps_nothing_per_slice():
+    api = FakeApi([rslice("a")], [])
+    informer = DraInformer(api, DraUsage())  # type: ignore[arg-type]
+    task = asyncio.ensure_future(informer.run())
+    try:
+        await asyncio.wait_for(informer.synced.wait(), 5)
+        shown = informer.slice_digests()
+        assert shown is not None and list(shown[1]) == []
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 def test_a_claim_is_kept_only_in_what_the_usage_reads():
     claim = rclaim("1", "a")
     claim["spec"] = {"devices": {"requests": [{"name": "dcu"}]}}

@@ -75,6 +75,25 @@ def test_dra_webhook_mount_needs_the_api():
     assert not any(route.resource and route.resource.canonical == "/webhook" for route in app.router.routes())
 
 
+def test_dra_webhook_reads_the_card_sizes_from_the_slice_watch():
+    # Issue 40, item 6: each slice is kept as its cards' sizes, for the webhook in this process.
+    from aiohttp import web
+
+    from hami_dcu.common.io.kube import AsyncKube
+    from hami_dcu.scheduler.service import SchedulerService
+
+    service = SchedulerService(AsyncKube(None), dcu_settings(mode="dra"))  # type: ignore[arg-type]
+    parser, _ = build_parser()
+    args = parser.parse_args(["scheduler", "--scheduler-name", "hami-scheduler", "--mode", "dra"])
+    command._mount_webhook(web.Application(), args, service)
+    informer = service.dra_informer
+    assert informer is not None and informer.slice_digest is not None
+    published = {"metadata": {"name": "n1-slice"}, "spec": {"driver": "dra.hygon.com", "pool": {"name": "n1"},
+                 "devices": [{"name": "d0", "capacity": {"cores": {"value": "120"}, "memory": {"value": "64Gi"}}}]}}
+    digest = informer.slice_digest(published)
+    assert digest.units == (120,) and list(digest.by_device) == [("n1", "d0")]  # type: ignore[attr-defined]
+
+
 def test_settings_from_flags():
     parser, _ = build_parser()
     args = parser.parse_args(["scheduler", "--node-policy", "spread", "--device-policy", "binpack",

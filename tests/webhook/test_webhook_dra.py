@@ -4,6 +4,7 @@ for a review the API server is proven to have sent (webhook/callers.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import threading
@@ -16,9 +17,11 @@ from prometheus_client import CollectorRegistry
 from hami_dcu.common.io.kube import AsyncKube, ConflictError, KubeError, NotFoundError
 from hami_dcu.common.protocol import keys
 from hami_dcu.common.protocol.quota import Amount, Limit, QuotaLimits
+from hami_dcu.webhook import draclaims
 from hami_dcu.webhook.callers import ClientAuth
 from hami_dcu.webhook.decision import DRA, Settings, review
 from hami_dcu.webhook.draclaims import DraClaims, units_of
+from hami_dcu.webhook.draquota import PublishedCards, merged_cards, published_cards
 from hami_dcu.webhook.server import build_app
 
 JSON = dict[str, Any]
@@ -232,6 +235,67 @@ async def test_card_sizes_are_cached_and_relisted_when_none_were_known():
     assert await claims.card_units() == (60, 120)  # fresh enough: no list
     now[0] = 61
     assert await claims.card_units() == (64,)
+
+
+def named_slice(name: str, pool: str, *units: int) -> JSON:
+    published = slice_of(*units)
+    published["metadata"]["name"] = name
+    published["spec"]["pool"]["name"] = pool
+    return published
+
+
+def test_cards_merged_per_slice_are_the_cards_of_all_the_slices_at_once():
+    slices = [named_slice("s1", "n1", 120, 60), named_slice("s2", "n1", 64), named_slice("s3", "n2", 120),
+              slice_of(999, driver="other.example.com")]
+    assert merged_cards(published_cards([s]) for s in slices) == published_cards(slices)
+    assert merged_cards([]) == PublishedCards()
+
+
+async def test_card_sizes_come_from_the_watch_without_a_list_when_it_shows_any(monkeypatch):
+    """Issue 40, item 6: in the extender's process the slice watch answers, merged once per
+    version of it; the list it replaces was every slice whole (41 MiB decoded at 1,000 nodes)."""
+    fake = FakeKube(slices=[slice_of(64)])
+    shown: list[PublishedCards] = [published_cards([named_slice("s1", "n1", 120)])]
+    version = [1]
+    merges: list[int] = []
+
+    def counted(parts):
+        merges.append(version[0])
+        return merged_cards(parts)
+
+    monkeypatch.setattr(draclaims, "merged_cards", counted)
+    claims = DraClaims(AsyncKube(fake), known_cards=lambda: (version[0], shown))  # type: ignore[arg-type]
+    assert await claims.card_units() == (120,)
+    assert await claims.card_units() == (120,)
+    shown.append(published_cards([named_slice("s2", "n2", 60)]))
+    version[0] = 2
+    assert await claims.card_units() == (60, 120)
+    assert fake.calls == [] and merges == [1, 2]
+
+
+async def test_card_sizes_are_listed_when_the_watch_has_not_listed_or_shows_none():
+    fake = FakeKube(slices=[slice_of(64)])
+    known: list[tuple[int, list[PublishedCards]] | None] = [None]
+    claims = DraClaims(AsyncKube(fake), known_cards=lambda: known[0], clock=lambda: 0.0)  # type: ignore[arg-type]
+    assert await claims.card_units() == (64,)  # the watch has not listed yet
+    known[0] = (1, [])
+    fake.slices = [slice_of(60)]
+    assert await claims.card_units() == (64,)  # it shows none: the cached list, fresh enough
+    assert [path for _, path in fake.calls] == ["/apis/resource.k8s.io/v1/resourceslices"]
+
+
+async def test_reviews_finding_the_card_sizes_expired_list_them_once_not_each():
+    """Issue 40, item 6: when the minute-old view expired in a burst, every review waiting on it
+    listed the slices at once (the extender's RSS went from 340 to 1,091 MiB in 5 s)."""
+    now = [0.0]
+    fake = FakeKube(slices=[slice_of(120)])
+    claims = DraClaims(AsyncKube(fake), clock=lambda: now[0], max_age=60)  # type: ignore[arg-type]
+    assert await claims.card_units() == (120,)
+    now[0] = 61
+    fake.slices = [slice_of(64)]
+    units = await asyncio.gather(*(claims.card_units() for _ in range(20)))
+    assert set(units) == {(64,)}
+    assert len(fake.calls) == 2
 
 
 def test_units_of_skips_unreadable_capacities():
