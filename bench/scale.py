@@ -75,6 +75,27 @@ SIM = "hami_dcu_nodesim_"
 DRASIM = "hami_dcu_drasim_"
 BACKGROUND_SECONDS = 20.0
 Last = tuple[int, int, float, float]  # (nodes, pods, DCU or DRA pods/s, plain or floor pods/s)
+CHART_VALUES = Path(__file__).resolve().parent.parent / "chart" / "values.yaml"
+MEMORY_UNITS = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 * 1024}
+
+
+def extender_memory_limit_mib(values: dict | None = None) -> float:
+    """The extender container's memory limit in MiB: scheduler.extenderResources.limits.memory
+    of the chart's values, as `values` (the run's --values) override them."""
+    chart = yaml.safe_load(CHART_VALUES.read_text())
+    limit = str(chart["scheduler"]["extenderResources"]["limits"]["memory"])
+    override = (((values or {}).get("scheduler") or {}).get("extenderResources") or {}).get("limits") or {}
+    limit = str(override.get("memory", limit))
+    for suffix, mib in MEMORY_UNITS.items():
+        if limit.endswith(suffix):
+            return float(limit[: -len(suffix)]) * mib
+    return float(limit) / (1024 * 1024)  # plain bytes
+
+
+def memory_verdict(peak: float, limit: float) -> str:
+    """The extender's peak RSS against its chart limit; issue 40 asks at most half of it."""
+    verdict = "within half of it" if peak <= limit / 2 else "OVER HALF OF IT"
+    return f"{100 * peak / limit:.0f}% of the chart's limit {limit:.0f} MiB, {verdict}"
 
 
 @dataclass
@@ -209,7 +230,8 @@ def requests_line(m: Measured) -> str:
                                               for (verb, resource, sub), value in per)
 
 
-def report(nodes: int, plain: Measured, dcu: Measured, pid: int, mode: str = DEVICE_PLUGIN) -> tuple[float, float]:
+def report(nodes: int, plain: Measured, dcu: Measured, pid: int, mode: str = DEVICE_PLUGIN,
+           memory_limit: float = 1024.0) -> tuple[float, float]:
     p, d = plain.burst, dcu.burst
     plain_rate, dcu_rate = p.pods_per_second(), d.pods_per_second()
     fewest = scalemix.fewest_nodes(scalemix.shapes(d.pods), CARDS_PER_NODE)
@@ -234,7 +256,8 @@ def report(nodes: int, plain: Measured, dcu: Measured, pid: int, mode: str = DEV
     cpu = cpu_spent(dcu).get("extender", 0.0)
     rss, peak = memory_mib(pid)
     print(f"  extender: {1000 * cpu / max(1, len(d.bound)):.2f} ms CPU per scheduled DCU pod "
-          f"({cpu:.1f} s over {dcu.seconds:.0f} s, net of its background), RSS {rss:.0f} MiB (peak {peak:.0f} MiB); "
+          f"({cpu:.1f} s over {dcu.seconds:.0f} s, net of its background), RSS {rss:.0f} MiB (peak {peak:.0f} MiB: "
+          f"{memory_verdict(peak, memory_limit)}); "
           f"during the plain burst {cpu_spent(plain).get('extender', 0.0):.1f} s")
     pods = max(1, len(d.bound))
     scheduler = cpu_spent(dcu).get("hami-kube-scheduler", 0.0)
@@ -433,6 +456,7 @@ def run_mode(mode: str, nodes: list[int], pods: list[int], register_interval: fl
         workdir.mkdir(parents=True, exist_ok=True)
     last: Last = (0, 0, 0.0, 0.0)
     floor_last: Last | None = None
+    memory_limit = extender_memory_limit_mib(values)
     with KwokScale(workdir, register_interval=register_interval, values=values, mode=mode) as scale:
         print(f"  up in {time.monotonic() - started:.0f} s (Kubernetes {scale.cluster.kube_version})", flush=True)
         for n, m in zip(nodes, pods, strict=True):
@@ -441,12 +465,15 @@ def run_mode(mode: str, nodes: list[int], pods: list[int], register_interval: fl
             background = measure_background(scale, BACKGROUND_SECONDS)
             plain = measure(scale, f"plain-{n}", shapes, dcu=False, background=background)
             dcu = measure(scale, f"dcu-{n}", shapes, dcu=True, background=background)
-            dcu_rate, plain_rate = report(n, plain, dcu, scale.extender_pid(), mode)
+            dcu_rate, plain_rate = report(n, plain, dcu, scale.extender_pid(), mode, memory_limit)
             last = (n, m, dcu_rate, plain_rate)
             if mode == DRA:
                 scale.publish_floor()
                 floor = measure(scale, f"floor-{n}", shapes, dcu=False, background=background, floor=True)
                 floor_last = (n, m, dcu_rate, report_floor(dcu, floor))
+                rss, peak = memory_mib(scale.extender_pid())
+                print(f"  extender after the floor burst: RSS {rss:.0f} MiB (peak of the whole run {peak:.0f} MiB: "
+                      f"{memory_verdict(peak, memory_limit)})", flush=True)
     print(f"  {mode} done in {time.monotonic() - started:.0f} s", flush=True)
     return last, floor_last
 
