@@ -23,6 +23,12 @@ then checked by the write that follows:
   (or, lockless, Volcano mode). Refused (409, 404), the copy was stale: what the call did is
   undone and it is decided again on fresh reads, as if the copy did not exist.
 
+What is left is what a fresh read has between its answer and its use, over a longer window
+(the watch's lag rather than one round trip): a lock removed by another writer while its
+holder still needed it (a hand edit, a writer judging from a view staler than the holder's
+Binding) and retaken for a pod the kubelet admits first. The copy then serves the old holder
+where fresh reads would have refused both pods as ambiguous.
+
 Anything else (no lock in the copy, its holder not in the copy: a watch is behind the
 kubelet's), and the plugin waits up to CATCH_UP for its watches to deliver, since the kubelet
 calls as soon as its own watch shows the pod bound and ours is usually a few milliseconds

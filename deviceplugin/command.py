@@ -120,10 +120,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.node_name:
         raise CannotStart("no node name: pass --node-name or set NODE_NAME (the downward API's spec.nodeName)")
     kube = Kube.from_kubeconfig(args.kubeconfig, agent=user_agent("device-plugin"))
-    # The node and its pods as watches show them: per pod, Allocate reads nothing the cache
-    # shows whole (deviceplugin/cachereads.py). Out of sync, it reads as before.
     cache = NodeCache(args.node_name)
-    watch = NodeWatch(kube, args.node_name, cache).start()
     try:
         service, server, loop = build(args, kube, cache)
     except SmiError as exc:
@@ -143,6 +140,11 @@ def run(args: argparse.Namespace) -> int:
     report_unknown_models(service)
     check_node_naming(kube, args.node_name, service.core.naming)
     server.refresh_health()
+    # The node and its pods as watches show them: per pod, Allocate reads nothing the cache
+    # shows whole (deviceplugin/cachereads.py); out of sync, it reads as before. Started once
+    # every start-up check has passed (a failure is the one line the command prints), before
+    # the kubelet learns of the plugin (no Allocate comes earlier).
+    watch = NodeWatch(kube, args.node_name, cache).start()
     server.start()
     try:
         loop.run()

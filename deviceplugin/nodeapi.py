@@ -17,6 +17,7 @@ from typing import Any
 from hami_dcu.common.io.kube import ConflictError, Kube, KubeError, NotFoundError, UnreachableError
 from hami_dcu.common.io.nodelock import LockError, NodeLock
 from hami_dcu.common.protocol import keys
+from hami_dcu.common.protocol.errors import DevicePluginError
 from hami_dcu.deviceplugin.core import AllocateFailed
 from hami_dcu.deviceplugin.nodecache import NodeCache, Snapshot
 
@@ -36,10 +37,10 @@ def _backoff(attempt: int) -> None:
     time.sleep(0.05 * 2**attempt)
 
 
-class StaleCache(Exception):  # a signal between nodeapi and service, never reported to anyone
+class StaleCache(DevicePluginError, RuntimeError):
     """A write conditioned on the cached pod's resourceVersion was refused: the cache was
-    behind the API server (cachereads.py). Not a failure: the call is decided again on fresh
-    reads."""
+    behind the API server (cachereads.py). Not a failure anyone is told of: service.py
+    catches it and decides the call again on fresh reads."""
 
 
 def _applied(pod: JSON, annotations: dict[str, str | None]) -> bool:
