@@ -360,9 +360,11 @@ class KindBackend:
         """hami_dcu_http_connections_closed_total of the webhook's listener, by reason: every
         connection the webhook closed itself (common/io/connmetrics.py), asked from inside the
         scheduler pod."""
-        (pod,) = [p["metadata"]["name"] for p in self.kube.list_pods(
+        running = [p["metadata"]["name"] for p in self.kube.list_pods(
             namespace=RELEASE_NAMESPACE, label_selector="app.kubernetes.io/component=scheduler").items
             if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+        assert running, "no scheduler pod is running"
+        pod = sorted(running)[0]  # the chart's one replica
         fetch = ("import urllib.request; print(urllib.request.urlopen("
                  f"'http://127.0.0.1:{SCHEDULER_METRICS_PORT}/metrics', timeout=10).read().decode())")
         text = self.kubectl("-n", RELEASE_NAMESPACE, "exec", pod, "-c", "extender", "--", "python3", "-c", fetch,
