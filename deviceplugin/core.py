@@ -13,7 +13,8 @@ gRPC around that (docs/architecture.md, Layers).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -34,6 +35,7 @@ from hami_dcu.common.protocol.objects import JSON
 from hami_dcu.common.protocol.podchecks import CheckSettings, Stage, refusal_of
 from hami_dcu.deviceplugin import cachereads, lockless
 from hami_dcu.deviceplugin import plan as planning
+from hami_dcu.deviceplugin.admitting import AdmittingRefused
 from hami_dcu.node import layout
 from hami_dcu.node.allocator import Grant
 from hami_dcu.node.discovery import DcuCard
@@ -222,11 +224,13 @@ class PluginCore:
             return None
         return holder
 
-    def lockless_pod(self, pending: list[JSON], requests: list[list[str]]) -> JSON:
+    def lockless_pod(self, pending: list[JSON], requests: list[list[str]],
+                     admitting: Callable[[list[JSON]], JSON] | None = None) -> JSON:
         """Volcano mode, no node lock: the one pod that proves this call is its own;
-        lockless.LocklessRefused otherwise."""
+        lockless.LocklessRefused otherwise. `admitting`: which of several awaiting pods the
+        kubelet's pod resources answer names (admissions.py); None: several are refused."""
         return lockless.identify(pending, self.node, requests[0] if requests else [], self.resource,
-                                 self.volcano_scheduler, self.naming.pod_devices_to_allocate)
+                                 self.volcano_scheduler, self.naming.pod_devices_to_allocate, admitting)
 
     # --- what each container gets ----------------------------------------------------------
 
@@ -306,14 +310,21 @@ class PluginCore:
 
     # --- GetPreferredAllocation --------------------------------------------------------------
 
-    def advice_target(self, node_obj: JSON, pending: list[JSON]) -> tuple[JSON, bool]:
+    def advice_target(self, node_obj: JSON, pending: list[JSON],
+                      admitting: Callable[[list[JSON]], JSON] | None = None) -> tuple[JSON, bool]:
         """The pod whose next container the advice is for ({} for none) and whether these
         reads may serve the Allocate that follows (advicereads.py). AllocateFailed when the
-        lock names no pod."""
+        lock names no pod. `admitting`: as for lockless_pod."""
         if self.lockless(node_obj):
-            # Steered only when one pod awaits: with several, any advice would be a guess.
+            # Steered when one pod awaits, or when the kubelet's answer names one of several:
+            # else any advice would be a guess.
             awaiting = lockless.awaiting_pods(pending, self.node, self.resource, self.naming.pod_devices_to_allocate)
-            return (awaiting[0].pod if len(awaiting) == 1 else {}), False
+            if len(awaiting) == 1:
+                return awaiting[0].pod, False
+            if len(awaiting) > 1 and admitting is not None:
+                with contextlib.suppress(AdmittingRefused):
+                    return admitting([a.pod for a in awaiting]), False
+            return {}, False
         namespace, name = self.lock_holder(node_obj)
         # Not Pending on this node (not bound yet, or done): no advice to give.
         pod = find_pod(pending, namespace, name)

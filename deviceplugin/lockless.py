@@ -11,10 +11,13 @@ Allocate (Pending, not being deleted, asking for more than 0 of the count resour
 calls no Allocate for 0, and either `allocating` with an entry left to serve or never bound by
 a scheduler that writes bind-phase), exactly one may exist, it must be the Volcano scheduler's
 and `allocating` with `hami.io/vgpu-node` naming this node, and its next entry must name the
-cards the kubelet passed (GetPreferredAllocation steers the kubelet there). Two or more
-awaiting pods are refused as ambiguous, whatever cards the kubelet passed: the kubelet's choice
-of device ids names no pod, and GetPreferredAllocation could only steer it by guessing which
-pod is being admitted, so a card match between several candidates proves nothing.
+cards the kubelet passed (GetPreferredAllocation steers the kubelet there). With two or more
+awaiting (a Volcano gang placed together through our extender's allocate), the kubelet's choice
+of device ids names no pod, so a card match between several candidates proves nothing: the
+kubelet's pod resources List, asked during the call, names the pod it is admitting
+(admitting.py), and that pod must then pass the same checks. When the answer names none, or
+cannot be had, the call is refused as ambiguous, never guessed. GetPreferredAllocation asks the
+same List, so it steers the kubelet to that pod's cards.
 
 The fork writes an entry only for containers that request HCU (`hcunum` or `hcumem` in their
 limits; it has no vHCU in init containers), without the trailing `;`: entry i belongs to the
@@ -24,6 +27,7 @@ i-th such app container, not to pod container i as in HAMi's layout.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hami_dcu.common.protocol import keys, objects
@@ -32,6 +36,7 @@ from hami_dcu.common.protocol.errors import DevicePluginError
 from hami_dcu.common.protocol.keys import ResourceNames
 from hami_dcu.common.protocol.objects import JSON
 from hami_dcu.common.protocol.requests import pod_asks_for_count
+from hami_dcu.deviceplugin.admitting import AdmittingRefused
 from hami_dcu.deviceplugin.plan import card_of_fake_id, who
 
 
@@ -93,27 +98,23 @@ def awaiting_pods(pods: list[JSON], node: str, resource: str, to_allocate: str) 
 
 
 def identify(pods: list[JSON], node: str, request_ids: list[str], resource: str, volcano_scheduler: str,
-             to_allocate: str) -> JSON:
+             to_allocate: str, admitting: Callable[[list[JSON]], JSON] | None = None) -> JSON:
     """The one pod this lockless Allocate call (for a container asking `request_ids`) serves;
-    raises LocklessRefused otherwise, `ambiguous` when several pods await."""
+    raises LocklessRefused otherwise, `ambiguous` when several pods await and `admitting` (the
+    kubelet's pod resources answer, read by admitting.py's `admitting_pod`) names none of them."""
     awaiting = awaiting_pods(pods, node, resource, to_allocate)
     if not awaiting:
         raise LocklessRefused(
             f"no node lock on node {node} and no pod bound here awaits a {resource} allocation "
             f"({keys.POD_BIND_PHASE}={keys.BIND_PHASE_ALLOCATING} with an entry left in "
             f"{to_allocate}): the pod was not placed by a scheduler that allocates cards")
-    if len(awaiting) > 1:
-        listed = "; ".join(f"{who(a.pod)} ({a.why})" for a in awaiting)
-        raise LocklessRefused(
-            f"no node lock on node {node} and {len(awaiting)} pods await a {resource} allocation here: {listed}. "
-            "The kubelet's call names no pod, so which one it admits cannot be proven: refused rather than "
-            "guessed (the refused pod fails and its controller creates it again)", ambiguous=True)
-    pod = awaiting[0].pod
+    sole = awaiting[0] if len(awaiting) == 1 else _named(awaiting, node, resource, admitting)
+    pod = sole.pod
     scheduler = objects.scheduler_name(pod)
     if scheduler != volcano_scheduler:
         raise LocklessRefused(
             f"no node lock on node {node}, and the pod awaiting a {resource} allocation, {who(pod)}, is "
-            f"{awaiting[0].why} with schedulerName {scheduler!r}: only {volcano_scheduler!r} allocates without "
+            f"{sole.why} with schedulerName {scheduler!r}: only {volcano_scheduler!r} allocates without "
             "the lock")
     placed_on = objects.annotations(pod).get(keys.POD_NODE)
     if placed_on != node:
@@ -127,6 +128,27 @@ def identify(pods: list[JSON], node: str, request_ids: list[str], resource: str,
             f"pod {who(pod)}: the kubelet passed devices on {_cards(passed)}, its {to_allocate} "
             f"names {_cards(wanted)}: without a node lock only matching cards prove the call is this pod's")
     return pod
+
+
+def _named(awaiting: list[Awaiting], node: str, resource: str,
+           admitting: Callable[[list[JSON]], JSON] | None) -> Awaiting:
+    """The one of several awaiting pods the kubelet's pod resources answer names as the one it
+    is admitting; LocklessRefused (with the answer's reason) when it names none, or when there
+    is no answer to ask."""
+    listed = "; ".join(f"{who(a.pod)} ({a.why})" for a in awaiting)
+    head = f"no node lock on node {node} and {len(awaiting)} pods await a {resource} allocation here: {listed}. "
+    if admitting is None:
+        raise LocklessRefused(
+            head + "The kubelet's call names no pod, so which one it admits cannot be proven: refused rather than "
+            "guessed (the refused pod fails and its controller creates it again)", ambiguous=True)
+    try:
+        pod = admitting([a.pod for a in awaiting])
+    except AdmittingRefused as exc:
+        raise LocklessRefused(
+            head + f"The kubelet's call names no pod, and its pod resources answer does not prove which one it "
+            f"admits: {exc}. Refused rather than guessed (the refused pod fails and its controller creates it "
+            "again)", ambiguous=exc.ambiguous) from None
+    return next(a for a in awaiting if a.pod is pod)
 
 
 def next_entry_cards(pod: JSON, to_allocate: str) -> Counter[str] | None:

@@ -35,6 +35,7 @@ from hami_dcu.common.protocol.keys import Naming
 from hami_dcu.common.protocol.podtimes import bound_at, seconds_between
 from hami_dcu.deviceplugin import advicereads, cachereads, lockless
 from hami_dcu.deviceplugin import plan as planning
+from hami_dcu.deviceplugin.admissions import Answer, KubeletAdmissions
 from hami_dcu.deviceplugin.core import (
     AllocateFailed,
     Ambiguous,
@@ -54,6 +55,7 @@ from hami_dcu.deviceplugin.registration import NodeRegistration
 from hami_dcu.deviceplugin.vdevs import Vdevs
 from hami_dcu.node.allocator import AllocationError, Grant
 from hami_dcu.node.discovery import DcuCard
+from hami_dcu.node.podresources import PodResourcesClient
 from hami_dcu.node.smi import FALLBACK_MODEL
 from hami_dcu.node.vdev import VdevSpec
 
@@ -116,6 +118,8 @@ class PluginService:
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         sleep: Callable[[float], None] = time.sleep,
         cache: NodeCache | None = None,  # the watch-fed copy of the node and its pods (nodewatch.py)
+        # Volcano mode: the kubelet's pod resources List, as it came (default: its socket)
+        pod_resources: Answer | None = None,
     ) -> None:
         self.core = PluginCore(node, cards, naming, paths, slots_per_card, resource, volcano_scheduler)
         self.node = node
@@ -136,6 +140,9 @@ class PluginService:
         self.metrics = metrics or PluginMetrics()
         self.metrics.unknown_models.labels(node).set(sum(1 for c in cards if c.card.model == FALLBACK_MODEL))
         self.registration = NodeRegistration(self.core, self.api, self.metrics)
+        # Which of several pods awaiting an Allocate without a lock the kubelet admits (admissions.py).
+        self.admissions = (KubeletAdmissions(pod_resources or PodResourcesClient().answer, self.api.node_pods, node,
+                                             self.core.resource) if volcano_scheduler else None)
         self.rebuild()
 
     def rebuild(self) -> int:
@@ -231,9 +238,10 @@ class PluginService:
         # calls Allocate for its next pod: judged on a list taken before the status landed,
         # two pods placed together would refuse each other round after round. So an ambiguous
         # call is judged again on fresher lists (same rule, newer facts) before it is refused.
+        chooser = self.admissions.chooser(len(requests[0]) if requests else 0) if self.admissions else None
         for delay in (*AMBIGUITY_RELISTS, None):
             try:
-                return self.core.lockless_pod(listing.result(), requests)
+                return self.core.lockless_pod(listing.result(), requests, chooser)
             except KubeError as exc:
                 raise AllocateFailed(f"cannot list the pods of node {self.node}: {exc}") from exc
             except lockless.LocklessRefused as exc:
@@ -403,7 +411,8 @@ class PluginService:
         try:
             node_obj = self.api.node_object()
             pending = listing.result()
-            pod, keep = self.core.advice_target(node_obj, pending)
+            pod, keep = self.core.advice_target(node_obj, pending,
+                                                self.admissions.chooser(size) if self.admissions else None)
             if keep:  # the lock's pod is Pending here: the reads can serve its Allocate
                 reads = (node_obj, pending)
         except (AllocateFailed, KubeError):

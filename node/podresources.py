@@ -87,6 +87,12 @@ class PodResourcesClient:
         self._stub: api_pb2_grpc.PodResourcesListerStub | None = None
 
     def list(self) -> list[ContainerHoldings]:
+        return containers_of(self.answer())
+
+    def answer(self) -> api_pb2.ListPodResourcesResponse:
+        """The kubelet's List answer as it came, containers without devices included (the
+        device plugin's lockless Allocate reads which pod is being admitted from those:
+        deviceplugin/admitting.py)."""
         if self._stub is None:
             self._channel = grpc.insecure_channel(f"unix://{self.socket}", options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE)])
@@ -100,7 +106,7 @@ class PodResourcesClient:
             code = exc.code() if isinstance(exc, grpc.Call) else None
             raise PodResourcesError(f"kubelet pod resources API at {self.socket}: {code}: "
                                     f"{exc.details() if isinstance(exc, grpc.Call) else exc}") from exc
-        return containers_of(response)
+        return response
 
     def close(self) -> None:
         if self._channel is not None:

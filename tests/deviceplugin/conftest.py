@@ -17,11 +17,17 @@ from hami_dcu.deviceplugin.core import Paths
 from hami_dcu.deviceplugin.service import PluginService
 from hami_dcu.node.discovery import discover
 from hami_dcu.node.faketree import lay_out
+from hami_dcu.node.podresources import PodResourcesError
 from hami_dcu.node.smi import MockBackend
 
 DCU = keys.DCU_NAMING  # the naming set these tests speak
 
 NODE = "n1"
+
+
+def no_kubelet() -> object:
+    """No kubelet here: its pod resources API never answers (tests that need one pass their own)."""
+    raise PodResourcesError("no kubelet pod resources socket in these tests")
 
 
 @dataclass
@@ -36,7 +42,8 @@ class Node:
     def core(self, **kwargs) -> PluginService:
         """The device plugin as its command builds it, minus gRPC: its service over its pure core."""
         cards = discover(MockBackend(self.mock_file).cards(), self.root / "sys", self.root / "dev", DCU)
-        core = PluginService(self.kube, NODE, cards, self.paths, **{"naming": DCU, **kwargs})
+        core = PluginService(self.kube, NODE, cards, self.paths,
+                             **{"naming": DCU, "pod_resources": no_kubelet, **kwargs})
         self.cores.append(core)
         return core
 
