@@ -31,3 +31,17 @@ def test_the_pod_resources_socket_is_mounted_read_only_where_metrics_are_served(
     assert mount == {"name": "pod-resources", "mountPath": POD_RESOURCES, "readOnly": True}
     assert DEFAULT_SOCKET.startswith(POD_RESOURCES + "/")
     assert pod_resources(node_pod(render(*common, kube_version="1.35.0"), component)) == (None, None)
+
+
+@pytest.mark.parametrize("smi", ["rsmi", "mock"])
+@pytest.mark.parametrize("metrics", [[], ["--set", "devicePlugin.metricsPort=9400"]])
+@pytest.mark.parametrize("extender", ["false", "true"])
+def test_in_volcano_mode_the_device_plugin_reaches_the_socket_with_or_without_metrics(render, smi, metrics, extender):
+    """Volcano mode (the fork's or upstream Volcano's through the extender): with several pods
+    awaiting an Allocate and no node lock, the device plugin asks the kubelet's List which one
+    it admits (deviceplugin/admissions.py), metrics or not."""
+    volcano = ["--set", "naming=hcu", "--set", "volcano.enabled=true", "--set", f"volcano.extender.enabled={extender}"]
+    volume, mount = pod_resources(node_pod(render("--set", f"devicePlugin.smi={smi}", *volcano, *metrics),
+                                           "device-plugin"))
+    assert volume == {"name": "pod-resources", "hostPath": {"path": POD_RESOURCES, "type": "DirectoryOrCreate"}}
+    assert mount == {"name": "pod-resources", "mountPath": POD_RESOURCES, "readOnly": True}
