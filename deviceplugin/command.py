@@ -26,6 +26,7 @@ from hami_dcu.deviceplugin.usageview import plugin_view
 from hami_dcu.node import usagemetrics
 from hami_dcu.node.flags import add_node_arguments, make_backend, served_cards
 from hami_dcu.node.health import SmiHealth
+from hami_dcu.node.podresources import PodResourcesClient
 from hami_dcu.node.smi import FALLBACK_MODEL, SmiError
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,11 @@ def build(args: argparse.Namespace, kube: Kube, cache: NodeCache | None = None
     resource = args.resource_count or naming.resources.count
     service = PluginService(kube, args.node_name, served, paths, args.slots_per_card, args.lock_timeout,
                             metrics=PluginMetrics(), naming=naming, resource=resource,
-                            volcano_scheduler=args.volcano_scheduler_name, cache=cache)
+                            volcano_scheduler=args.volcano_scheduler_name, cache=cache,
+                            # Which pod a Volcano gang's Allocate serves is the kubelet's answer on this
+                            # socket (deviceplugin/admissions.py); "" leaves the kubelet's default.
+                            pod_resources=PodResourcesClient(args.pod_resources_socket).answer
+                            if args.pod_resources_socket else None)
     server = DevicePluginServer(service, args.plugin_dir, resource,
                                 health=SmiHealth(backend, served, args.dev_root))
     loop = NodeLoop(service, server, args.register_interval)

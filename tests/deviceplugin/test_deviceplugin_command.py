@@ -140,3 +140,19 @@ def test_unknown_model_is_an_event_and_a_metric_served_over_http(kube, tmp_path)
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_pod_resources_socket_flag_reaches_the_volcano_gang_path(kube, tmp_path):
+    # Which pod a gang's Allocate serves is asked of the kubelet on the socket the flag names.
+    kube.create_node({"metadata": {"name": "w5"}})
+    mock = tmp_path / "w5.yaml"
+    mock.write_text(yaml.safe_dump(CARDS))
+    socket = str(tmp_path / "pod-resources" / "kubelet.sock")
+    args = parse("--node-name", "w5", "--smi", "mock", "--mock-devices", str(mock), "--mock-fake-tree",
+                 "--dev-root", str(tmp_path / "dev"), "--sys-root", str(tmp_path / "sys"),
+                 "--plugin-dir", str(tmp_path / "plugins"), "--vdev-dir", str(tmp_path / "vgpu"),
+                 "--etc-vdev", str(tmp_path / "etc"), "--volcano-scheduler-name", "volcano",
+                 "--pod-resources-socket", socket)
+    service, _, _ = command.build(args, kube)
+    assert service.admissions is not None
+    assert service.admissions.answer.__self__.socket == socket
