@@ -112,8 +112,8 @@ def budget_violations(victims: Iterable[Holder], budgets: Sequence[Budget]) -> i
     return sum(max(0, sum(1 for v in chosen if b.covers(v)) - b.allowed) for b in budgets)
 
 
-def _fits_without(plan: Fits, entry: NodeView, uids: Sequence[str]) -> bool:
-    return isinstance(plan.fit(entry.cards, used_without(entry, uids)), PodFit)
+def _fits_without(plan: Fits, entry: NodeView, uids: Sequence[str], gone: Sequence[str] = ()) -> bool:
+    return isinstance(plan.fit(entry.cards, used_without(entry, [*gone, *uids])), PodFit)
 
 
 def _order(holders: Iterable[Holder], budgets: Sequence[Budget]) -> list[Holder]:
@@ -125,19 +125,20 @@ def _order(holders: Iterable[Holder], budgets: Sequence[Budget]) -> list[Holder]
     return sorted(ordered, key=lambda h: (exhausted(h), h.priority))
 
 
-def _fewest(plan: Fits, entry: NodeView, ordered: Sequence[Holder]) -> list[Holder] | None:
-    """The fewest of `ordered` (taken in that order) whose removal lets the pod fit."""
+def _fewest(plan: Fits, entry: NodeView, ordered: Sequence[Holder], gone: Sequence[str] = ()) -> list[Holder] | None:
+    """The fewest of `ordered` (taken in that order) whose removal, beside the pods `gone`
+    already, lets the pod fit."""
     taken: list[Holder] = []
     for holder in ordered:
         taken.append(holder)
-        if _fits_without(plan, entry, [h.uid for h in taken]):
+        if _fits_without(plan, entry, [h.uid for h in taken], gone):
             break
     else:
         return None
     # Spare every pod the fit does not need gone, latest taken first (the last one is needed).
     for holder in list(reversed(taken[:-1])):
         fewer = [h for h in taken if h is not holder]
-        if _fits_without(plan, entry, [h.uid for h in fewer]):
+        if _fits_without(plan, entry, [h.uid for h in fewer], gone):
             taken = fewer
     return taken
 
@@ -151,24 +152,37 @@ def node_choices(plan: Fits, entry: NodeView, holders: Sequence[Holder], priorit
                  budgets: Sequence[Budget]) -> list[Choice]:
     """Every card's cheapest victims on this node (or, for a pod no single card can take,
     the node's), for a preemptor of `priority`."""
-    lower = [h for h in holders if h.priority < priority and _cards_of(entry, h)]
-    if not lower or not _fits_without(plan, entry, [h.uid for h in lower]):
-        return []  # even every lower-priority pod gone leaves no room: nothing to choose here
+    return eligible_choices(plan, entry, [h for h in holders if h.priority < priority], budgets)
+
+
+def eligible_choices(plan: Fits, entry: NodeView, eligible: Sequence[Holder], budgets: Sequence[Budget],
+                     gone: Sequence[str] = ()) -> list[Choice]:
+    """Every card's cheapest victims among `eligible` on this node (or, for a pod no single
+    card can take, the node's), the pods `gone` counted as gone already (evicted, still
+    terminating). Who is eligible is the caller's rule: lower priority for a preemption,
+    any share of another queue for Volcano's reclaim."""
+    lower = [h for h in eligible if _cards_of(entry, h) and h.uid not in gone]
+    if not lower or not _fits_without(plan, entry, [h.uid for h in lower], gone):
+        return []  # even every eligible pod gone leaves no room: nothing to choose here
     choices = []
     for card in entry.card_pos:
         on_card = [h for h in lower if card in _cards_of(entry, h)]
-        victims = _fewest(plan, entry, _order(on_card, budgets)) if on_card else None
+        victims = _fewest(plan, entry, _order(on_card, budgets), gone) if on_card else None
         if victims is not None:
             choices.append(Choice(entry.name, card, tuple(victims), budget_violations(victims, budgets)))
     if choices:
         return choices
-    victims = _fewest(plan, entry, _order(lower, budgets))
-    assert victims is not None  # every lower-priority pod gone lets it fit (checked above)
+    victims = _fewest(plan, entry, _order(lower, budgets), gone)
+    assert victims is not None  # every eligible pod gone lets it fit (checked above)
     return [Choice(entry.name, None, tuple(victims), budget_violations(victims, budgets))]
+
+
+def cheapest(choices: Sequence[Choice]) -> Choice | None:
+    """The choice of the module docstring's order, None when there is none."""
+    return min(choices, key=lambda c: (c.rank, c.node, c.card or ""), default=None)
 
 
 def choose(plan: Fits, nodes: Sequence[tuple[NodeView, Sequence[Holder]]], priority: int,
            budgets: Sequence[Budget]) -> Choice | None:
     """The cheapest victims over all nodes (module docstring), or None: no eviction helps."""
-    choices = [c for entry, holders in nodes for c in node_choices(plan, entry, holders, priority, budgets)]
-    return min(choices, key=lambda c: (c.rank, c.node, c.card or ""), default=None)
+    return cheapest([c for entry, holders in nodes for c in node_choices(plan, entry, holders, priority, budgets)])

@@ -27,10 +27,13 @@ from hami_dcu.common.io.kube import AsyncKube, ConflictError, KubeError, NotFoun
 from hami_dcu.common.protocol import objects, safejson
 from hami_dcu.scheduler.extender import WireError
 from hami_dcu.scheduler.service import SchedulerService
+from hami_dcu.scheduler.volcanoevict import Purpose
 from hami_dcu.scheduler.volcanoverbs import Undo, VolcanoRefused, VolcanoVerbs
 from hami_dcu.scheduler.volcanowire import (
     ABSTAIN,
     ERROR,
+    PERMIT,
+    REJECT,
     event_reply,
     evict_reply,
     parse_event,
@@ -51,6 +54,7 @@ FAILURES = web.AppKey("volcano_failures", FailureReporter)
 # Volcano's own cap on what it reads back, far below what it sends.
 MAX_BODY = 256 * 1024 * 1024
 _NOT_SYNCED = "hami-dcu's scheduler cache is not synced yet"
+_VOTES = {PERMIT: "permit", REJECT: "reject", ABSTAIN: "abstain"}
 
 
 def _reply(body: JSON) -> web.Response:
@@ -174,15 +178,30 @@ async def remove_allocation(kube: AsyncKube, undo: Undo, attempts: int = 3) -> b
     raise ConflictError(409, "Conflict", f"pod {undo.namespace}/{undo.name} kept changing")
 
 
-async def handle_evict(request: web.Request) -> web.Response:
-    """preemptable and reclaimable: abstain (Volcano's other plugins choose the victims)."""
-    try:
-        args = parse_evict(await _body(request))
-    except WireError as exc:
-        log.warning("volcano %s: %s", request.match_info.get("verb", ""), exc)
-        return _reply(evict_reply(ABSTAIN))
-    log.debug("volcano %s for %s: abstain", request.path, args.evictor.who)
-    return _reply(evict_reply(ABSTAIN))
+def _evict(purpose: Purpose) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """preemptable and reclaimable: the evictees whose going frees a card for the evictor
+    (volcanoevict.py). A request we cannot read, or a cache not synced, abstains: Volcano's
+    other plugins decide as if we were not asked."""
+    async def handle(request: web.Request) -> web.Response:
+        try:
+            args = parse_evict(await _body(request))
+        except WireError as exc:
+            log.warning("volcano %s: %s", purpose.value, exc)
+            return _reply(evict_reply(ABSTAIN))
+        if not await _synced(request):
+            log.warning("volcano %s for %s: %s; abstained", purpose.value, args.evictor.who, _NOT_SYNCED)
+            return _reply(evict_reply(ABSTAIN))
+        try:
+            answer = request.app[VERBS].evictable(purpose, args)
+        except Exception as exc:
+            return _failed(request, exc, f"volcano {purpose.value} for pod {args.evictor.who}",
+                           lambda _m: evict_reply(ABSTAIN))
+        chosen = set(answer.victims)
+        victims = [sent for task, sent in zip(args.evictees, args.sent, strict=True) if task.uid in chosen]
+        log.info("volcano %s for %s among %d evictee(s): %s (%s)", purpose.value, args.evictor.who,
+                 len(args.evictees), _VOTES.get(answer.status, answer.status), answer.why)
+        return _reply(evict_reply(answer.status, victims))
+    return handle
 
 
 def _session(settle: Callable[[VolcanoVerbs], None]) -> Callable[[web.Request], Awaitable[web.Response]]:
@@ -216,8 +235,8 @@ def build_volcano_app(service: SchedulerService) -> web.Application:
         "prioritize": handle_prioritize,
         "allocateFunc": handle_allocate,
         "deallocateFunc": handle_deallocate,
-        "preemptable": handle_evict,
-        "reclaimable": handle_evict,
+        "preemptable": _evict(Purpose.PREEMPT),
+        "reclaimable": _evict(Purpose.RECLAIM),
         "onSessionOpen": _session(VolcanoVerbs.session_open),
         "onSessionClose": _session(VolcanoVerbs.session_close),
     }

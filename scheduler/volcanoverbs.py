@@ -21,6 +21,13 @@ binds the pod itself (a plain Binding, spec.nodeName only).
 * A session's close forgets what it allocated: those were committed and Volcano binds them;
   their reservations stay until the pod watch shows the pod bound with its allocation (which
   replaces them) or they expire.
+* `preemptable` and `reclaimable` answer which evictees free a card for the evictor
+  (volcanoevict.py). Volcano's eviction in a session calls deallocateFunc with the evictee
+  Releasing (an undone one calls allocateFunc with it Running again): those pods count as
+  gone for the session's later answers, and after its close until the watch shows them gone.
+  An evictor pipelined on a node (allocateFunc, Pipelined) is refused unless it fits a card
+  there with those pods gone: Volcano then undoes the node's evictions, so nobody is evicted
+  for a card that would still not take it.
 """
 
 from __future__ import annotations
@@ -43,10 +50,24 @@ from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.cacherecords import Assumption
 from hami_dcu.scheduler.filtering import Filter, FilterSettings, PodPlan, plan_pod
 from hami_dcu.scheduler.fit import PodFit
-from hami_dcu.scheduler.volcanowire import ALLOCATED, UNRESOLVABLE, UNSCHEDULABLE, Task
+from hami_dcu.scheduler.volcanoevict import EvictAnswer, Purpose, decide, fits
+from hami_dcu.scheduler.volcanowire import (
+    ABSTAIN,
+    ALLOCATED,
+    PIPELINED,
+    REJECT,
+    RELEASING,
+    UNRESOLVABLE,
+    UNSCHEDULABLE,
+    EvictArgs,
+    Task,
+)
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
+# How long an evicted pod counts as going after its session, at most: its grace period and a
+# kubelet's final delete are seconds; the watch showing it gone ends it sooner.
+RELEASE_TTL = 600.0
 
 
 class VolcanoRefused(SchedulerError, ValueError):
@@ -114,6 +135,10 @@ class VolcanoVerbs:
         self.wall_clock = wall_clock
         # The allocations of the session in progress, by pod UID: what deallocate may undo.
         self._session: dict[str, Write] = {}
+        # Pods Volcano evicts in the session in progress (uid -> node), and those evicted in
+        # earlier sessions, not gone yet (uid -> (node, when the session ended)).
+        self._evicting: dict[str, str] = {}
+        self._released: dict[str, tuple[str, float]] = {}
 
     # --- the pod ---------------------------------------------------------------------------
 
@@ -157,9 +182,13 @@ class VolcanoVerbs:
     def allocate(self, task: Task) -> Write | None:
         """The annotations to write for the session's placement of `task` (its cards now
         reserved), None when there is nothing to write; VolcanoRefused when it cannot work."""
+        if task.status == PIPELINED:
+            self._pipelined(task)
+            return None
         if task.status != ALLOCATED:
-            # Pipelined (waits for releasing resources: its cards are chosen when it is
-            # allocated), or a Running task an eviction's rollback gives back: nothing to write.
+            # A Running or Bound task an eviction's rollback gives back: it is not going now.
+            if self._evicting.pop(task.uid, None) is not None:
+                log.info("volcano eviction of %s undone", task.who)
             return None
         if not task.node:
             raise VolcanoRefused(f"pod {task.who}: allocateFunc names no node (TaskInfo.NodeName empty)")
@@ -187,10 +216,30 @@ class VolcanoVerbs:
             del self._session[write.uid]
         self.cache.placements.withdraw(write.assumption)
 
+    def _pipelined(self, task: Task) -> None:
+        """Volcano pipelines a task on a node where its evictions made room (or where pods
+        are releasing): refused unless a card there takes it once they are gone. Its cards
+        are chosen when a later session allocates it."""
+        plan = self.plan(task)
+        if plan is None or not task.node:
+            return
+        entry = self.cache.node(task.node)
+        if entry is None:
+            raise VolcanoRefused(f"pod {task.who}: pipelined on node {task.node}, unknown to the extender",
+                                 UNSCHEDULABLE)
+        gone = self.going(task.node)
+        if not fits(plan, entry, gone):
+            raise VolcanoRefused(f"pod {task.who}: pipelined on node {task.node}, but no card there takes it even "
+                                 f"with the {len(gone)} pod(s) being evicted there gone", UNSCHEDULABLE)
+        log.info("volcano pipelines %s on node %s: a card there takes it once %d pod(s) being evicted are gone",
+                 task.who, task.node, len(gone))
+
     def deallocate(self, task: Task) -> Undo | None:
         """What to remove from the pod, None when this session allocated nothing to it."""
         write = self._session.pop(task.uid, None)
         if write is None:
+            if task.status == RELEASING and task.node:
+                self._evicting[task.uid] = task.node  # Volcano evicts it in this session
             return None
         self.cache.placements.withdraw(write.assumption)
         log.info("volcano deallocate %s from node %s: its cards released", task.who, write.node)
@@ -200,6 +249,25 @@ class VolcanoVerbs:
         write = self._session.pop(uid, None)
         if write is not None:
             self.cache.placements.withdraw(write.assumption)
+
+    def evictable(self, purpose: Purpose, args: EvictArgs) -> EvictAnswer:
+        """preemptable / reclaimable (volcanoevict.py)."""
+        try:
+            plan = self.plan(args.evictor)
+        except VolcanoRefused as exc:
+            return EvictAnswer(REJECT, (), str(exc))  # nothing evicted makes room for what cannot be placed
+        if args.evictor.uid in self._evicting:
+            return EvictAnswer(ABSTAIN, (), "the evictor is being evicted itself")
+        return decide(purpose, plan, args.evictor, args.evictees, self.cache.node, self.going)
+
+    def going(self, node: str) -> list[str]:
+        """The pods of `node` Volcano is evicting or has evicted, still held in the cache."""
+        now = self.monotonic()
+        for uid, (_, since) in list(self._released.items()):
+            if uid not in self.cache.pods or now - since > RELEASE_TTL:
+                del self._released[uid]
+        going = [uid for uid, where in self._evicting.items() if where == node]
+        return going + [uid for uid, (where, _) in self._released.items() if where == node]
 
     def session_open(self) -> None:
         self._settle("opened")
@@ -214,6 +282,13 @@ class VolcanoVerbs:
             log.info("volcano session %s: %d pod(s) allocated for Volcano to bind: %s", how, len(self._session),
                      ", ".join(f"{w.namespace}/{w.name} on {w.node}" for w in list(self._session.values())[:10]))
         self._session.clear()
+        # Evictions still in the ledger were committed: Volcano deletes those pods now.
+        now = self.monotonic()
+        for uid, node in self._evicting.items():
+            self._released[uid] = (node, now)
+        if self._evicting:
+            log.info("volcano session %s: %d pod(s) evicted, counted as going until gone", how, len(self._evicting))
+        self._evicting.clear()
 
     @property
     def in_session(self) -> int:

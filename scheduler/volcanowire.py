@@ -20,8 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from marshmallow import fields, post_load
+from marshmallow import ValidationError, fields, post_load
 
+from hami_dcu.scheduler.cardvictims import priority_of
 from hami_dcu.scheduler.extender import GoStruct, PodObject, load_wire
 
 JSON = dict[str, Any]
@@ -44,6 +45,9 @@ class Task:
     node: str  # NodeName: the node the session put the task on ("" when none)
     status: int
     pod: JSON
+    # Volcano's task priority (the pod's spec.priority, or its volcano.sh/task-priority
+    # annotation; 1 without either): what its priority plugin compares within a job.
+    priority: int = 1
 
     @property
     def who(self) -> str:
@@ -56,12 +60,17 @@ class TaskSchema(GoStruct):
     Namespace = fields.String(required=True)
     NodeName = fields.String(load_default="", allow_none=True)
     Status = fields.Integer(strict=True, load_default=0)
+    Priority = fields.Integer(strict=True, load_default=None, allow_none=True)
     Pod = PodObject(required=True)
 
     @post_load
     def _task(self, data: JSON, **_kwargs: Any) -> Task:
+        priority = data["Priority"]
+        if priority is None:  # Volcano always sends it; its own rule else (api.NewTaskInfo)
+            spec = data["Pod"].get("spec") or {}
+            priority = priority_of(data["Pod"]) if isinstance(spec.get("priority"), int) else 1
         return Task(data["UID"], data["Namespace"] or "default", data["Name"], data["NodeName"] or "",
-                    data["Status"], data["Pod"])
+                    data["Status"], data["Pod"], priority)
 
 
 class NodeSchema(GoStruct):
@@ -88,6 +97,9 @@ class PrioritizeArgs:
 class EvictArgs:
     evictor: Task
     evictees: list[Task]
+    # Each evictee's TaskInfo as it was sent, aligned with `evictees`: a victim goes back
+    # whole, since Volcano evicts the TaskInfos of the first plugin of a tier that answers.
+    sent: list[JSON]
 
 
 class PredicateSchema(GoStruct):
@@ -125,9 +137,23 @@ class EvictSchema(GoStruct):
     evictor = fields.Nested(TaskSchema, required=True)
     evictees = fields.List(fields.Nested(TaskSchema), load_default=None)
 
-    @post_load
-    def _args(self, data: JSON, **_kwargs: Any) -> EvictArgs:
-        return EvictArgs(data["evictor"], data["evictees"] or [])
+    @post_load(pass_original=True)
+    def _args(self, data: JSON, original: object, **_kwargs: Any) -> EvictArgs:
+        evictees: list[Task] = data["evictees"] or []
+        sent = _field(original, "evictees") if evictees else []
+        if not isinstance(sent, list) or len(sent) != len(evictees):
+            raise ValidationError("evictees: not as parsed", "evictees")
+        return EvictArgs(data["evictor"], evictees, sent)
+
+
+def _field(data: object, name: str) -> object:
+    """The value of `name` in a JSON object, matched as Go's decoder matches it (exact first,
+    then case-insensitively)."""
+    if not isinstance(data, dict):
+        return None
+    if name in data:
+        return data[name]
+    return next((v for k, v in data.items() if isinstance(k, str) and k.casefold() == name.casefold()), None)
 
 
 _PREDICATE = PredicateSchema()
@@ -171,8 +197,9 @@ def event_reply(error: str = "") -> JSON:
 
 
 def evict_reply(status: int = ABSTAIN, victims: list[JSON] | None = None) -> JSON:
-    """PreemptableResponse / ReclaimableResponse; victims are TaskInfos (Volcano matches them
-    by UID), so each is the evictee as it was sent."""
+    """PreemptableResponse / ReclaimableResponse: `status` is the vote (PERMIT, REJECT,
+    ABSTAIN: Volcano skips an abstaining plugin); victims are TaskInfos (Volcano intersects
+    them with the other plugins' by UID), each the evictee as it was sent."""
     return {"status": status, "victims": victims or []}
 
 
@@ -180,6 +207,10 @@ __all__ = [
     "ABSTAIN",
     "ALLOCATED",
     "PERMIT",
+    "PIPELINED",
+    "REJECT",
+    "RELEASING",
+    "EvictArgs",
     "PredicateArgs",
     "PrioritizeArgs",
     "Task",
