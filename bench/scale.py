@@ -7,6 +7,7 @@ and the node-side simulator running the device plugin's own Allocate per pod).
     python bench/scale.py --mode dra --nodes 1000 --pods 2000     # the chart in DRA mode
     python bench/scale.py --mode both --nodes 1000 --pods 2000    # device-plugin mode, then DRA
     python bench/scale.py --peer hami --nodes 1000 --pods 2000    # HAMi v2.10, ours, plain (bench/peerrace.py)
+    python bench/scale.py --contend --nodes 1000 --pods 2000      # the bursts again beside a CPU hog of one core
 
 For each node count (ascending, on one cluster that grows), a burst of `--pods` pods in the mix
 of e2e/realcluster/scalemix.py (shares, whole cards, two and four cards, per-pod policies) is
@@ -38,6 +39,14 @@ ResourceSlice per node with as many devices as cards and nothing else, placed by
 kube-scheduler (the same binary). That is what any DRA driver's pods cost; ours are judged
 against it, by rate and by kube-scheduler's CPU per pod.
 
+`--contend` (device-plugin mode) runs the same two bursts a second time at each node count with
+a CPU hog of one core beside them (one busy-loop process at normal priority, started before the
+plain burst and stopped after the DCU burst, both by the bench), and prints both ratios, the
+contended one over the uncontended one, and the binds that failed (BindingFailed events) in each:
+the DCU path must slow in proportion to the machine, not fall off a cliff (issue 40). Its line
+`scale-contend: nodes=N pods=M dcu_pods_per_s=X plain_pods_per_s=Y ratio=Z uncontended_ratio=U
+slowdown=Z/U binding_failed=B uncontended_binding_failed=C` comes just before the `scale:` line.
+
 Counters are read before and after each burst, and given net of the background measured over
 20 s without pods (kwok's Leases, the plugins' 30 s reports, controllers): a slow burst would
 otherwise be charged more of it per pod than a fast one. The last line is
@@ -54,6 +63,7 @@ import argparse
 import logging
 import os
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -96,6 +106,57 @@ def memory_verdict(peak: float, limit: float) -> str:
     """The extender's peak RSS against its chart limit; issue 40 asks at most half of it."""
     verdict = "within half of it" if peak <= limit / 2 else "OVER HALF OF IT"
     return f"{100 * peak / limit:.0f}% of the chart's limit {limit:.0f} MiB, {verdict}"
+
+
+class CpuHog:
+    """One core kept busy beside a burst: a busy-loop process at normal priority (not niced),
+    as a neighbour's build or test run would be, started and stopped by the bench."""
+
+    def __init__(self) -> None:
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.started = 0.0
+        self.seconds = 0.0
+        self.cpu = 0.0
+
+    def __enter__(self) -> CpuHog:
+        self.popen = subprocess.Popen([sys.executable, "-c", "while True:\n    pass"])
+        self.started = time.monotonic()
+        print(f"  CPU hog started (pid {self.popen.pid}, a busy loop of one core at normal priority; load average "
+              f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})", flush=True)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        assert self.popen is not None
+        try:
+            self.cpu = cpu_seconds(self.popen.pid)
+        except OSError:
+            pass
+        self.seconds = time.monotonic() - self.started
+        self.popen.kill()
+        self.popen.wait()
+        print(f"  CPU hog stopped: it ran {self.seconds:.0f} s and used {self.cpu:.0f} s of CPU "
+              f"({self.cpu / max(self.seconds, 1e-9):.2f} cores)", flush=True)
+
+
+@dataclass
+class Contended:
+    """One node count's bursts with and without the CPU hog, side by side."""
+
+    nodes: int
+    pods: int
+    dcu: float  # pods/s with the hog
+    plain: float
+    quiet_dcu: float  # pods/s without it
+    quiet_plain: float
+    failed: float  # BindingFailed events of the DCU burst with the hog
+    quiet_failed: float
+
+    def line(self) -> str:
+        ratio, quiet = st.ratio(self.plain, self.dcu), st.ratio(self.quiet_plain, self.quiet_dcu)
+        return (f"scale-contend: nodes={self.nodes} pods={self.pods} dcu_pods_per_s={self.dcu:.1f} "
+                f"plain_pods_per_s={self.plain:.1f} ratio={ratio:.2f} uncontended_ratio={quiet:.2f} "
+                f"slowdown={st.ratio(ratio, quiet):.2f} binding_failed={self.failed:.0f} "
+                f"uncontended_binding_failed={self.quiet_failed:.0f}")
 
 
 @dataclass
@@ -231,12 +292,12 @@ def requests_line(m: Measured) -> str:
 
 
 def report(nodes: int, plain: Measured, dcu: Measured, pid: int, mode: str = DEVICE_PLUGIN,
-           memory_limit: float = 1024.0) -> tuple[float, float]:
+           memory_limit: float = 1024.0, note: str = "") -> tuple[float, float]:
     p, d = plain.burst, dcu.burst
     plain_rate, dcu_rate = p.pods_per_second(), d.pods_per_second()
     fewest = scalemix.fewest_nodes(scalemix.shapes(d.pods), CARDS_PER_NODE)
     title = "DRA mode: " if mode == DRA else ""
-    print(f"\n{title}nodes={nodes} (x {CARDS_PER_NODE} mock cards) pods={d.pods}   load average "
+    print(f"\n{title}nodes={nodes} (x {CARDS_PER_NODE} mock cards) pods={d.pods}{note}   load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     dcu_label = "DRA (claims + /prioritize)" if mode == DRA else "DCU (hami-scheduler + extender)"
     for label, m, rate in (("plain (default kube-scheduler)", plain, plain_rate),
@@ -398,7 +459,12 @@ def main() -> None:
     parser.add_argument("--hami-qps", type=int, default=1000,
                         help="--peer hami: HAMi's API client rate (--kube-qps; burst twice it); 0: HAMi's own "
                              "default (5/s), at which it cannot register 1,000 nodes in time")
+    parser.add_argument("--contend", action="store_true",
+                        help="device-plugin mode: run each node count's bursts again beside a CPU hog of one core "
+                             "and print both ratios")
     args = parser.parse_args()
+    if args.contend and (args.mode != DEVICE_PLUGIN or args.peer):
+        raise SystemExit("--contend: device-plugin mode only, without --peer")
     reason = unavailable() or (hami.why_unavailable() if args.peer else None)
     if reason:
         raise SystemExit(reason)
@@ -429,9 +495,11 @@ def main() -> None:
     values = yaml.safe_load(Path(args.values).read_text()) if args.values else None
     modes = [DEVICE_PLUGIN, DRA] if args.mode == "both" else [args.mode]
     last: dict[str, tuple[Last, Last | None]] = {}
+    contended: list[Contended] = []
     for mode in modes:
         workdir = Path(args.workdir) / mode if args.workdir and len(modes) > 1 else args.workdir
-        last[mode] = run_mode(mode, nodes, pods, args.register_interval, values, Path(workdir) if workdir else None)
+        last[mode] = run_mode(mode, nodes, pods, args.register_interval, values, Path(workdir) if workdir else None,
+                              contended if args.contend else None)
     print(f"\nall done in {time.monotonic() - started:.0f} s")
     if DRA in last:
         dra, floor = last[DRA]
@@ -440,15 +508,18 @@ def main() -> None:
             print(f"scale-dra-floor: nodes={n} pods={m} dra_pods_per_s={dra_rate:.1f} "
                   f"floor_pods_per_s={floor_rate:.1f} ratio={st.ratio(floor_rate, dra_rate):.2f}")
         print(st.final_line(*dra, label="scale-dra"))
+    for found in contended:
+        print(found.line())
     if DEVICE_PLUGIN in last:
         print(st.final_line(*last[DEVICE_PLUGIN][0]))
 
 
 def run_mode(mode: str, nodes: list[int], pods: list[int], register_interval: float, values: dict | None,
-             workdir: Path | None) -> tuple[Last, Last | None]:
+             workdir: Path | None, contended: list[Contended] | None = None) -> tuple[Last, Last | None]:
     """One cluster with the chart in `mode`, grown through the node counts, a plain and a DCU
     burst at each (and in DRA mode the floor's); (nodes, pods, DCU pods/s, plain pods/s) of the
-    largest, and (nodes, pods, DRA pods/s, floor pods/s) in DRA mode."""
+    largest, and (nodes, pods, DRA pods/s, floor pods/s) in DRA mode. `contended`: run both
+    bursts again beside a CPU hog and add each node count's comparison to it."""
     started = time.monotonic()
     print(f"\n{'DRA mode: ' if mode == DRA else ''}starting the real control plane, the chart (mode {mode}) and "
           f"kwok (load average {os.getloadavg()[0]:.1f}) ...", flush=True)
@@ -467,6 +538,18 @@ def run_mode(mode: str, nodes: list[int], pods: list[int], register_interval: fl
             dcu = measure(scale, f"dcu-{n}", shapes, dcu=True, background=background)
             dcu_rate, plain_rate = report(n, plain, dcu, scale.extender_pid(), mode, memory_limit)
             last = (n, m, dcu_rate, plain_rate)
+            if contended is not None:
+                with CpuHog():
+                    hog_plain = measure(scale, f"plain-c{n}", shapes, dcu=False, background=background)
+                    hog_dcu = measure(scale, f"dcu-c{n}", shapes, dcu=True, background=background)
+                hog_rate, hog_plain_rate = report(n, hog_plain, hog_dcu, scale.extender_pid(), mode, memory_limit,
+                                                  note=", beside a CPU hog of one core")
+                found = Contended(n, m, hog_rate, hog_plain_rate, dcu_rate, plain_rate,
+                                  hog_dcu.events.get("BindingFailed", 0.0), dcu.events.get("BindingFailed", 0.0))
+                contended.append(found)
+                print(f"  with the CPU hog against without: ratio {st.ratio(hog_plain_rate, hog_rate):.2f}x against "
+                      f"{st.ratio(plain_rate, dcu_rate):.2f}x, BindingFailed {found.failed:.0f} against "
+                      f"{found.quiet_failed:.0f}", flush=True)
             if mode == DRA:
                 scale.publish_floor()
                 floor = measure(scale, f"floor-{n}", shapes, dcu=False, background=background, floor=True)
