@@ -133,15 +133,13 @@ VOLCANO_MAX_REGISTER_INTERVAL = 30.0
 
 
 def volcano_problems(values: dict[str, object]) -> list[str]:
-    """What Volcano mode (`--volcano-scheduler-name`) cannot work with (pure)."""
+    """What Volcano mode (`--volcano-scheduler-name`) cannot work with (pure). Either naming
+    set: the plugin reports its set's memory and cores in node status, all upstream Volcano's
+    fit reads; that Hygon's fork reads only the hcu set is the chart's rule (validate.yaml),
+    where it is known which Volcano runs."""
     if not values.get("volcano_scheduler_name"):
         return []
     problems = []
-    naming = values.get("naming")
-    if naming is not None and naming != "hcu":
-        problems.append(f"--volcano-scheduler-name: Volcano's Hygon deviceshare (HYGON-AI/volcano) reads only the "
-                        f"hcu naming set (hami.io/node-hcu-register, hygon.com/hcunum): run with --naming hcu, "
-                        f"not {naming} (chart value naming: hcu)")
     interval = values.get("register_interval")
     if isinstance(interval, int | float) and interval > VOLCANO_MAX_REGISTER_INTERVAL:
         problems.append(f"--register-interval {interval:g}: Volcano drops a node whose handshake is older than "

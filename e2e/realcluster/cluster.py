@@ -31,6 +31,7 @@ from e2e.realcluster.controlplane import ControlPlane
 from e2e.realcluster.kubelet import RealKubelet
 from e2e.realcluster.network import PodNetwork
 from e2e.realcluster.pki import kubeconfig as kubeconfig_text
+from e2e.realcluster.podresources import HOST_DIR
 from e2e.realcluster.processes import wait_for
 from e2e.realcluster.runtime import Images, PodRuntime
 from e2e.scenarios import phase
@@ -51,6 +52,7 @@ KUBE_SCHEDULER_IMAGE = "registry.k8s.io/kube-scheduler"
 KEEP_WORKDIR = "HAMI_E2E_KEEP_WORKDIR"
 BESIDE_HAMI_SCHEDULER = "hami-dcu-scheduler"  # our profile's name beside HAMi's hami-scheduler
 PLUGIN_SOCKET_DIR = "/var/lib/kubelet/device-plugins"
+POD_RESOURCES_DIR = HOST_DIR  # the kubelet's pod resources socket (podresources.py)
 
 
 class RealCluster:
@@ -141,11 +143,14 @@ class RealCluster:
         root = self.workdir / "nodes" / node
         # Unix socket paths are limited to ~107 bytes: the plugin dir lives under /tmp.
         plugin_dir = Path(tempfile.mkdtemp(prefix=f"hami-dp-{node}-", dir="/tmp"))
+        pod_resources_dir = Path(tempfile.mkdtemp(prefix=f"hami-pr-{node}-", dir="/tmp"))
         node_kube = Kube.from_kubeconfig(str(self.control_plane.node_kubeconfig(node)))
-        runtime = PodRuntime(node_kube, node, root, {PLUGIN_SOCKET_DIR: plugin_dir}, self.network, images,
-                             (self.control_plane.address, self.control_plane.port))
+        runtime = PodRuntime(node_kube, node, root, {PLUGIN_SOCKET_DIR: plugin_dir,
+                                                     POD_RESOURCES_DIR: pod_resources_dir},
+                             self.network, images, (self.control_plane.address, self.control_plane.port))
         kubelet = RealKubelet(node_kube, node, plugin_dir, runtime, self.network.gateway, root / "pods",
-                              labels={"dcu": "on"}, resource=self.naming.resources.count)
+                              labels={"dcu": "on"}, resource=self.naming.resources.count,
+                              pod_resources_dir=pod_resources_dir)
         self.node_roots[node] = root
         self.kubelets[node] = kubelet.start()
 
@@ -324,6 +329,8 @@ class RealCluster:
             self.network.stop()
         for kubelet in self.kubelets.values():
             shutil.rmtree(kubelet.plugin_dir, ignore_errors=True)
+            if kubelet.pod_resources_dir is not None:
+                shutil.rmtree(kubelet.pod_resources_dir, ignore_errors=True)
         if self._own_workdir and not os.environ.get(KEEP_WORKDIR):
             shutil.rmtree(self.workdir, ignore_errors=True)
         elif self._own_workdir:

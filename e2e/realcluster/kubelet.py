@@ -9,7 +9,9 @@ owes the control plane when there is a real one:
 * runs the chart's own pods (PodRuntime), restarts their containers by restartPolicy, probes
   readiness (httpGet) and reports pod IP, container states and conditions;
 * finishes graceful deletion: a pod with a deletionTimestamp is stopped, then deleted with
-  grace period 0 and a UID precondition (without this, deleted pods would stay forever).
+  grace period 0 and a UID precondition (without this, deleted pods would stay forever);
+* with `pod_resources_dir`, serves the pod resources API there (podresources.py), as the
+  kubelet does: which pod it is admitting, for the device plugin's Volcano gangs.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
+
+from e2e.realcluster.podresources import PodResourcesRecord, serve
 from e2e.realcluster.runtime import PodRuntime, RunningPod
 from hami_dcu.cli.localcluster.kubelet import LocalKubelet
 from hami_dcu.common.io.kube import Kube, KubeError, NotFoundError
@@ -50,8 +55,12 @@ class _Readiness:
 
 class RealKubelet(LocalKubelet):
     def __init__(self, kube: Kube, node: str, plugin_dir: Path, runtime: PodRuntime, address: str,
-                 workdir: Path, labels: dict[str, str] | None = None, resource: str | None = None) -> None:
+                 workdir: Path, labels: dict[str, str] | None = None, resource: str | None = None,
+                 pod_resources_dir: Path | None = None) -> None:
         super().__init__(kube, node, plugin_dir, resource, labels=labels)
+        self.pod_resources = PodResourcesRecord(self.resource)
+        self.pod_resources_dir = pod_resources_dir
+        self._pod_resources_server: grpc.Server | None = None
         self.runtime = runtime
         self.address = address
         self.workdir = workdir
@@ -91,6 +100,8 @@ class RealKubelet(LocalKubelet):
         except KubeError as exc:
             if exc.status != 409:
                 raise
+        if self.pod_resources_dir is not None:
+            self._pod_resources_server = serve(self.pod_resources, self.pod_resources_dir)
         for target in (self._heartbeat, self._supervise):
             thread = threading.Thread(target=target, name=f"{target.__name__}-{self.node}", daemon=True)
             thread.start()
@@ -128,6 +139,9 @@ class RealKubelet(LocalKubelet):
             self._admit(pod)
 
     def _admit(self, pod: JSON) -> None:
+        meta = pod["metadata"]
+        self.pod_resources.admitting(meta["uid"], meta.get("namespace") or "default", meta["name"],
+                                     [c["name"] for c in pod["spec"].get("containers") or []])
         if not self._allocate_devices(pod):
             return
         if not self.runtime.runnable(pod):
@@ -281,7 +295,23 @@ class RealKubelet(LocalKubelet):
                 log.warning("kubelet %s: final delete of %s/%s failed: %s", self.node, meta["namespace"],
                             meta["name"], exc)
 
+    def _allocate(self, uid: str, container: str, need: int) -> None:
+        """The device manager's Allocate; the container's ids recorded for List only once it
+        returns, as the kubelet records them (podDevices.insert after the RPC)."""
+        with self._lock:
+            before = set(self.assigned.get(uid, set()))
+        super()._allocate(uid, container, need)
+        with self._lock:
+            ids = sorted(self.assigned.get(uid, set()) - before)
+        self.pod_resources.allocated(uid, container, ids)
+
+    def _forget(self, pod: JSON) -> None:
+        super()._forget(pod)
+        self.pod_resources.forget(pod["metadata"]["uid"])
+
     def stop(self) -> None:
+        if self._pod_resources_server is not None:
+            self._pod_resources_server.stop(grace=None).wait(5)
         super().stop()
         with self._lock:
             running = list(self.running.values())

@@ -100,12 +100,19 @@ def install_crds(kube: Kube, built: Path, files: Iterable[str] = CRD_FILES) -> N
 
 def scheduler_conf(extender_url: str | None, verbs: Mapping[str, str] = VERBS,
                    managed_resources: Iterable[str] = (), actions: str = "enqueue, allocate, backfill",
-                   http_timeout: str = "2s", ignorable: bool | None = None) -> str:
+                   http_timeout: str = "2s", ignorable: bool | None = None, evictions: bool = False) -> str:
     """Volcano's scheduler configuration: its default tiers (priority, gang, conformance; drf,
     predicates, proportion, nodeorder, binpack) and, with `extender_url`, the extender plugin
     in the second tier, calling `verbs` there (extender.* arguments of Volcano's argument
     names). `managed_resources` empty: every task is of interest to the extender. `ignorable`
-    False: an extender that cannot answer rejects (Volcano's default), never lets through."""
+    False: an extender that cannot answer rejects (Volcano's default), never lets through.
+
+    `evictions`: the layout under which the extender's preemptable and reclaimable answers
+    count (README, Volcano mode): the extender last in the first tier, where Volcano
+    intersects its victims with priority's, gang's and conformance's (a plugin of the second
+    tier is never asked while the first tier decides), and drf's preemptable and proportion's
+    reclaimable off, so a tier left undecided by the extender's REJECT is not decided by them."""
+    first: list[JSON] = [{"name": "priority"}, {"name": "gang"}, {"name": "conformance"}]
     second: list[JSON] = [{"name": "drf"}, {"name": "predicates"}, {"name": "proportion"},
                           {"name": "nodeorder"}, {"name": "binpack"}]
     if extender_url is not None:
@@ -116,12 +123,12 @@ def scheduler_conf(extender_url: str | None, verbs: Mapping[str, str] = VERBS,
             arguments["extender.managedResources"] = managed
         if ignorable is not None:
             arguments["extender.ignorable"] = ignorable
-        second.append({"name": "extender", "arguments": arguments})
-    return yaml.safe_dump({
-        "actions": actions,
-        "tiers": [{"plugins": [{"name": "priority"}, {"name": "gang"}, {"name": "conformance"}]},
-                  {"plugins": second}],
-    }, sort_keys=False)
+        (first if evictions else second).append({"name": "extender", "arguments": arguments})
+    if evictions:
+        second[0]["enablePreemptable"] = False  # drf
+        second[2]["enableReclaimable"] = False  # proportion
+    return yaml.safe_dump({"actions": actions, "tiers": [{"plugins": first}, {"plugins": second}]},
+                          sort_keys=False)
 
 
 class VolcanoScheduler:
@@ -187,21 +194,32 @@ def open_queue(kube: Kube, name: str) -> None:
                  content_type="application/merge-patch+json")
 
 
-def create_queue(kube: Kube, name: str, weight: int = 1) -> None:
+def create_queue(kube: Kube, name: str, weight: int = 1, reclaimable: bool = True) -> None:
     kube.request("POST", f"{SCHEDULING}/queues", body={
         "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": name},
-        "spec": {"weight": weight, "reclaimable": True}})
+        "spec": {"weight": weight, "reclaimable": reclaimable}})
     open_queue(kube, name)
 
 
+def delete_queue(kube: Kube, name: str) -> None:
+    try:
+        kube.request("DELETE", f"{SCHEDULING}/queues/{name}")
+    except NotFoundError:
+        pass
+
+
 def create_podgroup(kube: Kube, namespace: str, name: str, min_member: int, queue: str = "default",
-                    min_resources: Mapping[str, str] | None = None) -> JSON:
+                    min_resources: Mapping[str, str] | None = None, priority_class: str | None = None) -> JSON:
     """A PodGroup. With `min_resources` (as Volcano's Job controller sets them) the enqueue
     action asks the plugins, the extender's jobEnqueueable included, whether the gang may
-    enter; without, it enqueues the gang at once."""
+    enter; without, it enqueues the gang at once. `priority_class`: the job's priority, which
+    Volcano's priority plugin compares between jobs (its Job controller gives the pods the same
+    class)."""
     spec: JSON = {"minMember": min_member, "queue": queue}
     if min_resources is not None:
         spec["minResources"] = dict(min_resources)
+    if priority_class is not None:
+        spec["priorityClassName"] = priority_class
     return kube.request("POST", f"{SCHEDULING}/namespaces/{namespace}/podgroups", body={
         "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
         "metadata": {"name": name, "namespace": namespace}, "spec": spec})
@@ -237,6 +255,7 @@ __all__ = [
     "create_podgroup",
     "create_queue",
     "delete_podgroup",
+    "delete_queue",
     "gang_member",
     "get_podgroup",
     "install_crds",

@@ -51,7 +51,7 @@ def test_on_every_component_gets_its_flags_and_rights(render):
 
 
 @pytest.mark.parametrize(("values", "fragment"), [
-    (["--set", "volcano.enabled=true"], "volcano.enabled needs naming: hcu"),
+    (["--set", "volcano.enabled=true"], "volcano.enabled needs naming: hcu with Hygon's Volcano fork"),
     ([*VOLCANO, "--set", "devicePlugin.registerIntervalSeconds=45"], "must be at most 30"),
     ([*VOLCANO, "--set", "volcano.identity=volcano"], "/volcano/identity"),
 ])
@@ -131,3 +131,14 @@ def test_in_volcano_mode_a_plugin_changes_only_its_shares_in_its_nodes_status(re
     default = _plugin_write_rule(render)
     assert "object.status" not in default["expression"] and "request.subResource == 'status'" not in \
         default["expression"]
+
+
+def test_upstream_volcano_takes_the_dcu_set(render):
+    """With the extender (upstream Volcano) naming dcu renders: the device plugin reports
+    hygon.com/dcumem and dcucores in node status, which the admission policy lets it write."""
+    docs = render("--set", "volcano.enabled=true", "--set", "volcano.extender.enabled=true")
+    plugin = container_args(by_kind(docs, "DaemonSet", "device-plugin"), "device-plugin")
+    assert "--naming=dcu" in plugin and "--volcano-scheduler-name=volcano" in plugin
+    assert "--volcano-bind=0.0.0.0:8446" in container_args(by_kind(docs, "Deployment", "scheduler"), "extender")
+    policy = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy" and "hygon.com/dcumem" in str(d))
+    assert "hygon.com/dcucores" in str(policy)

@@ -182,15 +182,16 @@ def test_outside_volcano_mode_no_share_resources_are_advertised(dcu_node):
     assert DCU.resources.memory not in (status.get("capacity") or {})
 
 
-@pytest.mark.parametrize(("values", "fragment"), [
-    ({"volcano_scheduler_name": "volcano", "naming": "dcu"}, "run with --naming hcu, not dcu"),
-    ({"volcano_scheduler_name": "volcano", "naming": "hcu", "register_interval": 45.0}, "at most 30"),
-])
-def test_volcano_mode_refuses_what_volcano_cannot_read(values, fragment):
-    (problem,) = volcano_problems(values)
-    assert fragment in problem
+@pytest.mark.parametrize("naming", ["hcu", "dcu"])
+def test_volcano_mode_refuses_what_volcano_cannot_read(naming):
+    (problem,) = volcano_problems({"volcano_scheduler_name": "volcano", "naming": naming, "register_interval": 45.0})
+    assert "at most 30" in problem
 
 
-def test_volcano_mode_with_hcu_naming_and_a_short_interval_starts():
-    assert volcano_problems({"volcano_scheduler_name": "volcano", "naming": "hcu", "register_interval": 30.0}) == []
+def test_volcano_mode_with_either_naming_and_a_short_interval_starts():
+    # Upstream Volcano through the extender reads the set's memory and cores from node status:
+    # either set; the fork's need for hcu is the chart's rule (it knows which Volcano runs).
+    for naming in ("hcu", "dcu"):
+        values = {"volcano_scheduler_name": "volcano", "naming": naming, "register_interval": 30.0}
+        assert volcano_problems(values) == []
     assert volcano_problems({"volcano_scheduler_name": "", "naming": "dcu"}) == []
