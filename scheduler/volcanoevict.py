@@ -31,14 +31,14 @@ elsewhere, CPU say), or no evictee was sent.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from hami_dcu.scheduler.cacherecords import NodeView, used_without
+from hami_dcu.common.protocol.counting import Usage
+from hami_dcu.scheduler.cacherecords import FitPlan, NodeView, used_without
 from hami_dcu.scheduler.cardvictims import Holder, cheapest, eligible_choices
-from hami_dcu.scheduler.filtering import PodPlan
-from hami_dcu.scheduler.fit import PodFit
+from hami_dcu.scheduler.fit import CardSpec, PodFit, PodMiss
 from hami_dcu.scheduler.volcanowire import ABSTAIN, PERMIT, REJECT, Task
 
 
@@ -54,9 +54,38 @@ class EvictAnswer:
     why: str  # for the log
 
 
-def fits(plan: PodPlan, entry: NodeView, gone: Collection[str]) -> bool:
-    """Whether the task fits a card of the node with the pods `gone` counted as gone."""
-    return isinstance(plan.fit(entry.cards, used_without(entry, list(gone))), PodFit)
+@dataclass(frozen=True)
+class Beside:
+    """A task's plan fitted beside the tasks Volcano pipelined on the node in this session
+    (their cards are not reserved in the cache: they wait for their victims to go), so two
+    evictors are never promised the same freed card."""
+
+    plan: FitPlan
+    card_pos: Mapping[str, int]  # the node's card ids -> their place in `cards`
+    pipelined: Sequence[PodFit]
+
+    def fit(self, cards: Sequence[CardSpec], used: Sequence[Usage]) -> PodFit | PodMiss:
+        if not self.pipelined:
+            return self.plan.fit(cards, used)
+        total = [Usage(u.slots, u.memory, u.cores) for u in used]
+        for fit in self.pipelined:
+            for card, share in fit.held.items():
+                if card in self.card_pos:
+                    total[self.card_pos[card]].add(share)
+        return self.plan.fit(cards, total)
+
+
+def beside(plan: FitPlan, entry: NodeView, pipelined: Sequence[PodFit]) -> Beside:
+    return Beside(plan, entry.card_pos, pipelined)
+
+
+def fit_now(plan: FitPlan, entry: NodeView, gone: Collection[str]) -> PodFit | PodMiss:
+    """The task on the node's cards with the pods `gone` counted as gone."""
+    return plan.fit(entry.cards, used_without(entry, list(gone)))
+
+
+def fits(plan: FitPlan, entry: NodeView, gone: Collection[str]) -> bool:
+    return isinstance(fit_now(plan, entry, gone), PodFit)
 
 
 def holder(task: Task) -> Holder:
@@ -73,11 +102,13 @@ def eligible(purpose: Purpose, evictor: Task, evictees: Sequence[Task]) -> list[
     return list(evictees)
 
 
-def decide(purpose: Purpose, plan: PodPlan | None, evictor: Task, evictees: Sequence[Task],
-           node_view: Callable[[str], NodeView | None], gone: Callable[[str], Collection[str]]) -> EvictAnswer:
+def decide(purpose: Purpose, plan: FitPlan | None, evictor: Task, evictees: Sequence[Task],
+           node_view: Callable[[str], NodeView | None], gone: Callable[[str], Collection[str]],
+           pipelined: Callable[[str], Sequence[PodFit]] = lambda _node: ()) -> EvictAnswer:
     """The answer for `evictor` (whose DCU plan is `plan`, None when it asks none) among
     `evictees`; `gone(node)`: the pods of that node Volcano is evicting or has evicted and
-    are not gone yet."""
+    are not gone yet; `pipelined(node)`: what the tasks Volcano pipelined there in this
+    session will hold."""
     if plan is None:
         return EvictAnswer(ABSTAIN, (), "asks for no DCU")
     nodes = sorted({t.node for t in evictees if t.node})
@@ -94,14 +125,15 @@ def decide(purpose: Purpose, plan: PodPlan | None, evictor: Task, evictees: Sequ
             reasons.append(f"node {node} unknown to the extender")
             continue
         already = gone(node)
-        if fits(plan, entry, already):
+        placed = beside(plan, entry, pipelined(node))
+        if fits(placed, entry, already):
             # The cards are not what it lacks here: the other plugins' victims stand.
             victims.extend(t.uid for t in on_node)
             reasons.append(f"fits a card of node {node} already")
             continue
         needed = True
         allowed = eligible(purpose, evictor, on_node)
-        choice = cheapest(eligible_choices(plan, entry, [holder(t) for t in allowed], (), list(already)))
+        choice = cheapest(eligible_choices(placed, entry, [holder(t) for t in allowed], (), list(already)))
         if choice is None:
             reasons.append(f"no eviction of {len(allowed)} eligible evictee(s) frees a card of node {node} for it")
             continue
@@ -115,4 +147,4 @@ def decide(purpose: Purpose, plan: PodPlan | None, evictor: Task, evictees: Sequ
     return EvictAnswer(PERMIT, tuple(victims), "; ".join(reasons))
 
 
-__all__ = ["EvictAnswer", "Purpose", "decide", "eligible", "fits", "holder"]
+__all__ = ["Beside", "EvictAnswer", "Purpose", "beside", "decide", "eligible", "fit_now", "fits", "holder"]

@@ -50,7 +50,7 @@ from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.cacherecords import Assumption
 from hami_dcu.scheduler.filtering import Filter, FilterSettings, PodPlan, plan_pod
 from hami_dcu.scheduler.fit import PodFit
-from hami_dcu.scheduler.volcanoevict import EvictAnswer, Purpose, decide, fits
+from hami_dcu.scheduler.volcanoevict import EvictAnswer, Purpose, beside, decide, fit_now
 from hami_dcu.scheduler.volcanowire import (
     ABSTAIN,
     ALLOCATED,
@@ -139,6 +139,9 @@ class VolcanoVerbs:
         # earlier sessions, not gone yet (uid -> (node, when the session ended)).
         self._evicting: dict[str, str] = {}
         self._released: dict[str, tuple[str, float]] = {}
+        # Tasks Volcano pipelined in the session in progress (uid -> node, the cards it will
+        # hold): later answers count those cards taken.
+        self._pipelines: dict[str, tuple[str, PodFit]] = {}
 
     # --- the pod ---------------------------------------------------------------------------
 
@@ -218,9 +221,11 @@ class VolcanoVerbs:
 
     def _pipelined(self, task: Task) -> None:
         """Volcano pipelines a task on a node where its evictions made room (or where pods
-        are releasing): refused unless a card there takes it once they are gone. Its cards
-        are chosen when a later session allocates it."""
+        are releasing): refused unless a card there takes it once they are gone, beside the
+        tasks pipelined there before it in the session. Its cards are chosen when a later
+        session allocates it; until the session ends they count as taken for the others."""
         plan = self.plan(task)
+        self._pipelines.pop(task.uid, None)
         if plan is None or not task.node:
             return
         entry = self.cache.node(task.node)
@@ -228,14 +233,21 @@ class VolcanoVerbs:
             raise VolcanoRefused(f"pod {task.who}: pipelined on node {task.node}, unknown to the extender",
                                  UNSCHEDULABLE)
         gone = self.going(task.node)
-        if not fits(plan, entry, gone):
+        fit = fit_now(beside(plan, entry, self.pipelined(task.node)), entry, gone)
+        if not isinstance(fit, PodFit):
             raise VolcanoRefused(f"pod {task.who}: pipelined on node {task.node}, but no card there takes it even "
                                  f"with the {len(gone)} pod(s) being evicted there gone", UNSCHEDULABLE)
+        self._pipelines[task.uid] = (task.node, fit)
         log.info("volcano pipelines %s on node %s: a card there takes it once %d pod(s) being evicted are gone",
                  task.who, task.node, len(gone))
 
+    def pipelined(self, node: str) -> list[PodFit]:
+        """What the tasks pipelined on `node` in this session will hold."""
+        return [fit for where, fit in self._pipelines.values() if where == node]
+
     def deallocate(self, task: Task) -> Undo | None:
         """What to remove from the pod, None when this session allocated nothing to it."""
+        self._pipelines.pop(task.uid, None)  # a pipeline undone
         write = self._session.pop(task.uid, None)
         if write is None:
             if task.status == RELEASING and task.node:
@@ -258,7 +270,7 @@ class VolcanoVerbs:
             return EvictAnswer(REJECT, (), str(exc))  # nothing evicted makes room for what cannot be placed
         if args.evictor.uid in self._evicting:
             return EvictAnswer(ABSTAIN, (), "the evictor is being evicted itself")
-        return decide(purpose, plan, args.evictor, args.evictees, self.cache.node, self.going)
+        return decide(purpose, plan, args.evictor, args.evictees, self.cache.node, self.going, self.pipelined)
 
     def going(self, node: str) -> list[str]:
         """The pods of `node` Volcano is evicting or has evicted, still held in the cache."""
@@ -289,6 +301,7 @@ class VolcanoVerbs:
         if self._evicting:
             log.info("volcano session %s: %d pod(s) evicted, counted as going until gone", how, len(self._evicting))
         self._evicting.clear()
+        self._pipelines.clear()
 
     @property
     def in_session(self) -> int:

@@ -224,3 +224,21 @@ def test_evictees_are_read_as_go_reads_them():
                         "EVICTEES": [sent]})
     assert [t.uid for t in args.evictees] == ["p"] and args.sent == [sent]
     assert args.evictees[0].priority == 1  # no Priority and no spec.priority: Volcano's default
+
+
+def test_two_evictors_pipelined_in_one_session_are_never_promised_one_card():
+    pods = shares()
+    verbs = verbs_with(pods)
+    first, second = evictor(40000), evictor(40000)
+    second = Task("urgent-2", second.namespace, "urgent-2", "", PENDING, second.pod, second.priority)
+    assert ask(verbs, Purpose.PREEMPT, first, pods) == (PERMIT, ["b2"])
+    verbs.deallocate(task(pods[3], RELEASING))  # Volcano evicts b2
+    verbs.allocate(Task(first.uid, first.namespace, first.name, "n1", PIPELINED, first.pod, first.priority))
+    # Card 1 (45,520 MiB free once b2 goes) is the first's now: with b1 gone too it has 25,520
+    # beside the first's 40,000, and card 0 keeps x: nothing frees a card for the second.
+    assert ask(verbs, Purpose.PREEMPT, second, pods[:3]) == (REJECT, [])
+    with pytest.raises(VolcanoRefused, match="no card there takes it"):
+        verbs.allocate(Task(second.uid, second.namespace, second.name, "n1", PIPELINED, second.pod, second.priority))
+    # The first's pipeline undone (deallocateFunc, Pending): its card is free for the second.
+    verbs.deallocate(Task(first.uid, first.namespace, first.name, "n1", PENDING, first.pod, first.priority))
+    assert ask(verbs, Purpose.PREEMPT, second, pods[:3]) == (ABSTAIN, [])
