@@ -44,9 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resource-count", help="kubelet resource name (default: the naming set's count resource)")
     parser.add_argument("--lock-timeout", type=int, default=300, help="node lock expiry, seconds")
     parser.add_argument("--volcano-scheduler-name", default="",
-                        help="Volcano mode (off when empty): serve pods this scheduler (Volcano's Hygon deviceshare) "
-                             "placed without a node lock, and advertise memory (MiB) and cores as node resources; "
-                             "needs --naming hcu")
+                        help="Volcano mode (off when empty): serve pods this scheduler placed without a node lock, "
+                             "and advertise the naming set's memory (MiB) and cores as node resources (Hygon's "
+                             "Volcano fork reads only --naming hcu; upstream Volcano through the extender either)")
 
 
 class NodeLoop:
