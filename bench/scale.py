@@ -79,6 +79,7 @@ from e2e.realcluster import hami, scalemix
 from e2e.realcluster import scalestats as st
 from e2e.realcluster.cluster import unavailable
 from e2e.realcluster.kwokscale import CARDS_PER_NODE, DEVICE_PLUGIN, DRA, NAMESPACE, KwokScale
+from hami_dcu.common.io.kube import UnreachableError
 
 EXT = "hami_dcu_scheduler_"
 SIM = "hami_dcu_nodesim_"
@@ -217,7 +218,15 @@ def events_by_reason(scale: KwokScale, run: str) -> dict[str, float]:
     """Events of the burst's pods, by reason (deduplicated events carry their count)."""
     counts: dict[str, float] = {}
     prefix = f"{run}-"
-    for event in scale.kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/events").get("items") or []:
+    path = f"/api/v1/namespaces/{NAMESPACE}/events"
+    for attempt in range(3):  # a machine busy with other runs answers a list slowly (10 s was once too short)
+        try:
+            events = scale.kube.request("GET", path, timeout=60).get("items") or []
+            break
+        except UnreachableError:
+            if attempt == 2:
+                raise
+    for event in events:
         if not ((event.get("involvedObject") or {}).get("name") or "").startswith(prefix):
             continue
         reason = event.get("reason") or "?"
