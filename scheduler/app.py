@@ -94,6 +94,7 @@ async def handle_filter(request: web.Request) -> web.Response:
         return _no_nodes(str(exc))
     if not await service.wait_synced(service.settings.sync_wait):
         return _no_nodes("scheduler cache not synced yet")
+    await service.filter_turn()
     try:
         return _reply(service.filter_pod(args))
     except Exception as exc:  # a bug must cost one pod one retry, not the server

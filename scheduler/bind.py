@@ -73,6 +73,7 @@ from hami_dcu.scheduler.bindattempt import (
     read_pod,
 )
 from hami_dcu.scheduler.bindlock import NodeLocking
+from hami_dcu.scheduler.bindpace import BindPace
 from hami_dcu.scheduler.cache import ClusterCache
 from hami_dcu.scheduler.cacherecords import Assumption, still_fits, used_without
 from hami_dcu.scheduler.events import EventSink
@@ -117,6 +118,8 @@ class Binder:
         self.lock = NodeLock(kube.kube, settings.lock_timeout, clock=wall_clock, bind_window=settings.bind_window)
         self.locking = NodeLocking(kube, cache, self.lock, settings, metrics, wall_clock, monotonic, changed)
         self.janitor = LockJanitor(kube, cache, self.lock, metrics, wall_clock, settings.plugin_release_grace)
+        # The pace binds end at: /filter holds new binds back when those in flight outrun it.
+        self.pace = BindPace(settings.lock_wait * settings.pace_share, settings.pace_floor)
         # Binds of one process to one node queue here instead of racing on the API lock.
         self._node_queues: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         # The attempt in flight per pod, and the node it binds to.
@@ -171,6 +174,7 @@ class Binder:
             self.metrics.bind_seconds.labels("error").observe(self.monotonic() - started)
             raise
         self.metrics.bind_seconds.labels("ok").observe(self.monotonic() - started)
+        self.pace.ended(self.monotonic())
         self.metrics.bind_round_trips.observe(attempt.api_calls)
         if attempt.bound_here and attempt.assumption is not None:
             waited = seconds_between(attempt.assumption.created, self.wall_clock())

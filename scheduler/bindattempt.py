@@ -33,6 +33,10 @@ class BindSettings:
     # How long a lock whose holder the watch shows done is left to the device plugin, which
     # releases it beside the pod's outcome, before the extender releases it itself.
     plugin_release_grace: float = 1.0
+    # /filter waits while the binds in flight would take longer than this share of lock_wait
+    # to end at the pace binds end (bindpace.py; 0: never waits), letting `pace_floor` through.
+    pace_share: float = 0.25
+    pace_floor: int = 8
 
 
 class AlreadyBound(SchedulerError):

@@ -120,6 +120,31 @@ class ClusterCache:
         assumption = self.placements.find(uid, namespace, name)
         return assumption.node if assumption is not None and assumption.bound else None
 
+    def busy_nodes(self, limit: int) -> frozenset[str]:
+        """Nodes with at least `limit` binds in flight (none when `limit` is 0): placements not
+        bound yet, and the pod the node's lock names once it is bound (its Allocate is still to
+        come). /filter passes over them while another node fits (FilterSettings.bind_queue)."""
+        if limit <= 0:
+            return frozenset()
+        found = []
+        for node, count in self.placements.unbound():
+            if count + self._allocating(node) >= limit:
+                found.append(node)
+        return frozenset(found)
+
+    def _allocating(self, node: str) -> int:
+        """1 when `node`'s lock names a pod not counted among its unbound placements and still
+        in need of it (its Allocate under way), else 0."""
+        entry = self.node(node)
+        lock = entry.lock() if entry is not None and entry.lock_value else None
+        if lock is None or self._locks.needless(node):
+            return 0
+        if lock.name is not None and lock.namespace is not None:
+            placed = self.placements.find(None, lock.namespace, lock.name)
+            if placed is not None and not placed.bound and placed.node == node:
+                return 0  # its bind is under way: counted among the unbound placements
+        return 1
+
     def lock_needless(self, node: str) -> str | None:
         """Why the current lock of `node` is no longer needed, as far as the watch has shown
         its holder (None: needed, or the holder is not known here)."""

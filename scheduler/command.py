@@ -52,7 +52,7 @@ from hami_dcu.scheduler import policy
 from hami_dcu.scheduler.app import build_app, build_side_app
 from hami_dcu.scheduler.bind import BindSettings
 from hami_dcu.scheduler.cardpreemptor import PreemptorSettings
-from hami_dcu.scheduler.filtering import FilterSettings
+from hami_dcu.scheduler.filtering import BIND_QUEUE, FilterSettings
 from hami_dcu.scheduler.quotas import admission_view
 from hami_dcu.scheduler.service import SchedulerService, ServiceSettings
 from hami_dcu.scheduler.volcanoapp import build_volcano_app
@@ -95,6 +95,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lock-timeout", type=float, default=300, help="seconds after which a node lock expires")
     parser.add_argument("--lock-wait", type=float, default=20,
                         help="seconds /bind waits for a locked node (keep below the extender httpTimeout)")
+    parser.add_argument("--node-bind-queue", type=int, default=BIND_QUEUE,
+                        help="binds in flight on one node from which /filter prefers another fitting node, so that "
+                             "a burst does not queue more binds on a node than its Allocates serve within --lock-wait; "
+                             "0: never (default %(default)s)")
     parser.add_argument("--card-preemption", action=argparse.BooleanOptionalAction, default=True,
                         help="device-plugin mode: evict lower-priority pods holding card memory or cores a "
                              "higher-priority pod needs, when kube-scheduler's own preemption (which sees DCU slots "
@@ -135,7 +139,7 @@ def settings_from(args: argparse.Namespace) -> ServiceSettings:
     return ServiceSettings(
         filter=FilterSettings(node_policy=args.node_policy, card_policy=args.device_policy,
                               naming=keys.naming_by_name(args.naming),
-                              volcano_scheduler=args.volcano_scheduler_name),
+                              volcano_scheduler=args.volcano_scheduler_name, bind_queue=args.node_bind_queue),
         bind=BindSettings(lock_timeout=timedelta(seconds=args.lock_timeout), lock_wait=args.lock_wait),
         resync=args.resync,
         mode=args.mode,

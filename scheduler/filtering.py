@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import compress
@@ -47,6 +47,12 @@ _EXACT_SHAPES_PER_NODE = 32  # exact fits kept per node and generation
 _NODE_SETS_KEPT = 32
 
 
+# Measured with bench/scale.py --contend at 1,000 kwok nodes (docs/performance.md, No collapse
+# when the machine is slower): 4 binds in flight per node keep a bind's wait for its node to
+# about four Allocates however slow they get.
+BIND_QUEUE = 4
+
+
 @dataclass(frozen=True)
 class FilterSettings:
     node_policy: str = policies.DEFAULT_NODE_POLICY
@@ -57,6 +63,11 @@ class FilterSettings:
     handshake_ttl_seconds: float = HANDSHAKE_TTL.total_seconds()
     # Volcano mode: pods with this schedulerName are Volcano's to place (scheduler/volcano.py).
     volcano_scheduler: str = ""
+    # Binds in flight on one node (placed, not bound yet) from which /filter prefers another
+    # fitting node (0: never). HAMi's node lock admits one pod per node between its bind and its
+    # Allocate, so the k-th bind queued on a node waits k Allocates: binpack would queue a
+    # burst's whole node there, and on a slow machine the last binds outwait --lock-wait.
+    bind_queue: int = BIND_QUEUE
 
     @property
     def resources(self) -> ResourceNames:
@@ -211,8 +222,12 @@ class Filter:
         return found
 
     def run(self, plan: PodPlan, node_names: Sequence[str], now: datetime,
-            admit: Callable[[PodFit], NodeRejection | None] | None = None) -> FilterOutcome:
-        """`admit`: a last check of the chosen node's placement (the namespace quota)."""
+            admit: Callable[[PodFit], NodeRejection | None] | None = None,
+            busy: Set[str] = frozenset()) -> FilterOutcome:
+        """`admit`: a last check of the chosen node's placement (the namespace quota).
+        `busy`: nodes with `bind_queue` binds in flight; the policy's pick among the others,
+        and one of them only when every fitting node is busy (a bind that waits is better
+        than none)."""
         verdicts = self._verdicts_for(plan)
         outcome = FilterOutcome(explain=lambda node, rejection: self._explain(node, rejection, plan, now, verdicts))
         self._usability.sync(now.timestamp())
@@ -220,12 +235,12 @@ class Filter:
         if verdicts is None:
             fitting, exact = self._judge_exactly(outcome, plan, node_names, now)
             self._choose(outcome, plan, lambda excluded: _best_of(fitting - excluded, self._usability.scores,
-                                                                 plan.node_policy), exact, admit)
+                                                                 plan.node_policy), exact, admit, busy)
             return outcome
         shape_nodes = self._shape_nodes_for(plan, verdicts)
         allowed = self._judge_by_sets(outcome, shape_nodes, node_names, now)
         self._choose(outcome, plan, lambda excluded: self._usability.best(
-            spread, shape_nodes.fits, lambda name: allowed(name) and name not in excluded), {}, admit)
+            spread, shape_nodes.fits, lambda name: allowed(name) and name not in excluded), {}, admit, busy)
         return outcome
 
     def _candidates(self, node_names: Sequence[str]) -> tuple[set[str], bool]:
@@ -309,10 +324,20 @@ class Filter:
         return fitting, exact
 
     def _choose(self, outcome: FilterOutcome, plan: PodPlan, best: Callable[[set[str]], str | None],
-                exact: dict[str, PodFit], admit: Callable[[PodFit], NodeRejection | None] | None) -> None:
+                exact: dict[str, PodFit], admit: Callable[[PodFit], NodeRejection | None] | None,
+                busy: Set[str] = frozenset()) -> None:
         """The node policy's pick (`best`, among the fitting nodes not in the set it is
-        given), placed exactly (fit.py) and admitted; the next best when either refuses."""
+        given), placed exactly (fit.py) and admitted; the next best when either refuses.
+        Busy nodes are passed over while any other fits, never reported as failing."""
         excluded: set[str] = set()
+        if busy:
+            passed_over = set(busy)
+            if best(passed_over) is not None:
+                self._choose(outcome, plan, lambda more: best(more | passed_over), exact, admit)
+                if outcome.chosen is not None:
+                    return
+                # Every other fitting node refused the pod: the busy ones are still candidates.
+                excluded = {name for name in outcome.failed if name not in passed_over}
         while (name := best(excluded)) is not None:
             result = exact.get(name) or self._fit_known(name, plan)
             if isinstance(result, NodeRejection):

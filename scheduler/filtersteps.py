@@ -172,7 +172,8 @@ def place(r: FilterRequest) -> FilterAnswer:
         env.cache.placements.forget(r.uid)  # an earlier choice for this pod must not count against it
     limits = env.quotas.limits(r.namespace)
     admit = quota_gate(limits, namespace_used(env.cache, r.namespace), env.settings.resources) if limits else None
-    outcome = env.filter.run(plan, r.names, env.wall_clock(), admit)
+    busy = env.cache.busy_nodes(env.settings.bind_queue)
+    outcome = env.filter.run(plan, r.names, env.wall_clock(), admit, busy)
     if outcome.chosen is None or outcome.fit is None:
         return _no_node_fits(r, outcome)
     if r.uid:

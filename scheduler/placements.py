@@ -16,6 +16,7 @@ nothing, so an old attempt never undoes a newer one's choice.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from datetime import datetime
 
 from hami_dcu.scheduler.cacherecords import Assumption, FitPlan, PodKey, assumed_holding
@@ -32,6 +33,9 @@ class Placements:
         self.bound_ttl = bound_ttl
         self._by_uid: dict[str, Assumption] = {}
         self._by_name: dict[PodKey, str] = {}
+        # Placements not bound yet, per node: the binds kube-scheduler has in flight there,
+        # queued for the node lock or about to be (ClusterCache.busy_nodes).
+        self._unbound: Counter[str] = Counter()
 
     def reserve(self, uid: str, namespace: str, name: str, node: str, fit: PodFit, init_count: int,
                 now: float, plan: FitPlan | None = None, created: datetime | None = None) -> Assumption:
@@ -42,6 +46,7 @@ class Placements:
         self._by_uid[uid] = assumption
         self._by_name[(namespace, name)] = uid
         self._nodes.hold(node, assumption.key, assumed_holding(assumption))
+        self._unbound[node] += 1
         return assumption
 
     def is_current(self, assumption: Assumption) -> bool:
@@ -52,6 +57,8 @@ class Placements:
         """Bound: keep counting the placement until the watch shows the pod's allocation (when
         it is still the pod's current one)."""
         if self.is_current(assumption):
+            if not assumption.bound:
+                self._bind_ended(assumption.node)
             assumption.bound = True
             assumption.expires = now + self.bound_ttl
 
@@ -66,6 +73,25 @@ class Placements:
             return
         self._by_name.pop((assumption.namespace, assumption.name), None)
         self._nodes.release(assumption.node, assumption.key)
+        if not assumption.bound:
+            self._bind_ended(assumption.node)
+
+    def _bind_ended(self, node: str) -> None:
+        self._unbound[node] -= 1
+        if self._unbound[node] <= 0:
+            del self._unbound[node]
+
+    def in_flight(self, node: str) -> int:
+        """Placements on `node` whose bind has not ended yet."""
+        return self._unbound.get(node, 0)
+
+    def unbound_total(self) -> int:
+        """Placements whose bind has not ended, on every node: the binds in flight."""
+        return sum(self._unbound.values())
+
+    def unbound(self) -> list[tuple[str, int]]:
+        """(node, placements whose bind has not ended) for every node that has some."""
+        return list(self._unbound.items())
 
     def expire(self, now: float) -> int:
         stale = [uid for uid, a in self._by_uid.items() if a.expires <= now]
