@@ -48,9 +48,10 @@ _NODE_SETS_KEPT = 32
 
 
 # Measured with bench/scale.py --contend at 1,000 kwok nodes (docs/performance.md, No collapse
-# when the machine is slower): 4 binds in flight per node keep a bind's wait for its node to
-# about four Allocates however slow they get.
-BIND_QUEUE = 4
+# when the machine is slower): with the pace (bindpace.py), 8 left no bind failing with or
+# without a CPU hog; 0 let a stalled holder fail the 16 binds binpack queued behind it; 4 spread
+# a burst so far that waiting binds asked the API about live locks (2.2 requests per pod more).
+BIND_QUEUE = 8
 
 
 @dataclass(frozen=True)
