@@ -6,7 +6,8 @@ a namespace, its nodes and mock cards, the vdev files a node's plugin wrote. The
 read and write the hcu names (`HCU` below), as the cluster does. Volcano itself is
 played by the stand-in (volcano_standin.py), authenticated as the chart's `volcano.identity`,
 so the real admission chain judges its writes; the real kubelet (or its stand-in) admits the
-pods it binds, and hami-dcu's device plugin serves them without a node lock.
+pods it binds, and hami-dcu's device plugin serves them without a node lock, telling pods that
+await on one node together apart by the kubelet's pod resources List.
 """
 
 from __future__ import annotations
@@ -36,11 +37,13 @@ JSON = dict[str, Any]
 HCU = fork.NAMING  # the naming set of a cluster in Volcano mode, and of these scenarios
 VOLCANO_SCHEDULER = "volcano"  # the chart's volcano.schedulerName
 SERVED, REFUSED = "served", "refused"
-# The words of the device plugin's refusal when several pods await on its node (lockless.py).
+# The words of the device plugin's refusal when several pods await on its node and the
+# kubelet's pod resources List does not name exactly one of them as the pod being admitted
+# (lockless.py, admitting.py): List unavailable, or the API read behind the kubelet.
 AMBIGUOUS = "await a hygon.com/hcunum allocation here"
-# ... and when the real kubelet, asked while several pods awaited (so not steered by
-# GetPreferredAllocation), passes another card's devices once only this pod awaits: the cards
-# do not prove the call is this pod's, so it is refused too (seen on kind, never the wrong card).
+# ... and when the kubelet passes devices of another card than the pod's allocation names, with
+# no lock and no List naming the pod to steer it (GetPreferredAllocation gave no advice): the
+# cards do not prove the call is this pod's, so it is refused too, never served the wrong card.
 UNPROVEN = "without a node lock only matching cards prove the call is this pod's"
 
 
@@ -135,9 +138,16 @@ def shared(memory: int = 2000, cores: int = 10) -> Ctr:
 
 def served_until_done(b: ClusterBackend, standin: VolcanoStandIn, specs: dict[str, tuple[list[Ctr], JSON]],
                       node: str, rounds: int) -> tuple[dict[str, str], list[int]]:
-    """Place every pod of `specs` together; play the controller of each refused one (a new pod
-    of the same spec, all placed together again) until all run. Returns the running pod of
-    each spec and the number refused per round."""
+    """Place every pod of `specs` together (one session, binds at once) and wait for each to
+    run or be refused at admission. Each served pod must be on exactly its allocated share.
+    The device plugin tells the awaiting pods apart by the kubelet's pod resources List, so
+    with a kubelet that answers it (kind's) every pod is served in the first round and the
+    loop ends there. A refusal is still accepted as the fail-closed outcome (AMBIGUOUS or
+    UNPROVEN, its allocation left unconsumed): it is what a kubelet whose List does not answer
+    gets while several pods await. The loop then plays the refused pod's controller (a new pod
+    of the same spec, placed with the other refused ones) for up to `rounds` rounds. Returns
+    the running pod of each spec and the number refused per round ([0] when the first round
+    served all)."""
     running: dict[str, str] = {}
     refused_per_round: list[int] = []
     pending = dict.fromkeys(specs, 0)
@@ -216,9 +226,12 @@ def single_pods_with_and_without_the_lock(b: ClusterBackend) -> None:
 @volcano_scenario
 def two_pods_allocating_on_one_node_at_once_never_get_the_wrong_card(b: ClusterBackend) -> None:
     """Two pods of one session, on different cards of one node, bound at the same moment with
-    no lock. The plugin cannot tell from the kubelet's call which one it admits, so while both
-    await it refuses (the pod fails at admission, its controller makes it again) and serves a
-    pod only when it alone awaits: each ends on its own card, never the other's."""
+    no lock. The kubelet's Allocate names no pod; the plugin asks the kubelet's pod resources
+    List which one it admits and serves that one on its own card, so both normally run in the
+    first round. Where List cannot name one (a kubelet whose List does not answer), the call is
+    refused while both await (the pod fails at admission and is made again, up to 4 rounds),
+    never served a guess: each ends on its own card, never the other's. The refusals per round
+    are printed."""
     node = the_node(b)
     first, second = b.cards[node][:2]
     specs = {"vc-a": ([shared(2000, 20)], {keys.USE_DCU_UUID: first.id_in(HCU)}),
@@ -233,16 +246,15 @@ def two_pods_allocating_on_one_node_at_once_never_get_the_wrong_card(b: ClusterB
 
 
 @volcano_scenario
-def a_gang_of_four_on_one_node_runs_one_member_at_a_time(b: ClusterBackend) -> None:
-    """A gang of four allocated in one session on one node and bound together. The lockless
-    rule serves a member only when no other member awaits on the node at its Allocate, so a
-    gang bound together is served one member at a time: a member admitted while others await
-    is refused as ambiguous (never served a guess) and its controller makes it again. A
-    kubelet admits pods one by one; where it records a refusal before its next admission (the
-    real-cluster kubelet stand-in does), the member admitted last in a round is alone and
-    served, so the gang runs after at most four rounds. A real kubelet records refusals
-    asynchronously, so a round there may serve none: six rounds are allowed. Every member ends
-    on exactly its allocated share."""
+def a_gang_of_four_on_one_node_each_runs_on_its_own_share(b: ClusterBackend) -> None:
+    """A gang of four allocated in one session on one node and bound together, no lock. The
+    kubelet admits the four one at a time, and during each Allocate its pod resources List
+    names the member being admitted (the others not yet taken up, or listed with their ids), so
+    the plugin serves each member on its own share and the gang normally runs in the first
+    round. Where List does not answer, a member admitted while others await is refused as
+    ambiguous (never served a guess) and made again, so the gang is served about one member
+    a round; six rounds are allowed. Every member ends on exactly its allocated share; the
+    refusals per round are printed."""
     node = the_node(b)
     specs = {f"gang-{i}": ([shared(1000 + 500 * i, 10 + 5 * i)], {}) for i in range(4)}
     running, refused = served_until_done(b, volcano(b), specs, node, rounds=6)
