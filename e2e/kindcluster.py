@@ -44,6 +44,7 @@ RELEASE, RELEASE_NAMESPACE = "hami-dcu", "kube-system"
 DRIVER_DIR, HYHAL_DIR = "/opt/dtk", "/opt/hyhal"
 METRICS_PORT = 9400  # the device plugin's and the DRA driver's /metrics, per-pod usage included
 SCHEDULER_METRICS_PORT = 9395  # the chart's scheduler.metricsPort: the extender's /metrics
+VOLCANO_EXTENDER_PORT = 8446  # volcano.extender.port: the Volcano verbs, /volcano/<verb>
 JSON = dict[str, Any]
 
 
@@ -180,11 +181,16 @@ class KindBackend:
     # --- install --------------------------------------------------------------------------
 
     def values(self, mode: str = "devicePlugin") -> JSON:
-        """The chart's values for a mode of the suite: `devicePlugin`, `dra`, or `volcano` (device
-        plugin mode serving Volcano's Hygon deviceshare: the hcu naming set)."""
+        """The chart's values for a mode of the suite: `devicePlugin`, `dra`, `volcano` (device
+        plugin mode serving Volcano's Hygon deviceshare: the hcu naming set), or
+        `volcano-upstream` (the same, with the extender's Volcano verbs served for upstream
+        Volcano's scheduler on port VOLCANO_EXTENDER_PORT)."""
         repository, tag = self.image.rsplit(":", 1)
         mock = {node: [c.as_mock_entry() for c in cards] for node, cards in self.cards.items()}
         extra: JSON = {"naming": "hcu", "volcano": {"enabled": True}} if mode == "volcano" else {}
+        if mode == "volcano-upstream":
+            extra = {"naming": "hcu", "volcano": {"enabled": True, "extender": {
+                "enabled": True, "port": VOLCANO_EXTENDER_PORT}}}
         if mode == "hami":
             extra = {"scheduler": {"enabled": False, "external": {"identity": hami.IDENTITY}}}
         return {
@@ -244,7 +250,7 @@ class KindBackend:
     @property
     def naming(self) -> keys.Naming:
         """The naming set the installed chart speaks: hcu in Volcano mode, else the default dcu."""
-        return keys.HCU_NAMING if self.mode == "volcano" else keys.DCU_NAMING
+        return keys.HCU_NAMING if self.mode in ("volcano", "volcano-upstream") else keys.DCU_NAMING
 
     def wait_webhook_serving(self, timeout: float = 120) -> None:
         """The API server reaches the webhook through its Service (helm's --wait saw the pod
