@@ -23,6 +23,17 @@ c. A gang of 8 shares (45 % cores: 2 per card, 4 cards over the 2 workers): the 
    hami-scheduler (the webhook routes them there: device-plugin mode's node-lock path), printed
    as `volcano-gang-timing: volcano_s=X hami_scheduler_s=Y`. No time is asserted; both end
    all Running with disjoint compute units where they share a card.
+d. A whole card and 2 shares in one gang: the whole card's card carries no share; all Running.
+e. Two Queues of weights 3 and 1 each submit 4 gangs of 2 half-card shares (16 for kind's 8
+   places): proportion's deserved share, derived from kind's cards, is 6 and 2 shares, so 3 and 1
+   gangs land whole; no card over its memory or cores; every placed pod Running.
+f. Preemption through the verbs: a higher-priority share that no card of the first worker takes
+   evicts the one lower-priority share whose card then takes it (not the lowest one, on the other
+   card), and runs on that card.
+
+The scheduler runs with the preempt and reclaim actions and the extender in the layout where its
+preemptable and reclaimable answers count (scheduler_conf(evictions=True)), as on the real
+control plane (e2e/test_realcluster_volcano_dcu.py).
 
     flock /tmp/kind.lock pytest -q -m kind e2e/test_kind_volcano_upstream.py
 """
@@ -34,17 +45,20 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from e2e.kind_metric_events import priority_class
 from e2e.kindcluster import RELEASE_NAMESPACE, VOLCANO_EXTENDER_PORT, WORKERS, KindBackend
 from e2e.realcluster import upstream
 from e2e.realcluster import volcano_peer as volcano
 from e2e.realcluster.processes import Process, wait_for
 from hami_dcu.cli.localcluster.pods import Ctr, pod_manifest
+from hami_dcu.common.io.kube import NotFoundError
 from hami_dcu.common.protocol import keys
 from hami_dcu.common.protocol.codec import decode_pod_devices
 
@@ -53,6 +67,10 @@ pytestmark = pytest.mark.kind
 JSON = dict[str, Any]
 HCU = keys.HCU_NAMING  # the chart speaks the hcu set in Volcano mode
 MODE = "volcano-upstream"
+# Volcano's actions with preempt and reclaim, as on the real control plane.
+ACTIONS = "enqueue, allocate, preempt, reclaim, backfill"
+LOWEST, LOW, MID, HIGH = "vc-dcu-lowest", "vc-dcu-low", "vc-dcu-mid", "vc-dcu-high"
+PRIORITIES = ((LOWEST, 5), (LOW, 10), (MID, 100), (HIGH, 1000))
 
 
 class PortForward:
@@ -82,10 +100,54 @@ class Upstream:
         self.kind, self.scheduler = kind, scheduler
         self.kube, self.namespace = kind.kube, kind.namespace
         self.groups: list[str] = []
+        self.queues: list[str] = []
 
-    def podgroup(self, group: str, min_member: int) -> None:
-        volcano.create_podgroup(self.kube, self.namespace, group, min_member)
+    def podgroup(self, group: str, min_member: int, queue: str = "default", priority: str | None = None) -> None:
+        volcano.create_podgroup(self.kube, self.namespace, group, min_member, queue=queue, priority_class=priority)
         self.groups.append(group)
+
+    def queue(self, name: str, weight: int) -> str:
+        volcano.create_queue(self.kube, name, weight)
+        self.queues.append(name)
+        return name
+
+    def submit(self, group: str, members: list[list[Ctr]], queue: str = "default", min_member: int | None = None,
+               priority: str | None = None, node: str | None = None, cards: list[str] | None = None,
+               classes: list[str] | None = None) -> list[str]:
+        """A PodGroup of `members` (minMember all of them unless given); with `node` and `cards`
+        each pod pinned to that node and its card; `classes`: each pod's own priority class
+        (else the group's)."""
+        self.podgroup(group, len(members) if min_member is None else min_member, queue, priority)
+        names = []
+        for i, containers in enumerate(members):
+            pod = volcano.gang_member(pod_manifest(f"{group}-{i}", containers,
+                                                   {keys.USE_DCU_UUID: cards[i]} if cards else None), group)
+            if classes or priority is not None:
+                pod["spec"]["priorityClassName"] = classes[i] if classes else priority
+            if node is not None:
+                pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+            created = self.kube.create_pod(self.namespace, pod)
+            assert created["spec"]["schedulerName"] == volcano.SCHEDULER_NAME, "the webhook took the pod from Volcano"
+            names.append(pod["metadata"]["name"])
+        return names
+
+    def placed(self) -> dict[str, JSON]:
+        """Every pod of the namespace bound to a node, by name."""
+        return {p["metadata"]["name"]: p for p in self.kube.list_pods(namespace=self.namespace).items
+                if p["spec"].get("nodeName")}
+
+    def gone(self, name: str) -> bool:
+        try:
+            self.kube.get_pod(self.namespace, name)
+            return False
+        except NotFoundError:
+            return True
+
+    def wait(self, what: str, check: Any, timeout: float = 180) -> None:
+        try:
+            wait_for(what, check, timeout, self.scheduler.processes)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\n{self.story()}") from None
 
     def member(self, group: str, name: str, containers: list[Ctr], annotations: dict[str, str] | None = None) -> str:
         pod = volcano.gang_member(pod_manifest(name, containers, annotations), group)
@@ -129,7 +191,10 @@ class Upstream:
         self.kind.clean()
         for group in self.groups:
             volcano.delete_podgroup(self.kube, self.namespace, group)
+        for queue in self.queues:
+            volcano.delete_queue(self.kube, queue)
         self.groups.clear()
+        self.queues.clear()
 
     def extender_log(self) -> str:
         pod = scheduler_pod(self.kind)
@@ -154,13 +219,40 @@ def scheduler_pod(kind: KindBackend) -> str:
     raise AssertionError(f"no hami-dcu scheduler pod running in {RELEASE_NAMESPACE}")
 
 
-def share(memory: int, cores: int) -> list[Ctr]:
+def share(memory: int | None, cores: int) -> list[Ctr]:
     return [Ctr("main", 1, memory, cores, names=HCU.resources)]
 
 
 def allocation(pod: JSON) -> dict[str, str]:
     annotations = pod["metadata"].get("annotations") or {}
     return {k: v for k, v in annotations.items() if k in keys.SCHEDULER_OWNED_POD_ANNOTATIONS}
+
+
+def held(pod: JSON) -> list[tuple[str, int, int]]:
+    """(card, MiB, cores) of every share recorded in the pod's allocation."""
+    value = allocation(pod)[HCU.pod_devices_allocated]
+    return [(d.uuid, d.usedmem, d.usedcores) for entry in decode_pod_devices(value) for d in entry]
+
+
+def assert_within_cards(kind: KindBackend, pods: dict[str, JSON]) -> Counter[str]:
+    """Each pod's allocation is on the node it is bound to, on that node's cards; no card is
+    over its memory, its cores or its 4 slots. The cores held per card."""
+    memory_of = {c.id_in(HCU): (node, c.memory_mib) for node, cards in kind.cards.items() for c in cards}
+    cores: Counter[str] = Counter()
+    memory: Counter[str] = Counter()
+    slots: Counter[str] = Counter()
+    for name, pod in pods.items():
+        written = allocation(pod)
+        assert written.get(keys.POD_NODE) == pod["spec"]["nodeName"], (name, written)
+        for card, mib, used in held(pod):
+            assert memory_of[card][0] == pod["spec"]["nodeName"], (name, card, memory_of)
+            cores[card] += used
+            memory[card] += mib
+            slots[card] += 1
+    assert all(used <= 100 for used in cores.values()), cores
+    assert all(mib <= memory_of[card][1] for card, mib in memory.items()), memory
+    assert all(count <= 4 for count in slots.values()), slots
+    return cores
 
 
 def no_lock_left(kind: KindBackend) -> None:
@@ -228,16 +320,24 @@ def upstream_volcano(kind: KindBackend, tmp_path_factory: pytest.TempPathFactory
                 return False
 
         wait_for("the extender's Volcano verbs through port-forward", answers, 60, [forward.process])
-        conf = volcano.scheduler_conf(base, verbs=volcano.HAMI_DCU_VERBS, http_timeout="5s", ignorable=False)
+        conf = volcano.scheduler_conf(base, verbs=volcano.HAMI_DCU_VERBS, actions=ACTIONS, http_timeout="5s",
+                                      ignorable=False, evictions=True)
         scheduler = volcano.VolcanoScheduler(built, kind.kubeconfig, workdir, conf).start(kind.kube)
         wait_for("Volcano to see hcumem on both workers", lambda: all(
             HCU.resources.memory in (kind.kube.get_node(n).get("status") or {}).get("allocatable", {})
             for n in WORKERS), 60)
+        for name, value in PRIORITIES:
+            priority_class(kind, name, value)
         yield Upstream(kind, scheduler)
     finally:
         if scheduler is not None:
             scheduler.stop()
         forward.stop()
+        for name, _ in PRIORITIES:
+            try:
+                kind.kube.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
+            except NotFoundError:
+                pass
 
 
 @pytest.fixture
@@ -321,3 +421,93 @@ def test_a_gang_of_eight_over_two_workers_beside_hami_scheduler(up: Upstream) ->
     line = f"volcano-gang-timing: volcano_s={volcano_s:.1f} hami_scheduler_s={hami_s:.1f}"
     print(line)
     upstream.announce(line)  # to the terminal, past pytest's capture
+
+
+def test_a_whole_card_and_shares_in_one_gang(up: Upstream) -> None:
+    names = up.submit("mixed", [share(None, 100), share(20000, 40), share(20000, 40)])
+    up.wait_running(names, "the mixed gang Running")
+    pods = up.pods(names)
+    assert_within_cards(up.kind, pods)
+    [(whole_card, _, whole_cores)] = held(pods["mixed-0"])
+    assert whole_cores == 100, held(pods["mixed-0"])
+    share_cards = {card for name in names[1:] for card, _, _ in held(pods[name])}
+    print(f"mixed gang: whole card {whole_card}, shares on {sorted(share_cards)}")
+    assert whole_card not in share_cards, (whole_card, share_cards)
+    assert_own_disjoint_shares(up, names[1:])
+    no_lock_left(up.kind)
+
+
+def test_two_queues_share_the_cards_by_their_weights(up: Upstream) -> None:
+    """Proportion (pkg/scheduler/plugins/proportion): a queue's deserved share is the
+    cluster's total times its weight over the weights of the queues with jobs, capped by what
+    it asks; a task is allocated only while its queue's allocated plus it stays within that.
+    kind's workers report their cards' memory, cores and slots; each queue asks 4 gangs of 2
+    half-card shares (32,000 MiB, 50 percent: 2 per card), twice what the cards hold."""
+    memory, cores, size, gangs_each = 32000, 50, 2, 4
+    cards = [card for node in WORKERS for card in up.kind.cards[node]]
+    total_memory, total_cores = sum(c.memory_mib for c in cards), 100 * len(cards)
+    places = len(cards) * min(100 // cores, cards[0].memory_mib // memory)
+    assert 2 * gangs_each * size > places, "the queues must ask beyond capacity"
+    weights = {"heavy": 3, "light": 1}
+    expected = {}
+    for queue, weight in weights.items():
+        deserved_memory = total_memory * weight / sum(weights.values())
+        deserved_cores = total_cores * weight / sum(weights.values())
+        shares = min(int(deserved_memory // memory), int(deserved_cores // cores), gangs_each * size)
+        expected[queue] = shares // size
+    print(f"queues: {len(cards)} cards, {places} places, deserved gangs {expected}")
+    for queue, weight in weights.items():
+        up.queue(queue, weight)
+    gangs = {f"{queue}-{i}": up.submit(f"{queue}-{i}", [share(memory, cores) for _ in range(size)], queue=queue)
+             for i in range(gangs_each) for queue in weights}
+    want = size * sum(expected.values())
+    up.wait(f"{want} shares placed", lambda: len(up.placed()) >= want)
+    up.sessions(3)  # and nothing moves after
+    placed = up.placed()
+    landed = {group: sum(name in placed for name in names) for group, names in gangs.items()}
+    print(f"queues: landed {landed}")
+    assert len(placed) == want, (sorted(placed), up.story())
+    assert set(landed.values()) <= {0, size}, landed  # gangs whole or not at all
+    by_queue = Counter(group.split("-")[0] for group, count in landed.items() if count == size)
+    assert by_queue == expected, (landed, up.story())
+    unplaced = [name for names in gangs.values() for name in names if name not in placed]
+    assert all(allocation(up.kube.get_pod(up.namespace, n)) == {} for n in unplaced), unplaced
+    assert_within_cards(up.kind, placed)
+    up.wait_running(sorted(placed), "every placed share Running")
+    assert_own_disjoint_shares(up, sorted(placed))
+    no_lock_left(up.kind)
+
+
+def test_a_higher_priority_share_preempts_the_one_share_whose_card_then_takes_it(up: Upstream) -> None:
+    """The first worker: card 0 holds a (lowest, 30,000 MiB, 50 percent) and x (high, 30,000,
+    50), card 1 holds b (low, 40,000, 50); the second worker's cards whole to high-priority
+    shares. urgent (mid) asks 40,000 on the first worker: its cards have 5,520 and 25,520 MiB
+    free. Volcano's priority plugin allows a and b, its own order would evict a (lowest) first,
+    for nothing (card 0 would then have 35,520); the extender allows b alone, whose card then
+    has 65,520."""
+    node0, node1 = WORKERS
+    c0, c1 = (card.id_in(HCU) for card in up.kind.cards[node0][:2])
+    low = up.submit("low", [share(30000, 50), share(40000, 50)], min_member=0, priority=LOW, node=node0,
+                    cards=[c0, c1], classes=[LOWEST, LOW])
+    high = up.submit("high", [share(30000, 50)], priority=HIGH, node=node0, cards=[c0])
+    full = up.submit("full", [share(65000, 100), share(65000, 100)], priority=HIGH, node=node1,
+                     cards=[card.id_in(HCU) for card in up.kind.cards[node1][:2]])
+    up.wait_running(low + high + full, "the cards filled and running")
+    a, b = low
+    [urgent] = up.submit("urgent", [share(40000, 40)], priority=MID, node=node0)
+    up.wait(f"{b} evicted", lambda: up.gone(b))
+    up.wait_running([urgent], "the preemptor Running")
+    pod = up.kube.get_pod(up.namespace, urgent)
+    print(f"preempt: {urgent} on {pod['spec']['nodeName']} card {held(pod)}; b's card {c1}")
+    assert pod["spec"]["nodeName"] == node0, pod["spec"]
+    assert [card for card, _, _ in held(pod)] == [c1], held(pod)
+    survivors = [a, *high, *full]
+    assert not any(up.gone(n) for n in survivors), f"evicted beyond b: {[n for n in survivors if up.gone(n)]}"
+    up.wait_running(survivors, "the others still Running")
+    assert_within_cards(up.kind, up.placed())
+    by_card = assert_own_disjoint_shares(up, [a, *high, urgent])
+    assert {k: sorted(v) for k, v in by_card.items()} == {
+        (node0, up.kind.cards[node0][0].pci_bus_id): sorted([a, *high]),
+        (node0, up.kind.cards[node0][1].pci_bus_id): [urgent]}, by_card
+    assert "volcano preemptable for" in up.extender_log()
+    no_lock_left(up.kind)
