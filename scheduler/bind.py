@@ -82,6 +82,7 @@ from hami_dcu.scheduler.filtering import Filter, plan_pod
 from hami_dcu.scheduler.fit import PodFit, PodMiss
 from hami_dcu.scheduler.lockjanitor import LockJanitor
 from hami_dcu.scheduler.metrics import SchedulerMetrics
+from hami_dcu.scheduler.nodepace import NodePace
 from hami_dcu.scheduler.reasons import NodeRejection
 from hami_dcu.scheduler.signal import CacheSignal
 from hami_dcu.scheduler.volcano import volcano_owned
@@ -120,6 +121,8 @@ class Binder:
         self.janitor = LockJanitor(kube, cache, self.lock, metrics, wall_clock, settings.plugin_release_grace)
         # The pace binds end at: /filter holds new binds back when those in flight outrun it.
         self.pace = BindPace(settings.lock_wait * settings.pace_share, settings.pace_floor)
+        # Each node's pace: /filter prefers another node when a node's queue outruns it.
+        self.node_pace = NodePace(settings.lock_wait * settings.node_pace_share)
         # Binds of one process to one node queue here instead of racing on the API lock.
         self._node_queues: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         # The attempt in flight per pod, and the node it binds to.
@@ -204,6 +207,7 @@ class Binder:
                 return
         attempt.assumption = assumption
         queue = self._node_queues[args.node]
+        queued = queue.locked()  # behind another bind of this process to the node
         try:
             await asyncio.wait_for(queue.acquire(), max(0.0, attempt.deadline - self.monotonic()))
         except TimeoutError:
@@ -211,6 +215,7 @@ class Binder:
                             f"{self.settings.lock_wait:.0f}s") from None
         try:
             await self.locking.acquire(attempt)
+            self.node_pace.took(args.node, self.monotonic(), queued or attempt.waited_for_holder)
             await self.locking.settle(attempt)
             fit = self._verify(attempt)
             await self._create_binding(attempt, fit)

@@ -37,6 +37,9 @@ class BindSettings:
     # to end at the pace binds end (bindpace.py; 0: never waits), letting `pace_floor` through.
     pace_share: float = 0.25
     pace_floor: int = 8
+    # One node's queue of binds may take this share of lock_wait at that node's own pace
+    # (nodepace.py): half leaves room for a node slowing down after its binds were queued.
+    node_pace_share: float = 0.5
 
 
 class AlreadyBound(SchedulerError):
@@ -58,6 +61,7 @@ class Attempt:
     api_calls: int = 0
     contended: bool = False
     waiting_logged: bool = False  # "waiting for the node lock" is said once per attempt
+    waited_for_holder: bool = False  # the node's lock was held by another bind when this one came
     bound_here: bool = False  # this attempt's Binding put the pod on the node (not an earlier one's)
 
 

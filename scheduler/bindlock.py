@@ -205,6 +205,7 @@ class NodeLocking:
 
     def _say_waiting(self, attempt: Attempt, holder: str) -> None:
         """Why this bind is slow, once per attempt however often it wakes."""
+        attempt.waited_for_holder = True
         if not attempt.waiting_logged:
             attempt.waiting_logged = True
             log.info("bind %s to node %s: waiting for the node lock held by %s (at most %.0f s)", attempt.args.pod,

@@ -120,15 +120,14 @@ class ClusterCache:
         assumption = self.placements.find(uid, namespace, name)
         return assumption.node if assumption is not None and assumption.bound else None
 
-    def busy_nodes(self, limit: int) -> frozenset[str]:
-        """Nodes with at least `limit` binds in flight (none when `limit` is 0): placements not
+    def busy_nodes(self, limit: Callable[[str], int]) -> frozenset[str]:
+        """Nodes with at least `limit(node)` binds in flight (a limit of 0: none): placements not
         bound yet, and the pod the node's lock names once it is bound (its Allocate is still to
         come). /filter passes over them while another node fits (FilterSettings.bind_queue)."""
-        if limit <= 0:
-            return frozenset()
         found = []
         for node, count in self.placements.unbound():
-            if count + self._allocating(node) >= limit:
+            most = limit(node)
+            if most > 0 and count + self._allocating(node) >= most:
                 found.append(node)
         return frozenset(found)
 

@@ -95,10 +95,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lock-timeout", type=float, default=300, help="seconds after which a node lock expires")
     parser.add_argument("--lock-wait", type=float, default=20,
                         help="seconds /bind waits for a locked node (keep below the extender httpTimeout)")
-    parser.add_argument("--node-bind-queue", type=int, default=BIND_QUEUE,
+    parser.add_argument("--node-bind-queue", type=_bind_queue, default=BIND_QUEUE, metavar="auto|N",
                         help="binds in flight on one node from which /filter prefers another fitting node, so that "
                              "a burst does not queue more binds on a node than its Allocates serve within --lock-wait; "
-                             "0: never (default %(default)s)")
+                             "auto (the default): as many as the node's own lock handoffs serve within half of "
+                             "--lock-wait; N: a fixed number (it spreads a burst even where the node would keep up, "
+                             "at the cost of binpack's packing); 0: never")
     parser.add_argument("--card-preemption", action=argparse.BooleanOptionalAction, default=True,
                         help="device-plugin mode: evict lower-priority pods holding card memory or cores a "
                              "higher-priority pod needs, when kube-scheduler's own preemption (which sees DCU slots "
@@ -133,6 +135,19 @@ def _card_policy(value: str) -> str:
     if parsed is None:
         raise argparse.ArgumentTypeError(f"{value!r}: expected a word or a comma chain of {', '.join(CARD_WORDS)}")
     return str(parsed)
+
+
+def _bind_queue(value: str) -> int | None:
+    """--node-bind-queue: `auto` (None: by each node's pace) or a whole number, 0 for never."""
+    if value == "auto":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected auto or a whole number") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected auto, 0 (never) or a number of binds")
+    return number
 
 
 def settings_from(args: argparse.Namespace) -> ServiceSettings:

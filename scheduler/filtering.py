@@ -48,14 +48,12 @@ _NODE_SETS_KEPT = 32
 
 
 # Measured with bench/scale.py --contend at 1,000 kwok nodes (docs/performance.md, No collapse
-# when the machine is slower): with the pace (bindpace.py), 8 left no bind failing with or
-# without a CPU hog; 0 let a stalled holder fail the 16 binds binpack queued behind it; 4 spread
-# a burst so far that waiting binds asked the API about live locks (2.2 requests per pod more).
-# Yet any limit breaks binpack's promise: with 8, a 40-share Job that fits 2 nodes landed on 5
-# (e2e/test_realcluster_scale.py), because kube-scheduler places pods faster than one node's
-# Allocates end. So it is off by default (the pace alone: 0 failed binds quiet, 11 of 2,000
-# beside the hog, 201 before) and an operator who prefers spreading under load sets it.
-BIND_QUEUE = 0
+# when the machine is slower): a fixed limit of 8 with the pace (bindpace.py) left no bind
+# failing with or without a CPU hog, but spread a 40-share Job that fits 2 nodes over 5
+# (e2e/test_realcluster_scale.py): kube-scheduler places pods faster than one node's Allocates
+# end, so any fixed limit breaks binpack's promise where the node would have served them in
+# time. None (the default): each node's limit follows its own pace (nodepace.py).
+BIND_QUEUE: int | None = None
 
 
 @dataclass(frozen=True)
@@ -69,10 +67,11 @@ class FilterSettings:
     # Volcano mode: pods with this schedulerName are Volcano's to place (scheduler/volcano.py).
     volcano_scheduler: str = ""
     # Binds in flight on one node (placed, not bound yet) from which /filter prefers another
-    # fitting node (0: never). HAMi's node lock admits one pod per node between its bind and its
-    # Allocate, so the k-th bind queued on a node waits k Allocates: binpack would queue a
-    # burst's whole node there, and on a slow machine the last binds outwait --lock-wait.
-    bind_queue: int = BIND_QUEUE
+    # fitting node (0: never; None: as many as the node's own pace serves, nodepace.py). HAMi's
+    # node lock admits one pod per node between its bind and its Allocate, so the k-th bind
+    # queued on a node waits k Allocates: binpack would queue a burst's whole node there, and
+    # on a slow machine the last binds outwait --lock-wait.
+    bind_queue: int | None = BIND_QUEUE
 
     @property
     def resources(self) -> ResourceNames:

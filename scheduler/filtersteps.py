@@ -54,6 +54,14 @@ class FilterEnv:
     monotonic: Callable[[], float]
     wall_clock: Callable[[], datetime]
     no_fit: NoFit | None = None
+    # Binds one node may have in flight by its own pace (nodepace.py), when the settings fix none.
+    pace_limit: Callable[[str], int] | None = None
+
+    def queue_limit(self, node: str) -> int:
+        """Binds in flight on `node` from which /filter prefers another fitting node (0: none)."""
+        if self.settings.bind_queue is not None:
+            return self.settings.bind_queue
+        return self.pace_limit(node) if self.pace_limit is not None else 0
 
 
 @dataclass(frozen=True)
@@ -172,7 +180,7 @@ def place(r: FilterRequest) -> FilterAnswer:
         env.cache.placements.forget(r.uid)  # an earlier choice for this pod must not count against it
     limits = env.quotas.limits(r.namespace)
     admit = quota_gate(limits, namespace_used(env.cache, r.namespace), env.settings.resources) if limits else None
-    busy = env.cache.busy_nodes(env.settings.bind_queue)
+    busy = env.cache.busy_nodes(env.queue_limit)
     outcome = env.filter.run(plan, r.names, env.wall_clock(), admit, busy)
     if outcome.chosen is None or outcome.fit is None:
         return _no_node_fits(r, outcome)

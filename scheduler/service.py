@@ -90,15 +90,17 @@ class SchedulerService:
             if kube is not None and self.settings.card_preemption.enabled and self.settings.mode == DEVICE_PLUGIN
             else None
         )
-        self._filter_env = filtersteps.FilterEnv(self.settings.filter, self.checks, self.cache, self.filter,
-                                                 self.quotas, self._emit, monotonic, wall_clock,
-                                                 self.preemptor.consider if self.preemptor is not None else None)
         self.changed = CacheSignal()  # the informer wakes binds waiting on the cache
         self.binder = (
             Binder(kube, self.cache, self.filter, self.settings.bind, self.metrics, self.events, wall_clock, monotonic,
                    changed=self.changed)
             if kube is not None else None
         )
+        node_pace = self.binder.node_pace if self.binder is not None else None
+        self._filter_env = filtersteps.FilterEnv(
+            self.settings.filter, self.checks, self.cache, self.filter, self.quotas, self._emit, monotonic,
+            wall_clock, self.preemptor.consider if self.preemptor is not None else None,
+            (lambda node: node_pace.limit(node, self.monotonic())) if node_pace is not None else None)
         self.informer = (
             Informer(kube, self.cache, self._release_needless, self.settings.resync, wall_clock=wall_clock,
                      quotas=self.quotas, changed=self.changed)
