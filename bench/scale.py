@@ -471,9 +471,13 @@ def main() -> None:
     parser.add_argument("--contend", action="store_true",
                         help="device-plugin mode: run each node count's bursts again beside a CPU hog of one core "
                              "and print both ratios")
+    parser.add_argument("--sim-shards", type=int, default=None,
+                        help="processes of the node-side simulator (default: one per 1,500 fake nodes, at most 4)")
     args = parser.parse_args()
     if args.contend and (args.mode != DEVICE_PLUGIN or args.peer):
         raise SystemExit("--contend: device-plugin mode only, without --peer")
+    if args.sim_shards is not None and args.sim_shards < 1:
+        raise SystemExit("--sim-shards: at least 1")
     reason = unavailable() or (hami.why_unavailable() if args.peer else None)
     if reason:
         raise SystemExit(reason)
@@ -508,7 +512,7 @@ def main() -> None:
     for mode in modes:
         workdir = Path(args.workdir) / mode if args.workdir and len(modes) > 1 else args.workdir
         last[mode] = run_mode(mode, nodes, pods, args.register_interval, values, Path(workdir) if workdir else None,
-                              contended if args.contend else None)
+                              contended if args.contend else None, args.sim_shards)
     print(f"\nall done in {time.monotonic() - started:.0f} s")
     if DRA in last:
         dra, floor = last[DRA]
@@ -524,11 +528,13 @@ def main() -> None:
 
 
 def run_mode(mode: str, nodes: list[int], pods: list[int], register_interval: float, values: dict | None,
-             workdir: Path | None, contended: list[Contended] | None = None) -> tuple[Last, Last | None]:
+             workdir: Path | None, contended: list[Contended] | None = None, sim_shards: int | None = None
+             ) -> tuple[Last, Last | None]:
     """One cluster with the chart in `mode`, grown through the node counts, a plain and a DCU
     burst at each (and in DRA mode the floor's); (nodes, pods, DCU pods/s, plain pods/s) of the
     largest, and (nodes, pods, DRA pods/s, floor pods/s) in DRA mode. `contended`: run both
-    bursts again beside a CPU hog and add each node count's comparison to it."""
+    bursts again beside a CPU hog and add each node count's comparison to it. `sim_shards`: the
+    node-side simulator's process count (None: by the node count)."""
     started = time.monotonic()
     print(f"\n{'DRA mode: ' if mode == DRA else ''}starting the real control plane, the chart (mode {mode}) and "
           f"kwok (load average {os.getloadavg()[0]:.1f}) ...", flush=True)
@@ -537,7 +543,8 @@ def run_mode(mode: str, nodes: list[int], pods: list[int], register_interval: fl
     last: Last = (0, 0, 0.0, 0.0)
     floor_last: Last | None = None
     memory_limit = extender_memory_limit_mib(values)
-    with KwokScale(workdir, register_interval=register_interval, values=values, mode=mode) as scale:
+    with KwokScale(workdir, register_interval=register_interval, values=values, mode=mode,
+                   sim_shards=sim_shards) as scale:
         print(f"  up in {time.monotonic() - started:.0f} s (Kubernetes {scale.cluster.kube_version})", flush=True)
         for n, m in zip(nodes, pods, strict=True):
             scale.grow(n)

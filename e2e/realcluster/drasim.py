@@ -1,6 +1,7 @@
 """The node side of kwok's fake nodes in DRA mode: what each node's DRA driver and kubelet do on
-the API, done by the DRA driver's own code (`DriverService` over a `DriverCore`), in a process
-of its own (nodesim.py is the device-plugin mode's).
+the API, done by the DRA driver's own code (`DriverService` over a `DriverCore`), in processes
+of their own (nodesim.py is the device-plugin mode's; the harness shards the fake nodes over
+several of either, through the same launcher, `run_simulator`).
 
     python -m e2e.realcluster.drasim --kubeconfig admin.kubeconfig --nodes nodes.txt \
         --cards 8 --workdir DIR --metrics-port P --identity USER
@@ -185,6 +186,8 @@ class DraNodeSimulator:
     # --- pods with claims bound to the fake nodes --------------------------------------------
 
     def _watch(self) -> None:
+        # Every pod of the cluster, those of other shards' nodes dropped in `_seen` (as
+        # nodesim.py's watch: no field selector names a set of nodes).
         resource_version = ""
         while not self._stopping.is_set():
             try:

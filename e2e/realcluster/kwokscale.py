@@ -14,15 +14,21 @@ our extender serving the webhook) and device plugin run on one stand-in node. Th
 * every fake node carries the `kwok.x-k8s.io/node=fake:NoSchedule` taint, which the chart's pods
   do not tolerate, so its DaemonSet, Deployment and Jobs stay on the stand-in node; the burst's
   pods tolerate it and select the fake nodes;
-* the node-side simulator (nodesim.py, its own process) registers each fake node's cards and
-  keeps the handshake fresh, and serves every DCU pod bound to a fake node with the device
-  plugin's own Allocate, as the plugin's identity on that node.
+* the node-side simulator (nodesim.py) registers each fake node's cards and keeps the handshake
+  fresh, and serves every DCU pod bound to a fake node with the device plugin's own Allocate, as
+  the plugin's identity on that node. It runs in `shard_count` processes (one per
+  NODES_PER_SHARD nodes, at most MOST_SHARDS; `sim_shards` forces a count), each over its share
+  of the fake nodes (`split_nodes`): one Python process is held to one core by its GIL, and at
+  5,000 nodes one process fell behind with the reports (the bench's HARNESS BEHIND).
+  `nodesim_metrics` sums the shards' /metrics into one exposition (`merge_expositions`), so
+  what the bench reads is the same as one process's would be.
 
 `KwokScale(mode="dra")` installs the chart in DRA mode instead (DraRealCluster: the stand-in
 node runs the DRA driver): the fake nodes offer no DCU resource, drasim.py publishes each one's
 ResourceSlice with the DRA driver's own code and prepares the claims of the pods bound there;
 the webhook rewrites the burst's pods into claims, which hami-scheduler's kube-scheduler
-allocates, ranking nodes by our extender's /prioritize.
+allocates, ranking nodes by our extender's /prioritize. drasim.py runs through the same
+launcher as nodesim.py, so it is sharded the same way.
 
 The baseline of a burst is the same pods without DCU limits: the webhook leaves them alone and
 the cluster's default kube-scheduler (the same binary, no extender) places them.
@@ -31,17 +37,25 @@ the cluster's default kube-scheduler (the same binary, no extender) places them.
 from __future__ import annotations
 
 import logging
+import math
 import shutil
+import signal
 import ssl
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from e2e.realcluster import drafloor, kwok, scalemix
 from e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster
@@ -74,6 +88,12 @@ CONTROLLER_MANAGER_QPS = 200
 FAKE_CPU, FAKE_MEMORY, FAKE_PODS = "64", "512Gi", "110"
 DEVICE_PLUGIN, DRA = "devicePlugin", "dra"  # the chart's `mode` values
 CREATE_TIMEOUT_SECONDS = 60.0
+# The node-side simulator's processes: at 1,000 nodes one process kept every report in time, at
+# 5,000 it fell 23 s behind (167 report writes/s beside the Allocates, on one core for its GIL).
+# 1,500 nodes a process leaves each room; more than 4 would only contend with the control plane
+# for this 2-core machine's CPU.
+NODES_PER_SHARD = 1500
+MOST_SHARDS = 4
 
 
 def fake_node(name: str, cards: int = CARDS_PER_NODE, slots_per_card: int = keys.DEFAULT_SLOTS_PER_CARD,
@@ -98,15 +118,88 @@ def fake_node_names(count: int) -> list[str]:
     return [f"kwok-{i:05d}" for i in range(count)]
 
 
+def shard_count(nodes: int, forced: int | None = None, per_shard: int = NODES_PER_SHARD,
+                most: int = MOST_SHARDS) -> int:
+    """How many simulator processes serve `nodes` fake nodes: `forced` if given, else one per
+    `per_shard` nodes up to `most`; never more than there are nodes (a shard of none would be
+    a process doing nothing), never fewer than one."""
+    wanted = forced if forced is not None else min(most, math.ceil(nodes / per_shard))
+    return max(1, min(wanted, nodes))
+
+
+def split_nodes(names: Iterable[str], shards: int) -> list[list[str]]:
+    """The sorted node names dealt round-robin into `shards` groups, sizes within one of each
+    other. Round-robin rather than contiguous: the scheduler's packing fills some nodes first,
+    and nodes close in name would otherwise put those pods' Allocates all on one shard."""
+    ordered = sorted(names)
+    return [ordered[i::shards] for i in range(max(1, shards))]
+
+
+def shard_workers(workers: int, shards: int) -> int:
+    """Allocate workers per shard: the total stays `workers`, so the harness asks the API
+    server for as many Allocates at once as one process did, only spread over more cores."""
+    return max(1, math.ceil(workers / max(1, shards)))
+
+
+def shard_process_name(shard: int, shards: int) -> str:
+    """The name a shard's process goes by in `pids` (and the bench's CPU lines): one process
+    keeps the name it always had."""
+    return "nodesim" if shards == 1 else f"nodesim-{shard}"
+
+
+class _Families(Collector):
+    """Metric families already built, for `generate_latest` to write out."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+def merge_expositions(texts: Iterable[str]) -> str:
+    """Prometheus expositions of the simulator's shards as one: every sample of the same name
+    and labels is the sum over the texts (counters, histogram buckets, sums and counts, and
+    gauges: each shard counts its own nodes), except a series' `_created` time, which is the
+    earliest. A family or a series only one text has passes through. Written by
+    prometheus_client's own writer, so the text is what one process's /metrics would be."""
+    families: dict[str, Metric] = {}
+    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], Sample]] = {}
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            if family.name not in families:
+                families[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
+                values[family.name] = {}
+            table = values[family.name]
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                seen = table.get(key)
+                if seen is None:
+                    table[key] = sample
+                elif sample.name.endswith("_created"):
+                    table[key] = seen._replace(value=min(seen.value, sample.value))
+                else:
+                    table[key] = seen._replace(value=seen.value + sample.value)
+    for name, family in families.items():
+        family.samples = list(values[name].values())
+    return generate_latest(_Families(list(families.values()))).decode()
+
+
 class KwokScale:
     def __init__(self, workdir: Path | None = None, register_interval: float = 30.0, sim_workers: int = 32,
                  say: Callable[[str], None] = lambda line: print(line, flush=True), values: JSON | None = None,
-                 mode: str = DEVICE_PLUGIN, hami_peer: bool = False, hami_args: Sequence[str] = ()) -> None:
+                 mode: str = DEVICE_PLUGIN, hami_peer: bool = False, hami_args: Sequence[str] = (),
+                 sim_shards: int | None = None) -> None:
+        """`sim_shards`: the node-side simulator's process count; None: `shard_count`'s for the
+        node count of each `grow`."""
         if mode not in (DEVICE_PLUGIN, DRA):
             raise ValueError(f"mode {mode!r}: {DEVICE_PLUGIN} or {DRA}")
         if hami_peer and mode == DRA:
             raise ValueError("HAMi v2.10 has no DRA mode: hami_peer needs the device-plugin mode")
+        if sim_shards is not None and sim_shards < 1:
+            raise ValueError(f"sim_shards {sim_shards}: at least 1")
         self.mode = mode
+        self.sim_shards = sim_shards
         self.register_interval = register_interval
         self.sim_workers = sim_workers
         self.say = say
@@ -122,8 +215,8 @@ class KwokScale:
                                                             f"--kube-api-qps={CONTROLLER_MANAGER_QPS}",
                                                             f"--kube-api-burst={2 * CONTROLLER_MANAGER_QPS}"])
         self.kwok: Process | None = None
-        self.nodesim: Process | None = None
-        self.nodesim_port = 0
+        self.nodesims: list[Process] = []  # the simulator's shards, one process each
+        self.nodesim_ports: list[int] = []  # their /metrics ports, in the same order
         self.nodes: list[str] = []
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -146,9 +239,9 @@ class KwokScale:
         return self
 
     def stop(self) -> None:
-        for process in (self.nodesim, self.kwok):
-            if process is not None:
-                process.stop(grace=5)
+        self._stop_nodesims()
+        if self.kwok is not None:
+            self.kwok.stop(grace=5)
         self.cluster.stop()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -161,7 +254,7 @@ class KwokScale:
     @property
     def processes(self) -> list[Process]:
         assert self.cluster.control_plane is not None
-        return [*self.cluster.control_plane.processes, *(p for p in (self.kwok, self.nodesim) if p)]
+        return [*self.cluster.control_plane.processes, *(p for p in (self.kwok,) if p), *self.nodesims]
 
     # --- fake nodes ----------------------------------------------------------------------
 
@@ -193,28 +286,50 @@ class KwokScale:
         return sum(1 for node in items if _ready(node) and not any(
             t.get("key") != kwok.TAINT["key"] for t in node["spec"].get("taints") or []))
 
+    def _stop_nodesims(self) -> None:
+        # Every shard is told at once, then waited for: one by one, each would add its grace.
+        for process in self.nodesims:
+            process.signal(signal.SIGTERM)
+        for process in self.nodesims:
+            process.stop(grace=5)
+        self.nodesims, self.nodesim_ports = [], []
+
     def _restart_nodesim(self) -> None:
-        if self.nodesim is not None:
-            self.nodesim.stop(grace=5)
-        nodes_file = self.workdir / "fake-nodes.txt"
-        nodes_file.write_text("\n".join(self.nodes) + "\n")
-        self.nodesim_port = free_port("127.0.0.1")
+        """The simulator over the current fake nodes, in `shard_count` processes, each with its
+        own nodes file, /metrics port and log; every node's folder is named by the node, so the
+        shards share one workdir (and `vdev_files` finds a node's files wherever it was served)."""
+        self._stop_nodesims()
+        total = len(self.nodes)
+        shards = shard_count(total, self.sim_shards)
         started = time.monotonic()
-        log_file = self.workdir / "logs" / f"nodesim-{len(self.nodes)}.log"
         accounts = f"system:serviceaccount:{SYSTEM_NAMESPACE}:{RELEASE}"
         if self.mode == DRA:  # the DRA driver's side: slices and Prepare (drasim.py)
             module, identity = "drasim", f"--identity={accounts}-dra-driver"
         else:
             module, identity = "nodesim", f"--identity={accounts}-device-plugin"
-        self.nodesim = Process("nodesim", [
-            sys.executable, "-m", f"e2e.realcluster.{module}", f"--kubeconfig={self.cluster.kubeconfig}",
-            f"--nodes={nodes_file}", f"--cards={CARDS_PER_NODE}", f"--workdir={self.workdir / 'nodesim'}",
-            f"--metrics-port={self.nodesim_port}", f"--register-interval={self.register_interval}",
-            f"--workers={self.sim_workers}", identity, f"--naming={self.cluster.naming.name}",
-        ], log_file, cwd=ROOT).start()  # the harness (e2e/) imports from the checkout
-        wait_for("the node simulator's first registration of every fake node",
-                 lambda: "registered" in log_file.read_text(), 60 + len(self.nodes) / 20, self.processes, interval=1)
-        self.say(f"  node simulator registered {len(self.nodes)} nodes in {time.monotonic() - started:.1f} s")
+        logs: list[Path] = []
+        counted = f"{shards} process{'es' if shards > 1 else ''}"
+        # Started one after another from this thread, not from a pool's: a Process dies with
+        # the thread that started it (processes.py). Starting takes milliseconds; the shards
+        # then register their nodes at the same time.
+        for shard, names in enumerate(split_nodes(self.nodes, shards)):
+            nodes_file = self.workdir / f"fake-nodes-{shard}.txt"
+            nodes_file.write_text("".join(f"{name}\n" for name in names))
+            port = free_port("127.0.0.1")
+            log_file = self.workdir / "logs" / f"nodesim-{total}-{shard}.log"
+            self.nodesims.append(Process(shard_process_name(shard, shards), [
+                sys.executable, "-m", f"e2e.realcluster.{module}", f"--kubeconfig={self.cluster.kubeconfig}",
+                f"--nodes={nodes_file}", f"--cards={CARDS_PER_NODE}", f"--workdir={self.workdir / 'nodesim'}",
+                f"--metrics-port={port}", f"--register-interval={self.register_interval}",
+                f"--workers={shard_workers(self.sim_workers, shards)}", identity,
+                f"--naming={self.cluster.naming.name}",
+            ], log_file, cwd=ROOT).start())  # the harness (e2e/) imports from the checkout
+            self.nodesim_ports.append(port)
+            logs.append(log_file)
+        wait_for(f"the node simulator's first registration of every fake node ({counted})",
+                 lambda: all("registered" in log.read_text() for log in logs), 60 + total / 20, self.processes,
+                 interval=1)
+        self.say(f"  node simulator registered {total} nodes in {time.monotonic() - started:.1f} s ({counted})")
 
     def _canary(self) -> None:
         burst = self.burst(f"canary-{len(self.nodes)}", [scalemix.MIX[0]], dcu=True, timeout=120)
@@ -420,8 +535,12 @@ class KwokScale:
             return answer.read().decode()
 
     def nodesim_metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.nodesim_port}/metrics", timeout=30) as answer:
-            return answer.read().decode()
+        """The simulator's /metrics: its shards' summed into one exposition (merge_expositions)."""
+        texts = []
+        for port in self.nodesim_ports:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
+                texts.append(answer.read().decode())
+        return merge_expositions(texts)
 
     def vdev_files(self, node: str) -> dict[str, str]:
         """vdev directory -> its vdev0.conf, as the simulated plugin of `node` wrote them."""

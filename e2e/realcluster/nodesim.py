@@ -1,5 +1,8 @@
 """The node side of kwok's fake nodes: what each node's device plugin and kubelet do on the API,
-done by the device plugin's own code (`PluginService`), in a process of its own.
+done by the device plugin's own code (`PluginService`), in processes of their own: the harness
+(kwokscale.py) shards the fake nodes over several of these processes, each given its share in
+`--nodes` and its own `--metrics-port`, since one Python process (one core, for its GIL) fell
+behind with 5,000 nodes' reports.
 
     python -m e2e.realcluster.nodesim --kubeconfig admin.kubeconfig --nodes nodes.txt \
         --cards 8 --workdir DIR --metrics-port P
@@ -10,11 +13,12 @@ Per fake node, one `PluginService` (the device plugin minus gRPC and the SMI) ov
   followed by the plugin's `reconcile` (vDCUs of pods gone, a lock nobody needs) on every node
   that has served a pod: on the others it would list no pod, and at 5,000 nodes those lists
   alone would be 170 requests/s that this 2-core machine cannot spare. Each real node reports
-  from its own machine; here one process makes every node's report (167 writes/s at 5,000
-  nodes), so the writers are sized to the node count, a node whose previous report is still
-  queued is not queued again (a backlog would make every later report older), and how late
-  each report is goes into `hami_dcu_nodesim_report_delay_seconds`: reports later than the
-  extender's 60 s limit would make nodes look dead, and the bench says so;
+  from its own machine; here one process makes the report of every node of its shard (167
+  writes/s at 5,000 nodes, over all shards), so the writers are sized to the node count, a
+  node whose previous report is still queued is not queued again (a backlog would make every
+  later report older), and how late each report is goes into
+  `hami_dcu_nodesim_report_delay_seconds`: reports later than the extender's 60 s limit would
+  make nodes look dead, and the bench says so;
 * Allocate: for every DCU pod bound to the node, in the order the pods arrive, what the kubelet
   does per container: GetPreferredAllocation (`preferred`) over the node's free slot ids, then
   `allocate`, which finds the pod by the node lock, writes its vDCU files, records the outcome
@@ -32,7 +36,7 @@ impersonates the plugin's ServiceAccount with the node name a kubelet-bound toke
 each write exactly as they judge the real plugin's.
 
 Its own figures (per pod: waiting for the node's turn, bound-to-allocated) are Prometheus
-metrics on `--metrics-port`, beside the plugin's.
+metrics on `--metrics-port`, beside the plugin's; the harness sums its shards' into one.
 """
 
 from __future__ import annotations
@@ -229,6 +233,9 @@ class NodeSimulator:
     # --- pods bound to the fake nodes ----------------------------------------------------
 
     def _watch(self) -> None:
+        # Every pod of the cluster, those of other shards' nodes dropped in `_seen`: a field
+        # selector matches one node name (or all but one), not a shard's set, and a watch per
+        # node would be thousands more. Each shard decoding every pod event is the price.
         resource_version = ""
         while not self._stopping.is_set():
             try:
