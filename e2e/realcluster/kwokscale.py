@@ -16,7 +16,7 @@ our extender serving the webhook) and device plugin run on one stand-in node. Th
   pods tolerate it and select the fake nodes;
 * the node-side simulator (nodesim.py) registers each fake node's cards and keeps the handshake
   fresh, and serves every DCU pod bound to a fake node with the device plugin's own Allocate, as
-  the plugin's identity on that node. It runs in `shard_count` processes (one per
+  the plugin's identity on that node. It runs in `shard_count` processes (simshards.py: one per
   NODES_PER_SHARD nodes, at most MOST_SHARDS; `sim_shards` forces a count), each over its share
   of the fake nodes (`split_nodes`): one Python process is held to one core by its GIL, and at
   5,000 nodes one process fell behind with the reports (the bench's HARNESS BEHIND).
@@ -37,7 +37,6 @@ the cluster's default kube-scheduler (the same binary, no extender) places them.
 from __future__ import annotations
 
 import logging
-import math
 import shutil
 import signal
 import ssl
@@ -46,16 +45,10 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-
-from prometheus_client.exposition import generate_latest
-from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.registry import Collector
-from prometheus_client.samples import Sample
 
 from e2e.realcluster import drafloor, kwok, scalemix
 from e2e.realcluster.cluster import RELEASE, SYSTEM_NAMESPACE, RealCluster
@@ -63,6 +56,7 @@ from e2e.realcluster.controlplane import free_port
 from e2e.realcluster.dra_cluster import DraRealCluster
 from e2e.realcluster.processes import Process, wait_for
 from e2e.realcluster.scalestats import Burst
+from e2e.realcluster.simshards import merge_expositions, shard_count, shard_process_name, shard_workers, split_nodes
 from e2e.tools import ROOT
 from hami_dcu.cli.localcluster.pods import default_cards
 from hami_dcu.common.io.kube import GoneError, Kube, KubeError, NotFoundError
@@ -88,12 +82,6 @@ CONTROLLER_MANAGER_QPS = 200
 FAKE_CPU, FAKE_MEMORY, FAKE_PODS = "64", "512Gi", "110"
 DEVICE_PLUGIN, DRA = "devicePlugin", "dra"  # the chart's `mode` values
 CREATE_TIMEOUT_SECONDS = 60.0
-# The node-side simulator's processes: at 1,000 nodes one process kept every report in time, at
-# 5,000 it fell 23 s behind (167 report writes/s beside the Allocates, on one core for its GIL).
-# 1,500 nodes a process leaves each room; more than 4 would only contend with the control plane
-# for this 2-core machine's CPU.
-NODES_PER_SHARD = 1500
-MOST_SHARDS = 4
 
 
 def fake_node(name: str, cards: int = CARDS_PER_NODE, slots_per_card: int = keys.DEFAULT_SLOTS_PER_CARD,
@@ -116,73 +104,6 @@ def fake_node(name: str, cards: int = CARDS_PER_NODE, slots_per_card: int = keys
 
 def fake_node_names(count: int) -> list[str]:
     return [f"kwok-{i:05d}" for i in range(count)]
-
-
-def shard_count(nodes: int, forced: int | None = None, per_shard: int = NODES_PER_SHARD,
-                most: int = MOST_SHARDS) -> int:
-    """How many simulator processes serve `nodes` fake nodes: `forced` if given, else one per
-    `per_shard` nodes up to `most`; never more than there are nodes (a shard of none would be
-    a process doing nothing), never fewer than one."""
-    wanted = forced if forced is not None else min(most, math.ceil(nodes / per_shard))
-    return max(1, min(wanted, nodes))
-
-
-def split_nodes(names: Iterable[str], shards: int) -> list[list[str]]:
-    """The sorted node names dealt round-robin into `shards` groups, sizes within one of each
-    other. Round-robin rather than contiguous: the scheduler's packing fills some nodes first,
-    and nodes close in name would otherwise put those pods' Allocates all on one shard."""
-    ordered = sorted(names)
-    return [ordered[i::shards] for i in range(max(1, shards))]
-
-
-def shard_workers(workers: int, shards: int) -> int:
-    """Allocate workers per shard: the total stays `workers`, so the harness asks the API
-    server for as many Allocates at once as one process did, only spread over more cores."""
-    return max(1, math.ceil(workers / max(1, shards)))
-
-
-def shard_process_name(shard: int, shards: int) -> str:
-    """The name a shard's process goes by in `pids` (and the bench's CPU lines): one process
-    keeps the name it always had."""
-    return "nodesim" if shards == 1 else f"nodesim-{shard}"
-
-
-class _Families(Collector):
-    """Metric families already built, for `generate_latest` to write out."""
-
-    def __init__(self, families: list[Metric]) -> None:
-        self.families = families
-
-    def collect(self) -> Iterable[Metric]:
-        return self.families
-
-
-def merge_expositions(texts: Iterable[str]) -> str:
-    """Prometheus expositions of the simulator's shards as one: every sample of the same name
-    and labels is the sum over the texts (counters, histogram buckets, sums and counts, and
-    gauges: each shard counts its own nodes), except a series' `_created` time, which is the
-    earliest. A family or a series only one text has passes through. Written by
-    prometheus_client's own writer, so the text is what one process's /metrics would be."""
-    families: dict[str, Metric] = {}
-    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], Sample]] = {}
-    for text in texts:
-        for family in text_string_to_metric_families(text):
-            if family.name not in families:
-                families[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
-                values[family.name] = {}
-            table = values[family.name]
-            for sample in family.samples:
-                key = (sample.name, tuple(sorted(sample.labels.items())))
-                seen = table.get(key)
-                if seen is None:
-                    table[key] = sample
-                elif sample.name.endswith("_created"):
-                    table[key] = seen._replace(value=min(seen.value, sample.value))
-                else:
-                    table[key] = seen._replace(value=seen.value + sample.value)
-    for name, family in families.items():
-        family.samples = list(values[name].values())
-    return generate_latest(_Families(list(families.values()))).decode()
 
 
 class KwokScale:

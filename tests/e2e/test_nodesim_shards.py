@@ -1,4 +1,4 @@
-"""The node-side simulator in several processes (e2e/realcluster/kwokscale.py): how many shards
+"""The node-side simulator in several processes (e2e/realcluster/simshards.py): how many shards
 a node count gets, how the fake nodes are dealt to them, and the shards' /metrics summed into
 the one exposition bench/scale.py reads."""
 
@@ -8,17 +8,17 @@ import pytest
 from prometheus_client import generate_latest
 
 from e2e.realcluster import scalestats as st
-from e2e.realcluster.kwokscale import (
+from e2e.realcluster.kwokscale import fake_node_names
+from e2e.realcluster.nodesim import SimMetrics
+from e2e.realcluster.simshards import (
     MOST_SHARDS,
     NODES_PER_SHARD,
-    fake_node_names,
     merge_expositions,
     shard_count,
     shard_process_name,
     shard_workers,
     split_nodes,
 )
-from e2e.realcluster.nodesim import SimMetrics
 
 
 @pytest.mark.parametrize(("nodes", "shards"), [
