@@ -429,8 +429,8 @@ def report_costs(plain: Measured, dcu: Measured) -> None:
 
 
 def reports_line(m: Measured) -> str:
-    """Whether the simulated plugins kept their nodes alive: one process writes every node's
-    report here, and a report later than the extender's 60 s limit makes a node look dead
+    """Whether the simulated plugins kept their nodes alive: the simulator (one process or a few,
+    simshards.py) writes every node's report here, and a report later than the extender's 60 s limit makes a node look dead
     (its /filter reason: device plugin not reporting), which is the harness, not the product."""
     written = total(m, "nodesim", SIM + "report_delay_seconds", "_count")
     late = total(m, "nodesim", SIM + "registrations", "_total", ("result",), ("late",))
