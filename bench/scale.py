@@ -79,6 +79,7 @@ from e2e.realcluster import hami, scalemix
 from e2e.realcluster import scalestats as st
 from e2e.realcluster.cluster import unavailable
 from e2e.realcluster.kwokscale import CARDS_PER_NODE, DEVICE_PLUGIN, DRA, NAMESPACE, KwokScale
+from e2e.realcluster.nodesim import REPORT_LIMIT_SECONDS
 from hami_dcu.common.io.kube import UnreachableError
 
 EXT = "hami_dcu_scheduler_"
@@ -430,15 +431,20 @@ def report_costs(plain: Measured, dcu: Measured) -> None:
 
 def reports_line(m: Measured) -> str:
     """Whether the simulated plugins kept their nodes alive: the simulator (one process or a few,
-    simshards.py) writes every node's report here, and a report later than the extender's 60 s limit makes a node look dead
-    (its /filter reason: device plugin not reporting), which is the harness, not the product."""
+    simshards.py) writes every node's report here, and two reports of a node further apart than
+    the extender's limit make that node look dead to /filter (device plugin not reporting),
+    which is the harness, not the product. Late or skipped reports within the limit are not."""
     written = total(m, "nodesim", SIM + "report_delay_seconds", "_count")
     late = total(m, "nodesim", SIM + "registrations", "_total", ("result",), ("late",))
+    gaps = total(m, "nodesim", SIM + "report_gap_seconds", "_count")
+    within = total(m, "nodesim", SIM + "report_gap_seconds", "_bucket", ("le",), (f"{REPORT_LIMIT_SECONDS:.1f}",))
+    over = gaps - within
     silent = st.samples(m.after.extender, "hami_dcu_nodes_not_reporting").get((), 0.0)
-    warning = "   HARNESS BEHIND: nodes looked dead" if late or silent else ""
+    warning = f"   HARNESS BEHIND: nodes looked dead ({over:.0f} gaps over the limit)" if over or silent else ""
     return (f"node reports (simulated plugins): {written:.0f} written, mean delay "
             f"{mean_ms(m, 'nodesim', SIM + 'report_delay_seconds'):.0f} ms, {late:.0f} skipped while the "
-            f"previous one waited; nodes not reporting at the end: {silent:.0f}{warning}")
+            f"previous one waited, {over:.0f} of {gaps:.0f} gaps between two reports of a node over the "
+            f"extender's {REPORT_LIMIT_SECONDS} s; nodes not reporting at the end: {silent:.0f}{warning}")
 
 
 def _events(counts: dict[str, float]) -> str:
@@ -472,7 +478,8 @@ def main() -> None:
                         help="device-plugin mode: run each node count's bursts again beside a CPU hog of one core "
                              "and print both ratios")
     parser.add_argument("--sim-shards", type=int, default=None,
-                        help="processes of the node-side simulator (default: one per 1,500 fake nodes, at most 4)")
+                        help="processes of the node-side simulator (default: one per 1,500 fake nodes, at most "
+                             "half the machine's cores)")
     args = parser.parse_args()
     if args.contend and (args.mode != DEVICE_PLUGIN or args.peer):
         raise SystemExit("--contend: device-plugin mode only, without --peer")

@@ -74,6 +74,9 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 _BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30)
+# How old a node's handshake may be before the extender's /filter takes it for dead
+# (scheduler/handshake.py HANDSHAKE_TTL; the harness does not import the extender).
+REPORT_LIMIT_SECONDS = 60
 
 
 def served_cards(cards: list[MockCard], naming: keys.Naming = keys.DCU_NAMING) -> list[DcuCard]:
@@ -126,6 +129,27 @@ class SimMetrics:
         self.report_delay_seconds = Histogram(
             "hami_dcu_nodesim_report_delay_seconds", "From a node's turn in the report schedule to its "
             "report written", buckets=(*_BUCKETS, 60, 120), registry=self.registry)
+        # What the extender judges a node by: a handshake older than its limit (60 s) makes the
+        # node look dead to /filter, however late or skipped the reports in between were.
+        self.report_gap_seconds = Histogram(
+            "hami_dcu_nodesim_report_gap_seconds", "Between two reports of one node written",
+            buckets=(30, 35, 45, REPORT_LIMIT_SECONDS, 90, 120), registry=self.registry)
+
+
+class ReportGaps:
+    """The time between two reports of each node written, into `histogram` (the report
+    writers are threads)."""
+
+    def __init__(self, histogram: Histogram) -> None:
+        self.histogram = histogram
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def written(self, node: str, now: float) -> None:
+        with self._lock:
+            last, self._last[node] = self._last.get(node), now
+        if last is not None:
+            self.histogram.observe(now - last)
 
 
 class NodeSimulator:
@@ -161,6 +185,7 @@ class NodeSimulator:
         self._registrar = ThreadPoolExecutor(max_workers=register_workers or report_writers(len(nodes)),
                                              thread_name_prefix="nodesim-register")
         self._reporting: set[str] = set()  # nodes whose report is queued or being written
+        self._gaps = ReportGaps(self.metrics.report_gap_seconds)
         self._threads = [threading.Thread(target=self._work, name=f"nodesim-{i}", daemon=True)
                          for i in range(workers)]
         self._threads += [threading.Thread(target=self._watch, name="nodesim-watch", daemon=True),
@@ -198,6 +223,7 @@ class NodeSimulator:
                 self.metrics.report_delay_seconds.observe(max(0.0, time.monotonic() - due))
             self.cores[node].register_node(now=datetime.now(UTC))
             self.metrics.registrations.labels("ok").inc()
+            self._gaps.written(node, time.monotonic())
             if reconcile and node in self.served:
                 self.cores[node].reconcile()
         except (KubeError, OSError) as exc:

@@ -4,6 +4,7 @@ fake nodes each serves, and their /metrics summed into one exposition for the be
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
 
 from prometheus_client.exposition import generate_latest
@@ -13,11 +14,14 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 # The node-side simulator's processes: at 1,000 nodes one process kept every report in time, at
-# 5,000 it fell 23 s behind (167 report writes/s beside the Allocates, on one core for its GIL).
-# 1,500 nodes a process leaves each room; more than 4 would only contend with the control plane
-# for this 2-core machine's CPU.
+# 5,000 it fell 23 s behind (167 report writes/s beside the Allocates), on the thought that its
+# GIL held it to one core. 1,500 nodes a process leaves each room, but a process per core is
+# all that pays: on this 2-core machine 4 processes left the reports exactly as late (23 s mean:
+# the API server, not the simulator, is what falls behind) and made deleting 10,000 pods 2.5
+# times slower (each process decodes every pod event). So at most half the machine's cores,
+# the other half for the control plane: one process here.
 NODES_PER_SHARD = 1500
-MOST_SHARDS = 4
+MOST_SHARDS = max(1, (os.cpu_count() or 2) // 2)
 
 
 def shard_count(nodes: int, forced: int | None = None, per_shard: int = NODES_PER_SHARD,

@@ -4,6 +4,8 @@ the one exposition bench/scale.py reads."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from prometheus_client import generate_latest
 
@@ -23,10 +25,15 @@ from e2e.realcluster.simshards import (
 
 @pytest.mark.parametrize(("nodes", "shards"), [
     (0, 1), (1, 1), (300, 1), (NODES_PER_SHARD, 1), (NODES_PER_SHARD + 1, 2), (3000, 2), (5000, 4),
-    (100_000, MOST_SHARDS),
+    (100_000, 4),
 ])
 def test_the_shard_count_grows_with_the_nodes_up_to_the_most(nodes: int, shards: int) -> None:
-    assert shard_count(nodes) == shards
+    assert shard_count(nodes, most=4) == shards
+
+
+def test_by_default_at_most_half_the_cores_simulate():
+    assert 1 <= MOST_SHARDS <= max(1, (os.cpu_count() or 2) // 2)
+    assert shard_count(100_000) == MOST_SHARDS
 
 
 @pytest.mark.parametrize(("nodes", "forced", "shards"), [(300, 2, 2), (5000, 1, 1), (5000, 6, 6), (3, 8, 3)])
