@@ -189,12 +189,7 @@ class Upstream:
 
     def clear(self) -> None:
         self.kind.clean()
-        for group in self.groups:
-            volcano.delete_podgroup(self.kube, self.namespace, group)
-        for queue in self.queues:
-            volcano.delete_queue(self.kube, queue)
-        self.groups.clear()
-        self.queues.clear()
+        volcano.delete_made(self.kube, self.namespace, self.groups, self.queues)
 
     def extender_log(self) -> str:
         pod = scheduler_pod(self.kind)

@@ -130,12 +130,7 @@ class World:
 
     def clear(self) -> None:
         self.cluster.clear_pods()
-        for group in self.groups:
-            volcano.delete_podgroup(self.kube, self.namespace, group)
-        for queue in self.queues:
-            volcano.delete_queue(self.kube, queue)
-        self.groups.clear()
-        self.queues.clear()
+        volcano.delete_made(self.kube, self.namespace, self.groups, self.queues)
 
     def story(self) -> str:
         return f"{self.cluster.diagnose()}\n--- vc-scheduler:\n{self.scheduler.log()}"

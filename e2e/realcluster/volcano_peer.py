@@ -236,6 +236,17 @@ def delete_podgroup(kube: Kube, namespace: str, name: str) -> None:
         pass
 
 
+def delete_made(kube: Kube, namespace: str, groups: list[str], queues: list[str]) -> None:
+    """Delete the PodGroups (in `namespace`) and Queues a scenario made, and forget them: what
+    every Volcano scenario's teardown does once its pods are gone."""
+    for group in groups:
+        delete_podgroup(kube, namespace, group)
+    for queue in queues:
+        delete_queue(kube, queue)
+    groups.clear()
+    queues.clear()
+
+
 def gang_member(pod: JSON, group: str) -> JSON:
     """`pod` as a member of PodGroup `group`, for Volcano's scheduler to place."""
     pod["metadata"].setdefault("annotations", {})[GROUP_ANNOTATION] = group
