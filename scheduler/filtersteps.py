@@ -189,8 +189,11 @@ def place(r: FilterRequest) -> FilterAnswer:
                                      env.monotonic(), plan, created=created_at(r.pod))
     failed = outcome.failed_text()
     cards = ",".join(sorted(outcome.fit.held))
-    log.info("filter %s/%s: node %s cards %s (%d nodes fit, %d do not)", r.namespace, r.name, outcome.chosen,
-             cards, outcome.fitting, len(failed))
+    # Why the pod is not where binpack would have put it: those nodes' binds in flight outrun
+    # their pace (or --node-bind-queue).
+    queued = (f"; passed over {len(busy)} with a full bind queue" if busy and outcome.chosen not in busy else "")
+    log.info("filter %s/%s: node %s cards %s (%d nodes fit, %d do not%s)", r.namespace, r.name, outcome.chosen,
+             cards, outcome.fitting, len(failed), queued)
     return FilterAnswer("ok", filter_result(r.args, [outcome.chosen], failed))
 
 

@@ -11,6 +11,7 @@ in flight would outlast a share of --lock-wait at that pace (bindpace.py)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import UTC, datetime
 
 from scheduler_helpers import bind_args, create_nodes, dcu_pod, filter_args, node_object
@@ -233,9 +234,11 @@ async def test_a_burst_queued_on_a_node_beyond_its_pace_outwaits_the_lock_wait(k
     assert failed and all("stayed" in e for e in failed)
 
 
-async def test_each_node_queues_what_its_own_pace_serves_and_every_pod_binds(kube_factory, aiohttp_client):
+async def test_each_node_queues_what_its_own_pace_serves_and_every_pod_binds(kube_factory, aiohttp_client, caplog):
     """The default (auto): the warm-up measured the node's handoffs, so /filter passes over it
-    once its queue would outlast half the lock wait, and every bind ends in time."""
+    once its queue would outlast half the lock wait (and says so), and every bind ends in time."""
+    caplog.set_level(logging.INFO, logger="hami_dcu.scheduler")
     errors = await burst(kube_factory, aiohttp_client, bind_queue=None, pods=10, pace_share=0.25, pace_floor=8,
                          warm=2)
     assert errors == {f"p{i}": "" for i in range(10)}
+    assert any("with a full bind queue" in record.getMessage() for record in caplog.records)
