@@ -106,8 +106,8 @@ class Upstream:
         volcano.create_podgroup(self.kube, self.namespace, group, min_member, queue=queue, priority_class=priority)
         self.groups.append(group)
 
-    def queue(self, name: str, weight: int) -> str:
-        volcano.create_queue(self.kube, name, weight)
+    def queue(self, name: str, weight: int, opened: bool = True) -> str:
+        volcano.create_queue(self.kube, name, weight, opened=opened)
         self.queues.append(name)
         return name
 
@@ -451,10 +451,14 @@ def test_two_queues_share_the_cards_by_their_weights(up: Upstream) -> None:
         shares = min(int(deserved_memory // memory), int(deserved_cores // cores), gangs_each * size)
         expected[queue] = shares // size
     print(f"queues: {len(cards)} cards, {places} places, deserved gangs {expected}")
+    # Unopened until every gang exists: deserved is capped by what a queue asks, so a session
+    # that saw only some of the gangs would share the cards by those.
     for queue, weight in weights.items():
-        up.queue(queue, weight)
+        up.queue(queue, weight, opened=False)
     gangs = {f"{queue}-{i}": up.submit(f"{queue}-{i}", [share(memory, cores) for _ in range(size)], queue=queue)
              for i in range(gangs_each) for queue in weights}
+    for queue in weights:
+        volcano.open_queue(up.kube, queue)
     want = size * sum(expected.values())
     up.wait(f"{want} shares placed", lambda: len(up.placed()) >= want)
     up.sessions(3)  # and nothing moves after

@@ -95,8 +95,8 @@ class World:
             names.append(pod["metadata"]["name"])
         return names
 
-    def queue(self, name: str, weight: int) -> str:
-        volcano.create_queue(self.kube, name, weight)
+    def queue(self, name: str, weight: int, opened: bool = True) -> str:
+        volcano.create_queue(self.kube, name, weight, opened=opened)
         self.queues.append(name)
         return name
 
@@ -265,10 +265,14 @@ def test_two_queues_share_the_cards_by_their_weights(clean: World) -> None:
     The nodes report 16 slots, 262,080 MiB and 400 percent of cores; each queue asks 16
     shares of 16,000 MiB and 25 percent (4 per card), 32 shares for 16 places.
     Weights 3 and 1: deserved 300 and 100 percent, 196,560 and 65,520 MiB, 12 and 4 slots,
-    so 12 and 4 shares: 3 gangs of the first queue and 1 of the second, each whole."""
-    heavy, light = clean.queue("heavy", 3), clean.queue("light", 1)
+    so 12 and 4 shares: 3 gangs of the first queue and 1 of the second, each whole.
+    The queues open only once all 32 pods exist: deserved is capped by what a queue asks, so a
+    session that saw 2 gangs of each would deserve them 8 and 8 (a CI run saw 2 and 2 land)."""
+    heavy, light = clean.queue("heavy", 3, opened=False), clean.queue("light", 1, opened=False)
     gangs = {f"{queue}-{i}": clean.gang(f"{queue}-{i}", [clean.share(16000, 25) for _ in range(4)], queue=queue)
              for i in range(4) for queue in (heavy, light)}
+    for queue in (heavy, light):
+        volcano.open_queue(clean.kube, queue)
     clean.wait("16 shares placed", lambda: len(clean.placed()) == 16)
     clean.sessions(3)  # and nothing moves after
     placed = clean.placed()

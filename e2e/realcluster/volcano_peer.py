@@ -194,11 +194,14 @@ def open_queue(kube: Kube, name: str) -> None:
                  content_type="application/merge-patch+json")
 
 
-def create_queue(kube: Kube, name: str, weight: int = 1, reclaimable: bool = True) -> None:
+def create_queue(kube: Kube, name: str, weight: int = 1, reclaimable: bool = True, opened: bool = True) -> None:
+    """A Queue; with `opened` false it stays unopened: proportion neither enqueues nor allocates
+    its jobs until `open_queue`, yet counts them (and its weight) in every queue's deserved share."""
     kube.request("POST", f"{SCHEDULING}/queues", body={
         "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": name},
         "spec": {"weight": weight, "reclaimable": reclaimable}})
-    open_queue(kube, name)
+    if opened:
+        open_queue(kube, name)
 
 
 def delete_queue(kube: Kube, name: str) -> None:
