@@ -190,7 +190,18 @@ def _queue(kube: Kube, name: str) -> JSON | None:
 
 def open_queue(kube: Kube, name: str) -> None:
     """What Volcano's queue controller does for a new queue: status.state Open."""
-    kube.request("PATCH", f"{SCHEDULING}/queues/{name}/status", body={"status": {"state": "Open"}},
+    _queue_state(kube, name, "Open")
+
+
+def close_queue(kube: Kube, name: str) -> None:
+    """status.state Closed: proportion allocates nothing more of the queue's jobs, so a gang it
+    tried and rolled back every session is left alone (nothing written in flight) from the
+    session after."""
+    _queue_state(kube, name, "Closed")
+
+
+def _queue_state(kube: Kube, name: str, state: str) -> None:
+    kube.request("PATCH", f"{SCHEDULING}/queues/{name}/status", body={"status": {"state": state}},
                  content_type="application/merge-patch+json")
 
 
@@ -265,6 +276,7 @@ __all__ = [
     "VERBS",
     "VolcanoScheduler",
     "binary",
+    "close_queue",
     "crd_dir",
     "create_podgroup",
     "create_queue",
