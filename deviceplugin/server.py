@@ -22,6 +22,7 @@ from hami_dcu.deviceplugin.api.v1beta1 import api_pb2, api_pb2_grpc
 from hami_dcu.deviceplugin.core import ContainerResponse
 from hami_dcu.deviceplugin.plan import fake_device_id
 from hami_dcu.deviceplugin.service import PluginService
+from hami_dcu.node.unixchannel import unix_channel
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +228,7 @@ class DevicePluginServer:
 
     def register(self) -> None:
         kubelet = self.plugin_dir / KUBELET_SOCKET
-        with grpc.insecure_channel(f"unix://{kubelet}") as channel:
+        with unix_channel(kubelet) as channel:
             api_pb2_grpc.RegistrationStub(channel).Register(
                 api_pb2.RegisterRequest(
                     version=API_VERSION,

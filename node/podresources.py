@@ -14,6 +14,7 @@ import grpc
 
 from hami_dcu.common.protocol.errors import NodeError
 from hami_dcu.node.api.podresources.v1 import api_pb2, api_pb2_grpc
+from hami_dcu.node.unixchannel import unix_channel
 
 log = logging.getLogger(__name__)
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -94,8 +95,7 @@ class PodResourcesClient:
         device plugin's lockless Allocate reads which pod is being admitted from those:
         deviceplugin/admitting.py)."""
         if self._stub is None:
-            self._channel = grpc.insecure_channel(f"unix://{self.socket}", options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE)])
+            self._channel = unix_channel(self.socket, ("grpc.max_receive_message_length", MAX_MESSAGE))
             self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
         try:
             response = self._stub.List(api_pb2.ListPodResourcesRequest(), timeout=self.timeout)

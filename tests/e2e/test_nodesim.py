@@ -52,7 +52,10 @@ def test_registers_the_cards_and_serves_a_bound_pod_with_the_plugins_allocate(ku
             return pod if pod["metadata"]["annotations"].get(keys.POD_BIND_PHASE) == keys.BIND_PHASE_SUCCESS else None
 
         pod = wait_until("the pod allocated", served, timeout=20)
-        assert keys.NODE_LOCK not in (kube.get_node("fake-0")["metadata"].get("annotations") or {})
+        # The release goes beside the pod's outcome (deviceplugin/service.py), so it may land just after.
+        wait_until("the node lock released",
+                   lambda: keys.NODE_LOCK not in (kube.get_node("fake-0")["metadata"].get("annotations") or {}),
+                   timeout=20)
         (vdev,) = (tmp_path / "fake-0" / "vdev").iterdir()
         assert vdev.name.startswith(pod["metadata"]["uid"])
         assert f"PciBusId: {cards[1].pci_bus_id}" in (vdev / "vdev0.conf").read_text()

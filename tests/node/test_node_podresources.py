@@ -9,6 +9,7 @@ import pytest
 from hami_dcu.node.api.podresources.v1 import api_pb2 as pr
 from hami_dcu.node.api.podresources.v1 import api_pb2_grpc
 from hami_dcu.node.podresources import (
+    MAX_MESSAGE,
     Claim,
     ClaimDevice,
     ContainerHoldings,
@@ -86,7 +87,9 @@ def test_the_client_lists_through_the_socket_and_keeps_one_channel(socket_path):
 
 
 def test_no_kubelet_is_a_clear_error_and_a_kubelet_that_comes_back_is_used(socket_path):
-    client = PodResourcesClient(socket_path, timeout=0.5)
+    # No socket fails at once (UNAVAILABLE, not the deadline): the deadline only has to let a
+    # loaded machine connect.
+    client = PodResourcesClient(socket_path, timeout=10)
     with pytest.raises(PodResourcesError, match=f"pod resources API at {socket_path}"):
         client.list()
     server, _ = serve(socket_path)
@@ -94,4 +97,23 @@ def test_no_kubelet_is_a_clear_error_and_a_kubelet_that_comes_back_is_used(socke
         assert client.list()[0].container == "main"
     finally:
         client.close()
+        server.stop(None)
+
+
+def test_a_fresh_channel_does_not_inherit_another_channels_reconnect_backoff(socket_path):
+    """gRPC shares a connection to a target between channels (its global subchannel pool):
+    a channel still waiting out its reconnect backoff to the socket would fail the client's
+    fresh channel at once with the old error, as a CI run under load saw. Each of the client's
+    channels connects on its own."""
+    other = grpc.insecure_channel(f"unix://{socket_path}", options=[("grpc.max_receive_message_length", MAX_MESSAGE)])
+    stub = api_pb2_grpc.PodResourcesListerStub(other)
+    with pytest.raises(grpc.RpcError):
+        stub.List(pr.ListPodResourcesRequest(), timeout=10)  # no socket: into backoff, kept
+    server, _ = serve(socket_path)
+    client = PodResourcesClient(socket_path, timeout=10)
+    try:
+        assert client.list()[0].container == "main"
+    finally:
+        client.close()
+        other.close()
         server.stop(None)
